@@ -1,0 +1,107 @@
+// The daemon's configuration: TOML -> validated Config. The one place that parses config.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xferd/probes/sim_backend.h"
+#include "xferd/probes/types.h"
+
+namespace xferd::daemon {
+
+// exporter-toolkit's web configuration (the YAML file behind --web.config.file).
+struct WebConfig {
+  std::filesystem::path cert_file;  // TLS when cert_file and key_file are both set
+  std::filesystem::path key_file;
+  std::map<std::string, std::string> basic_auth_users;  // user -> bcrypt hash
+  bool TlsEnabled() const { return !cert_file.empty(); }
+  bool AuthEnabled() const { return !basic_auth_users.empty(); }
+};
+
+// An expected band given in config for one GPU (index "0" or a UUID), bytes/s.
+struct BandOverride {
+  std::string gpu;
+  double lower_bytes_per_s = 0;
+  double upper_bytes_per_s = 0;
+};
+
+struct Config {
+  std::filesystem::path source;  // the file it came from ("" for defaults)
+
+  // [web]
+  std::string listen_address = ":9742";
+  std::string telemetry_path = "/metrics";
+  std::filesystem::path web_config_file;  // exporter-toolkit YAML; empty = plain HTTP
+  WebConfig web;                           // loaded from web_config_file
+
+  // [daemon]
+  std::filesystem::path state_dir = "/var/lib/xferd";
+  std::filesystem::path textfile_path;  // node_exporter textfile (.prom); empty = off
+  std::string log_level = "info";       // trace|debug|info|warn|error|critical|off
+
+  // [probe]
+  std::chrono::milliseconds interval{60000};
+  double jitter = 0.1;  // each cycle starts up to jitter x interval late, at random
+  std::vector<probes::TransferMode> modes{probes::kAllModes.begin(), probes::kAllModes.end()};
+  bool bidirectional = true;  // the pinned both-ways probe
+  std::vector<std::uint64_t> sizes{64ull << 20};
+  int iterations = 20;
+  int warmup = 2;
+  std::chrono::milliseconds probe_deadline{5000};   // one probe
+  std::chrono::milliseconds cycle_budget{30000};    // one cycle, all GPUs
+  double max_duty_cycle = 0.01;  // device time / wall time; cycles are spaced to keep it
+  int streams = 4;
+  std::uint64_t chunk_bytes = 1ull << 20;
+  std::uint64_t pinned_cap_bytes = 512ull << 20;
+  std::vector<std::string> gpus;  // indices or UUIDs; empty = every GPU
+
+  // [busy]
+  bool busy_detection = true;
+  double busy_gpu_utilization_percent = 50;
+  double busy_pcie_bytes_per_s = 2e9;  // rx + tx seen by NVML
+
+  // [health]
+  int consecutive_bad = 3;      // cycles in a row before a verdict flips
+  int baseline_window = 20;     // cycles the baseline is taken over
+  double drift_fraction = 0.8;  // below this x baseline is a bad cycle
+  double band_lower_fraction = 0.63;
+  double band_upper_fraction = 0.83;
+  std::vector<BandOverride> bands;
+
+  // [simulate]
+  bool simulate = false;
+  probes::SimOptions sim;
+};
+
+// A config error a user can fix: where it is and what to do.
+class ConfigError : public std::runtime_error {
+ public:
+  ConfigError(std::string file, int line, std::string key, std::string problem, std::string fix);
+  const std::string& file() const { return file_; }
+  int line() const { return line_; }  // 0 when not tied to a line
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string file_;
+  int line_;
+  std::string key_;
+};
+
+// Parse and validate TOML text; `source` names it in errors. Throws ConfigError.
+Config ParseConfig(std::string_view text, const std::filesystem::path& source);
+
+// Read and parse a file (and the web config file it names). Throws ConfigError, also for
+// a file that cannot be read.
+Config LoadConfig(const std::filesystem::path& path);
+
+// exporter-toolkit web-config YAML. Throws ConfigError.
+WebConfig LoadWebConfig(const std::filesystem::path& path);
+
+}  // namespace xferd::daemon

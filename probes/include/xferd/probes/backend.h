@@ -1,0 +1,46 @@
+// TransferBackend: the one interface between the daemon and whatever moves bytes.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "xferd/probes/topology.h"
+#include "xferd/probes/types.h"
+
+namespace xferd::probes {
+
+class TransferBackend {
+ public:
+  virtual ~TransferBackend() = default;
+
+  // "cuda" or "sim".
+  virtual std::string Name() const = 0;
+
+  // Every device this backend can probe, indexed from 0.
+  virtual std::vector<DeviceInfo> Devices() const = 0;
+
+  virtual Capabilities GetCapabilities(int device) const = 0;
+
+  // The PCIe path from the device to its root port, read now (link speeds drop when idle:
+  // call it while a probe runs to see the trained link).
+  virtual LinkPath ReadLinkPath(int device) const = 0;
+
+  // Run one probe. Never throws for device trouble: errors, timeouts and unsupported
+  // modes come back as the sample's status with a message. `stop` asks a probe in
+  // progress to give up early (the result is then kError, "cancelled").
+  // Thread-safety: calls for different devices may run concurrently; calls for one
+  // device are serialised by the caller.
+  virtual ProbeSample Run(int device, const ProbeSpec& spec, std::stop_token stop = {}) = 0;
+};
+
+// Raised by a backend's factory when no device can be used at all (no driver, no GPU);
+// the message names the cause and what to do.
+class NoDeviceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace xferd::probes

@@ -1,0 +1,28 @@
+// The real backend: CUDA runtime, every mode of DESIGN.md. Declared here without any CUDA
+// header; built only when the CUDA toolkit was found (XFERD_HAVE_CUDA).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+
+#include "xferd/probes/backend.h"
+
+namespace xferd::probes {
+
+struct CudaOptions {
+  // Most pinned host memory the backend holds per device, all modes together.
+  std::uint64_t pinned_cap_bytes = 512ull << 20;
+  // Largest transfer a probe may ask for; buffers are sized for it once and reused.
+  std::uint64_t max_size_bytes = 64ull << 20;
+  std::filesystem::path sysfs_root = "/sys";
+};
+
+// True when this build carries the CUDA backend.
+bool CudaBackendBuilt();
+
+// Throws NoDeviceError (no driver, no GPU, or a build without CUDA) with a message that
+// names the cause and suggests --simulate.
+std::unique_ptr<TransferBackend> MakeCudaBackend(const CudaOptions& options);
+
+}  // namespace xferd::probes

@@ -1,0 +1,65 @@
+// A simulated device: a link model per mode with noise, a latency tail and injectable
+// faults. It is how xferd runs on machines with no GPU, and it always says it is simulated.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "xferd/probes/backend.h"
+
+namespace xferd::probes {
+
+struct SimFault {
+  enum class Kind {
+    kDegrade,    // bandwidth of every mode x factor (0 < factor <= 1)
+    kDownTrain,  // link trained down to (gen, width): bandwidth follows the link
+    kErrorEvery, // every nth probe on the device returns kError
+    kHang,       // probes block until cancelled (a hung driver call)
+    kSlow,       // every transfer takes `factor` times longer (factor >= 1)
+    kLost,       // the device is gone: every probe returns kError "device lost"
+  };
+  Kind kind = Kind::kDegrade;
+  int device = -1;        // -1: every device
+  double factor = 1.0;    // kDegrade, kSlow
+  int gen = 0, width = 0; // kDownTrain
+  int every = 0;          // kErrorEvery
+};
+
+std::string_view ToString(SimFault::Kind kind);  // "degrade", "downtrain", ...
+std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text);
+
+struct SimOptions {
+  int devices = 1;
+  std::uint64_t seed = 1;
+  int link_gen = 4, link_width = 16;  // the link the simulated GPU trained to at best
+  bool integrated = false;
+  // 1 = transfers take their simulated time in real time; 0 = they return at once (tests,
+  // soak). The durations reported are the simulated ones either way.
+  double time_scale = 1.0;
+  std::vector<SimFault> faults;
+};
+
+class SimBackend final : public TransferBackend {
+ public:
+  explicit SimBackend(SimOptions options);
+  ~SimBackend() override;
+
+  std::string Name() const override { return "sim"; }
+  std::vector<DeviceInfo> Devices() const override;
+  Capabilities GetCapabilities(int device) const override;
+  LinkPath ReadLinkPath(int device) const override;
+  ProbeSample Run(int device, const ProbeSpec& spec, std::stop_token stop = {}) override;
+
+  // Replace the injected faults (config reload); thread-safe.
+  void SetFaults(std::vector<SimFault> faults);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace xferd::probes

@@ -1,0 +1,107 @@
+// The vocabulary of a probe: what is measured (ProbeSpec), on what (DeviceInfo,
+// Capabilities) and what came back (ProbeSample). No CUDA header is needed here.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace xferd::probes {
+
+// The memory paths of DESIGN.md: how the host side is allocated and how bytes cross.
+enum class TransferMode {
+  kPageable,         // malloc + cudaMemcpy: implicit staging through a pinned bounce buffer
+  kPinned,           // cudaMallocHost + cudaMemcpy
+  kPinnedAsync,      // pinned, chunks over N non-default streams, cudaMemcpyAsync
+  kZeroCopy,         // mapped pinned memory, a kernel reads/writes it over the link
+  kManaged,          // cudaMallocManaged, page-fault migration on first touch
+  kManagedPrefetch,  // cudaMallocManaged + cudaMemPrefetchAsync, then touch
+};
+
+enum class Direction {
+  kH2D,
+  kD2H,
+  kBidirectional,  // both directions at once (pinned only); bytes counted in both
+};
+
+inline constexpr std::array<TransferMode, 6> kAllModes = {
+    TransferMode::kPageable, TransferMode::kPinned,  TransferMode::kPinnedAsync,
+    TransferMode::kZeroCopy, TransferMode::kManaged, TransferMode::kManagedPrefetch};
+
+// The 13 (mode, direction) pairs a full probe covers: every mode both ways, plus pinned
+// bidirectional.
+std::vector<std::pair<TransferMode, Direction>> AllModeDirections();
+
+std::string_view ToString(TransferMode mode);  // "pageable", "pinned_async", ...
+std::string_view ToString(Direction direction);  // "h2d", "d2h", "bidir"
+std::optional<TransferMode> ParseMode(std::string_view text);
+std::optional<Direction> ParseDirection(std::string_view text);
+bool IsValidPair(TransferMode mode, Direction direction);
+
+// Modes whose bandwidth is bounded by the PCIe link and so held against the expected
+// band; pageable and managed (first touch) are bounded by staging and page faults.
+bool IsLinkBound(TransferMode mode);
+
+// "64MiB", "4KiB", "1GiB", "512B" <-> bytes. Parse accepts KiB/MiB/GiB (and K/M/G as
+// binary), B or a bare number; nullopt on anything else.
+std::string FormatSize(std::uint64_t bytes);
+std::optional<std::uint64_t> ParseSize(std::string_view text);
+
+struct ProbeSpec {
+  TransferMode mode = TransferMode::kPinned;
+  Direction direction = Direction::kH2D;
+  std::uint64_t size_bytes = 64ull << 20;
+  int iterations = 20;  // timed transfers, each kept as a sample
+  int warmup = 2;       // untimed transfers before them
+  // The whole probe (warm-up included) must finish by this; past it the result is kTimeout.
+  std::chrono::milliseconds deadline{5000};
+  // pinned_async only: chunks of chunk_bytes (>= 256 KiB) spread over `streams` streams.
+  int streams = 4;
+  std::uint64_t chunk_bytes = 1ull << 20;
+};
+
+enum class ProbeStatus { kOk, kError, kTimeout, kUnsupported };
+std::string_view ToString(ProbeStatus status);  // "ok", "error", "timeout", "unsupported"
+
+struct ProbeSample {
+  ProbeSpec spec;
+  ProbeStatus status = ProbeStatus::kError;
+  std::string message;  // why, when not kOk; empty otherwise
+  // One duration per timed transfer, in seconds, in the order they ran.
+  std::vector<double> durations_s;
+  // Bytes one timed transfer moves (size for h2d/d2h, 2 x size for bidirectional).
+  std::uint64_t bytes_per_transfer = 0;
+  // pinned_async only: 1 = copies fully hidden behind compute, 0 = serialized.
+  std::optional<double> overlap_ratio;
+  // Time the device spent on this probe, warm-up included: what the probe cost.
+  double device_time_s = 0.0;
+
+  // bytes_per_transfer / median(durations); 0 when there are no durations.
+  double MedianBandwidth() const;
+};
+
+struct DeviceInfo {
+  int index = 0;
+  std::string uuid;          // "GPU-xxxxxxxx-..." ; "SIM-..." for simulated devices
+  std::string name;          // "NVIDIA H200"
+  std::string pci_bus_id;    // "0000:00:06.0" (lower case, domain included); empty if none
+  int cc_major = 0, cc_minor = 0;
+  std::string driver_version;  // "580.159.04"; "sim" for simulated devices
+  std::uint64_t memory_bytes = 0;
+  bool integrated = false;   // shares DRAM with the host (Jetson, IGX iGPU)
+  bool simulated = false;    // always true for the simulated backend
+};
+
+// What a device can do; an unsupported mode carries the reason it is skipped.
+struct Capabilities {
+  std::map<TransferMode, std::string> unsupported;  // mode -> reason
+  bool Supports(TransferMode mode) const { return !unsupported.contains(mode); }
+};
+
+}  // namespace xferd::probes

@@ -1,0 +1,109 @@
+#include "xferd/probes/types.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <vector>
+
+#include "xferd/probes/stats.h"
+
+namespace xferd::probes {
+
+std::vector<std::pair<TransferMode, Direction>> AllModeDirections() {
+  std::vector<std::pair<TransferMode, Direction>> pairs;
+  for (TransferMode mode : kAllModes) {
+    pairs.emplace_back(mode, Direction::kH2D);
+    pairs.emplace_back(mode, Direction::kD2H);
+    if (mode == TransferMode::kPinned) pairs.emplace_back(mode, Direction::kBidirectional);
+  }
+  return pairs;
+}
+
+std::string_view ToString(TransferMode mode) {
+  switch (mode) {
+    case TransferMode::kPageable: return "pageable";
+    case TransferMode::kPinned: return "pinned";
+    case TransferMode::kPinnedAsync: return "pinned_async";
+    case TransferMode::kZeroCopy: return "zero_copy";
+    case TransferMode::kManaged: return "managed";
+    case TransferMode::kManagedPrefetch: return "managed_prefetch";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(Direction direction) {
+  switch (direction) {
+    case Direction::kH2D: return "h2d";
+    case Direction::kD2H: return "d2h";
+    case Direction::kBidirectional: return "bidir";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(ProbeStatus status) {
+  switch (status) {
+    case ProbeStatus::kOk: return "ok";
+    case ProbeStatus::kError: return "error";
+    case ProbeStatus::kTimeout: return "timeout";
+    case ProbeStatus::kUnsupported: return "unsupported";
+  }
+  return "unknown";
+}
+
+std::optional<TransferMode> ParseMode(std::string_view text) {
+  for (TransferMode mode : kAllModes) {
+    if (ToString(mode) == text) return mode;
+  }
+  return std::nullopt;
+}
+
+std::optional<Direction> ParseDirection(std::string_view text) {
+  for (Direction d : {Direction::kH2D, Direction::kD2H, Direction::kBidirectional}) {
+    if (ToString(d) == text) return d;
+  }
+  return std::nullopt;
+}
+
+bool IsValidPair(TransferMode mode, Direction direction) {
+  return direction != Direction::kBidirectional || mode == TransferMode::kPinned;
+}
+
+bool IsLinkBound(TransferMode mode) {
+  return mode == TransferMode::kPinned || mode == TransferMode::kPinnedAsync ||
+         mode == TransferMode::kZeroCopy || mode == TransferMode::kManagedPrefetch;
+}
+
+std::string FormatSize(std::uint64_t bytes) {
+  constexpr std::pair<std::uint64_t, const char*> kUnits[] = {
+      {1ull << 30, "GiB"}, {1ull << 20, "MiB"}, {1ull << 10, "KiB"}};
+  for (const auto& [unit, suffix] : kUnits) {
+    if (bytes >= unit && bytes % unit == 0) return std::to_string(bytes / unit) + suffix;
+  }
+  return std::to_string(bytes) + "B";
+}
+
+std::optional<std::uint64_t> ParseSize(std::string_view text) {
+  std::uint64_t value = 0;
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc() || ptr == begin) return std::nullopt;
+  std::string unit(ptr, end);
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::uint64_t scale = 0;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "k" || unit == "kib") scale = 1ull << 10;
+  else if (unit == "m" || unit == "mib") scale = 1ull << 20;
+  else if (unit == "g" || unit == "gib") scale = 1ull << 30;
+  else return std::nullopt;
+  if (value > UINT64_MAX / scale) return std::nullopt;
+  return value * scale;
+}
+
+double ProbeSample::MedianBandwidth() const {
+  const double median = Median(durations_s);
+  return median > 0 ? static_cast<double>(bytes_per_transfer) / median : 0.0;
+}
+
+}  // namespace xferd::probes
