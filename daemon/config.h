@@ -78,6 +78,11 @@ struct Config {
   // [simulate]
   bool simulate = false;
   probes::SimOptions sim;
+  // [simulate] gpu_utilization_percent, pcie_bytes_per_second: the load the simulated GPUs
+  // report to busy detection in place of NVML (0 = idle), so skipping a busy GPU can be
+  // tried without one.
+  double sim_gpu_utilization_percent = 0;
+  double sim_pcie_bytes_per_s = 0;
 };
 
 // A config error a user can fix: where it is and what to do.
