@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "xferd/probes/backend.h"
@@ -41,6 +43,8 @@ struct SimOptions {
   // soak). The durations reported are the simulated ones either way.
   double time_scale = 1.0;
   std::vector<SimFault> faults;
+  // Modes every simulated device reports unsupported, with the reason (to exercise skips).
+  std::map<TransferMode, std::string> unsupported;
 };
 
 class SimBackend final : public TransferBackend {

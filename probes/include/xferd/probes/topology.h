@@ -43,6 +43,9 @@ double PcieBytesPerSecond(int generation, int width);
 // sysfs "16.0 GT/s PCIe" -> 4; 0 when the text names no known rate.
 int ParseLinkSpeed(std::string_view text);
 
+// "Gen4 x16"; an unknown part reads "Gen?" or "x?".
+std::string FormatLink(int generation, int width);
+
 // Read the path of the device with PCI address `bdf` ("0000:00:06.0", any case) under
 // `sysfs_root` (normally "/sys"). Never throws for missing or odd files: what cannot be
 // read is left unknown and said in `note`.

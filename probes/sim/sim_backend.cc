@@ -1,0 +1,362 @@
+#include "xferd/probes/sim_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <random>
+#include <stop_token>
+
+#include "xferd/probes/topology.h"
+
+namespace xferd::probes {
+namespace {
+
+// How one (mode, direction) behaves relative to the simulated link. The fractions follow
+// what DESIGN.md measured on a Gen5 x16 H200 (pinned ~0.87 of the link, pageable through a
+// bounce buffer far less, managed first touch paying for page faults) shifted a little
+// down to the Gen4 hosts the seed band was written for.
+struct ModeModel {
+  double link_fraction;   // sustained bandwidth / theoretical link rate
+  double latency_floor_s; // fixed cost of one transfer: launch, doorbell, completion
+};
+
+ModeModel ModelFor(TransferMode mode, Direction direction) {
+  const bool h2d = direction != Direction::kD2H;
+  switch (mode) {
+    case TransferMode::kPageable: return {h2d ? 0.22 : 0.34, 8e-6};
+    case TransferMode::kPinned: return {h2d ? 0.80 : 0.81, 4e-6};
+    case TransferMode::kPinnedAsync: return {h2d ? 0.75 : 0.76, 8e-6};
+    case TransferMode::kZeroCopy: return {h2d ? 0.76 : 0.78, 6e-6};
+    case TransferMode::kManaged: return {h2d ? 0.12 : 0.10, 25e-6};
+    case TransferMode::kManagedPrefetch: return {h2d ? 0.70 : 0.68, 15e-6};
+  }
+  return {0.5, 10e-6};
+}
+
+// Both directions at once carry ~1.8x one direction (DESIGN.md: ~100 GB/s summed against
+// 55 one way): the link is full duplex but the host's memory controller is shared.
+constexpr double kBidirectionalGain = 1.8;
+// Each pinned_async chunk pays for its own copy launch on the copy engine.
+constexpr double kChunkOverheadS = 1.5e-6;
+// An integrated GPU has no PCIe link: its copies are bounded by the shared DRAM.
+constexpr double kIntegratedCopyBytesPerSecond = 50e9;
+// The latency tail: a transfer now and then is held up (preemption, an interrupt storm,
+// a TLB shootdown) and takes several times as long. p50 and p99.9 must differ.
+constexpr double kTailProbability = 0.005;
+constexpr double kTailMinFactor = 2.0, kTailMaxFactor = 8.0;
+// Spread: the fixed cost jitters a lot (small transfers), the streaming part little.
+constexpr double kFloorSigma = 0.10;
+constexpr double kStreamSigma = 0.01;
+constexpr double kProbeDriftSigma = 0.004;  // cycle-to-cycle drift of the whole probe
+
+std::uint64_t SplitMix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t DeviceKey(std::uint64_t seed, int index) {
+  return SplitMix64(seed ^ SplitMix64(static_cast<std::uint64_t>(index) + 1));
+}
+
+int BusOf(int index) { return 0x11 + 0x10 * (index % 15); }
+
+std::string BusId(int bus) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0000:%02x:00.0", bus & 0xff);
+  return text;
+}
+
+std::string Uuid(std::uint64_t seed, int index) {
+  const std::uint64_t a = DeviceKey(seed, index);
+  const std::uint64_t b = SplitMix64(a);
+  char text[48];
+  std::snprintf(text, sizeof text, "SIM-%08x-%04x-%04x-%04x-%012llx",
+                static_cast<unsigned>(a >> 32), static_cast<unsigned>((a >> 16) & 0xffff),
+                static_cast<unsigned>(a & 0xffff), static_cast<unsigned>(b >> 48),
+                static_cast<unsigned long long>(b & 0xffffffffffffull));
+  return text;
+}
+
+ProbeSample Failed(const ProbeSpec& spec, ProbeStatus status, std::string message) {
+  ProbeSample sample;
+  sample.spec = spec;
+  sample.status = status;
+  sample.message = std::move(message);
+  return sample;
+}
+
+}  // namespace
+
+std::string_view ToString(SimFault::Kind kind) {
+  switch (kind) {
+    case SimFault::Kind::kDegrade: return "degrade";
+    case SimFault::Kind::kDownTrain: return "downtrain";
+    case SimFault::Kind::kErrorEvery: return "error_every";
+    case SimFault::Kind::kHang: return "hang";
+    case SimFault::Kind::kSlow: return "slow";
+    case SimFault::Kind::kLost: return "lost";
+  }
+  return "unknown";
+}
+
+std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text) {
+  for (auto kind : {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain,
+                    SimFault::Kind::kErrorEvery, SimFault::Kind::kHang, SimFault::Kind::kSlow,
+                    SimFault::Kind::kLost}) {
+    if (ToString(kind) == text) return kind;
+  }
+  return std::nullopt;
+}
+
+struct SimBackend::State {
+  struct Device {
+    std::mutex mutex;  // the RNG and counter; the caller serialises a device, this is cheap
+    std::mt19937_64 rng;
+    std::uint64_t probes = 0;
+  };
+
+  SimOptions options;
+  std::vector<std::unique_ptr<Device>> devices;
+
+  mutable std::mutex faults_mutex;
+  std::vector<SimFault> faults;
+
+  // Woken only by stop requests: simulated transfers and hangs wait on it.
+  std::mutex wait_mutex;
+  std::condition_variable_any wake;
+
+  std::vector<SimFault> FaultsFor(int device) const {
+    std::lock_guard lock(faults_mutex);
+    std::vector<SimFault> out;
+    for (const SimFault& f : faults) {
+      if (f.device < 0 || f.device == device) out.push_back(f);
+    }
+    return out;
+  }
+
+  // The link as trained now: the best link, lowered by any downtrain fault.
+  std::pair<int, int> CurrentLink(const std::vector<SimFault>& device_faults) const {
+    int gen = options.link_gen, width = options.link_width;
+    for (const SimFault& f : device_faults) {
+      if (f.kind != SimFault::Kind::kDownTrain) continue;
+      if (f.gen > 0) gen = std::min(gen, f.gen);
+      if (f.width > 0) width = std::min(width, f.width);
+    }
+    return {gen, width};
+  }
+
+  // Waits `seconds` of real time or until stop is requested; false when stopped.
+  bool Wait(double seconds, std::stop_token stop) {
+    if (seconds <= 0) return !stop.stop_requested();
+    std::unique_lock lock(wait_mutex);
+    wake.wait_for(lock, stop, std::chrono::duration<double>(seconds), [] { return false; });
+    return !stop.stop_requested();
+  }
+};
+
+SimBackend::SimBackend(SimOptions options) : state_(std::make_unique<State>()) {
+  options.devices = std::max(options.devices, 0);
+  options.time_scale = std::max(options.time_scale, 0.0);
+  state_->faults = options.faults;
+  for (int i = 0; i < options.devices; ++i) {
+    auto device = std::make_unique<State::Device>();
+    device->rng.seed(DeviceKey(options.seed, i));
+    state_->devices.push_back(std::move(device));
+  }
+  state_->options = std::move(options);
+}
+
+SimBackend::~SimBackend() = default;
+
+std::vector<DeviceInfo> SimBackend::Devices() const {
+  std::vector<DeviceInfo> out;
+  const SimOptions& o = state_->options;
+  for (int i = 0; i < o.devices; ++i) {
+    DeviceInfo info;
+    info.index = i;
+    info.uuid = Uuid(o.seed, i);
+    info.name = "Simulated GPU (xferd sim)";
+    info.pci_bus_id = o.integrated ? "" : BusId(BusOf(i));
+    info.cc_major = o.integrated ? 8 : 9;
+    info.cc_minor = o.integrated ? 7 : 0;
+    info.driver_version = "sim";
+    info.memory_bytes = (o.integrated ? 32ull : 80ull) << 30;
+    info.integrated = o.integrated;
+    info.simulated = true;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+Capabilities SimBackend::GetCapabilities(int) const {
+  Capabilities caps;
+  caps.unsupported = state_->options.unsupported;
+  return caps;
+}
+
+LinkPath SimBackend::ReadLinkPath(int device) const {
+  const SimOptions& o = state_->options;
+  LinkPath path;
+  if (device < 0 || device >= o.devices) {
+    path.note = "no simulated device " + std::to_string(device);
+    return path;
+  }
+  if (o.integrated) {
+    path.pcie = false;
+    path.note = "integrated GPU: host and device share DRAM, no PCIe link";
+    return path;
+  }
+  const auto [gen, width] = state_->CurrentLink(state_->FaultsFor(device));
+  const int bus = BusOf(device);
+  // The GPU's own link, then the switch above it, whose upstream link never trains down.
+  path.links.push_back({BusId(bus), gen, width, o.link_gen, o.link_width});
+  path.links.push_back({BusId(bus - 1), o.link_gen, o.link_width, o.link_gen, o.link_width});
+  path.numa_node = device % 2;
+  path.iommu_type = "identity";
+  return path;
+}
+
+ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token stop) {
+  const SimOptions& o = state_->options;
+  if (device < 0 || device >= o.devices) {
+    return Failed(spec, ProbeStatus::kError,
+                  "no simulated device " + std::to_string(device) + " (there are " +
+                      std::to_string(o.devices) + ")");
+  }
+  if (!IsValidPair(spec.mode, spec.direction)) {
+    return Failed(spec, ProbeStatus::kError,
+                  std::string(ToString(spec.direction)) + " is only measured for pinned, not " +
+                      std::string(ToString(spec.mode)));
+  }
+  if (spec.size_bytes == 0 || spec.iterations < 1 || spec.warmup < 0) {
+    return Failed(spec, ProbeStatus::kError,
+                  "a probe needs a size > 0 and at least one timed transfer");
+  }
+  if (spec.mode == TransferMode::kPinnedAsync &&
+      (spec.streams < 1 || spec.chunk_bytes < (256u << 10))) {
+    return Failed(spec, ProbeStatus::kError,
+                  "pinned_async needs at least 1 stream and chunks of at least 256KiB");
+  }
+  if (auto it = o.unsupported.find(spec.mode); it != o.unsupported.end()) {
+    return Failed(spec, ProbeStatus::kUnsupported, it->second);
+  }
+
+  const std::vector<SimFault> faults = state_->FaultsFor(device);
+  State::Device& dev = *state_->devices[device];
+  std::unique_lock device_lock(dev.mutex);
+  const std::uint64_t probe_number = ++dev.probes;
+
+  double degrade = 1.0, slow = 1.0;
+  for (const SimFault& f : faults) {
+    switch (f.kind) {
+      case SimFault::Kind::kLost:
+        return Failed(spec, ProbeStatus::kError, "device lost (simulated fault)");
+      case SimFault::Kind::kErrorEvery:
+        if (f.every > 0 && probe_number % static_cast<std::uint64_t>(f.every) == 0) {
+          return Failed(spec, ProbeStatus::kError,
+                        "simulated error on probe " + std::to_string(probe_number) +
+                            " (fault: every " + std::to_string(f.every) + ")");
+        }
+        break;
+      case SimFault::Kind::kHang: {
+        device_lock.unlock();
+        std::unique_lock lock(state_->wait_mutex);
+        state_->wake.wait(lock, stop, [] { return false; });
+        return Failed(spec, ProbeStatus::kError, "cancelled");
+      }
+      case SimFault::Kind::kDegrade:
+        if (f.factor > 0) degrade *= std::min(f.factor, 1.0);
+        break;
+      case SimFault::Kind::kSlow:
+        if (f.factor > 0) slow *= f.factor;
+        break;
+      case SimFault::Kind::kDownTrain: break;  // in CurrentLink
+    }
+  }
+
+  const auto [gen, width] = state_->CurrentLink(faults);
+  const double link_rate =
+      o.integrated ? kIntegratedCopyBytesPerSecond : PcieBytesPerSecond(gen, width);
+  if (link_rate <= 0) {
+    return Failed(spec, ProbeStatus::kError,
+                  "simulated link " + FormatLink(gen, width) + " carries nothing");
+  }
+
+  const ModeModel model = ModelFor(spec.mode, spec.direction);
+  std::lognormal_distribution<double> drift(0.0, kProbeDriftSigma);
+  std::lognormal_distribution<double> floor_noise(0.0, kFloorSigma);
+  std::lognormal_distribution<double> stream_noise(0.0, kStreamSigma);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::uniform_real_distribution<double> tail(kTailMinFactor, kTailMaxFactor);
+
+  double bandwidth = link_rate * model.link_fraction * degrade * drift(dev.rng);
+  std::uint64_t bytes = spec.size_bytes;
+  double fixed_s = model.latency_floor_s;
+  if (spec.direction == Direction::kBidirectional) {
+    bytes = 2 * spec.size_bytes;
+    bandwidth *= kBidirectionalGain;
+  }
+  std::optional<double> overlap;
+  if (spec.mode == TransferMode::kPinnedAsync) {
+    const std::uint64_t chunks = (spec.size_bytes + spec.chunk_bytes - 1) / spec.chunk_bytes;
+    fixed_s += static_cast<double>(chunks) * kChunkOverheadS;
+    // A pipeline of depth d hides all but 1/d of the compute behind copies; one stream (or
+    // one chunk) serialises everything.
+    const double depth = static_cast<double>(
+        std::min<std::uint64_t>(static_cast<std::uint64_t>(spec.streams), chunks));
+    overlap = std::clamp(0.97 * (1.0 - 1.0 / depth) * stream_noise(dev.rng), 0.0, 1.0);
+  }
+  const double streaming_s = static_cast<double>(bytes) / bandwidth;
+
+  auto one_transfer = [&] {
+    double d = (fixed_s * floor_noise(dev.rng) + streaming_s * stream_noise(dev.rng)) * slow;
+    if (unit(dev.rng) < kTailProbability) d *= tail(dev.rng);
+    return d;
+  };
+
+  const double deadline_s = std::chrono::duration<double>(spec.deadline).count();
+  ProbeSample sample;
+  sample.spec = spec;
+  sample.bytes_per_transfer = bytes;
+  sample.overlap_ratio = overlap;
+  double elapsed = 0;
+  const int total = spec.warmup + spec.iterations;
+  for (int i = 0; i < total; ++i) {
+    const double d = one_transfer();
+    if (deadline_s > 0 && elapsed + d > deadline_s) {
+      device_lock.unlock();
+      if (!state_->Wait((deadline_s - elapsed) * o.time_scale, stop)) {
+        return Failed(spec, ProbeStatus::kError, "cancelled");
+      }
+      ProbeSample timed_out = Failed(
+          spec, ProbeStatus::kTimeout,
+          "probe did not finish within its " + std::to_string(spec.deadline.count()) +
+              " ms deadline (" + std::to_string(i) + " of " + std::to_string(total) +
+              " transfers done)");
+      timed_out.bytes_per_transfer = bytes;
+      timed_out.device_time_s = deadline_s;
+      return timed_out;
+    }
+    elapsed += d;
+    if (i >= spec.warmup) sample.durations_s.push_back(d);
+  }
+  device_lock.unlock();
+  // The RNG is done with: sleeping the simulated time needs no lock.
+  if (!state_->Wait(elapsed * o.time_scale, stop)) {
+    return Failed(spec, ProbeStatus::kError, "cancelled");
+  }
+  sample.status = ProbeStatus::kOk;
+  sample.device_time_s = elapsed;
+  return sample;
+}
+
+void SimBackend::SetFaults(std::vector<SimFault> faults) {
+  std::lock_guard lock(state_->faults_mutex);
+  state_->faults = std::move(faults);
+}
+
+}  // namespace xferd::probes

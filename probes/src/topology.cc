@@ -1,0 +1,241 @@
+#include "xferd/probes/topology.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <system_error>
+
+namespace xferd::probes {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct PcieGeneration {
+  double gigatransfers_per_s;
+  double encoding_efficiency;
+};
+
+// Index = generation - 1.
+constexpr std::array<PcieGeneration, 6> kGenerations = {{
+    {2.5, 8.0 / 10.0},
+    {5.0, 8.0 / 10.0},
+    {8.0, 128.0 / 130.0},
+    {16.0, 128.0 / 130.0},
+    {32.0, 128.0 / 130.0},
+    {64.0, 242.0 / 256.0},  // FLIT mode: 242 payload bytes in every 256-byte flit
+}};
+
+std::string Lower(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+std::string_view Trim(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
+    text.remove_prefix(1);
+  }
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.remove_suffix(1);
+  }
+  return text;
+}
+
+bool IsHex(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) {
+    return std::isxdigit(c) != 0;
+  });
+}
+
+// "0000:00:01.0" (domain of 4 or more hex digits): the names sysfs gives PCI devices.
+bool LooksLikeBdf(std::string_view name) {
+  const auto dot = name.rfind('.');
+  if (dot == std::string_view::npos || dot + 2 != name.size()) return false;
+  if (name[dot + 1] < '0' || name[dot + 1] > '7') return false;
+  const std::string_view head = name.substr(0, dot);  // domain:bus:device
+  const auto c2 = head.rfind(':');
+  if (c2 == std::string_view::npos || c2 == 0) return false;
+  const auto c1 = head.rfind(':', c2 - 1);
+  if (c1 == std::string_view::npos) return false;
+  const auto domain = head.substr(0, c1);
+  const auto bus = head.substr(c1 + 1, c2 - c1 - 1);
+  const auto device = head.substr(c2 + 1);
+  return domain.size() >= 4 && IsHex(domain) && bus.size() == 2 && IsHex(bus) &&
+         device.size() == 2 && IsHex(device);
+}
+
+// CUDA says "0000:01:00.0", NVML "00000000:01:00.0", some tools "01:00.0": sysfs wants the
+// first form, lower case.
+std::string NormalizeBdf(std::string_view bdf) {
+  std::string out = Lower(Trim(bdf));
+  if (std::count(out.begin(), out.end(), ':') == 1) out = "0000:" + out;
+  const auto colon = out.find(':');
+  if (colon != std::string::npos && colon > 4) {
+    const std::string_view extra(out.data(), colon - 4);
+    if (std::all_of(extra.begin(), extra.end(), [](char c) { return c == '0'; })) {
+      out.erase(0, colon - 4);
+    }
+  }
+  return out;
+}
+
+// The first line of a sysfs attribute; nullopt when it cannot be read.
+std::optional<std::string> ReadAttribute(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) return std::nullopt;
+  std::string line;
+  if (!std::getline(in, line) && !in.eof()) return std::nullopt;
+  return std::string(Trim(line));
+}
+
+// "16" or "x16"; 0 when unreadable or not a number.
+int ParseWidth(std::string_view text) {
+  text = Trim(text);
+  if (!text.empty() && (text.front() == 'x' || text.front() == 'X')) text.remove_prefix(1);
+  int width = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), width);
+  if (ec != std::errc() || ptr != text.data() + text.size() || width < 0) return 0;
+  return width;
+}
+
+void AddNote(LinkPath& path, const std::string& note) {
+  if (!path.note.empty()) path.note += "; ";
+  path.note += note;
+}
+
+PcieLink ReadLink(const fs::path& dir, LinkPath& path) {
+  PcieLink link;
+  link.bdf = dir.filename().string();
+  const auto current_speed = ReadAttribute(dir / "current_link_speed");
+  const auto current_width = ReadAttribute(dir / "current_link_width");
+  const auto max_speed = ReadAttribute(dir / "max_link_speed");
+  const auto max_width = ReadAttribute(dir / "max_link_width");
+  if (current_speed) link.current_gen = ParseLinkSpeed(*current_speed);
+  if (current_width) link.current_width = ParseWidth(*current_width);
+  if (max_speed) link.max_gen = ParseLinkSpeed(*max_speed);
+  if (max_width) link.max_width = ParseWidth(*max_width);
+  if (!current_speed && !current_width) {
+    AddNote(path, link.bdf + ": no link attributes in sysfs (not a PCIe link?)");
+  } else if (link.current_gen == 0 || link.current_width == 0) {
+    AddNote(path, link.bdf + ": link speed/width unknown (\"" + current_speed.value_or("") +
+                      "\", \"" + current_width.value_or("") + "\")");
+  }
+  return link;
+}
+
+}  // namespace
+
+double PcieBytesPerSecond(int generation, int width) {
+  if (generation < 1 || generation > static_cast<int>(kGenerations.size()) || width <= 0) {
+    return 0.0;
+  }
+  const PcieGeneration& g = kGenerations[generation - 1];
+  return g.gigatransfers_per_s * 1e9 * width * g.encoding_efficiency / 8.0;
+}
+
+int ParseLinkSpeed(std::string_view text) {
+  text = Trim(text);
+  double rate = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), rate);
+  if (ec != std::errc() || ptr == text.data()) return 0;
+  // What follows the number must be the unit; "16.0 GT/s PCIe" and "16.0GT/s" both occur.
+  std::string_view rest = Trim(std::string_view(ptr, text.data() + text.size() - ptr));
+  if (!rest.starts_with("GT/s")) return 0;
+  for (std::size_t i = 0; i < kGenerations.size(); ++i) {
+    if (std::fabs(kGenerations[i].gigatransfers_per_s - rate) < 0.01) {
+      return static_cast<int>(i) + 1;
+    }
+  }
+  return 0;
+}
+
+std::string FormatLink(int generation, int width) {
+  return "Gen" + (generation > 0 ? std::to_string(generation) : std::string("?")) + " x" +
+         (width > 0 ? std::to_string(width) : std::string("?"));
+}
+
+double PcieLink::CurrentBytesPerSecond() const {
+  return PcieBytesPerSecond(current_gen, current_width);
+}
+
+double PcieLink::MaxBytesPerSecond() const { return PcieBytesPerSecond(max_gen, max_width); }
+
+bool PcieLink::Downtrained() const {
+  if (current_gen == 0 || current_width == 0 || max_gen == 0 || max_width == 0) return false;
+  return current_gen < max_gen || current_width < max_width;
+}
+
+const PcieLink* LinkPath::Narrowest() const {
+  const PcieLink* narrowest = nullptr;
+  for (const PcieLink& link : links) {
+    const double rate = link.CurrentBytesPerSecond();
+    if (rate <= 0) continue;
+    if (narrowest == nullptr || rate < narrowest->CurrentBytesPerSecond()) narrowest = &link;
+  }
+  return narrowest;
+}
+
+LinkPath ReadLinkPath(const fs::path& sysfs_root, std::string_view bdf) {
+  LinkPath path;
+  if (Trim(bdf).empty()) {
+    path.pcie = false;
+    path.note = "no PCI bus id: an integrated GPU or a device without a PCIe link";
+    return path;
+  }
+  const std::string address = NormalizeBdf(bdf);
+  if (!LooksLikeBdf(address)) {
+    path.note = "\"" + std::string(bdf) + "\" is not a PCI address (want 0000:01:00.0)";
+    return path;
+  }
+  const fs::path entry = sysfs_root / "bus" / "pci" / "devices" / address;
+  std::error_code ec;
+  // /sys/bus/pci/devices/<bdf> links to /sys/devices/pci0000:00/<bridges>/<bdf>: the
+  // directories above it are the bridges on the way to the root port.
+  fs::path device = fs::canonical(entry, ec);
+  if (ec) {
+    path.note = "no PCI device " + address + " under " + (sysfs_root / "bus/pci/devices").string() +
+                " (is sysfs mounted, or --sysfs-root right?)";
+    return path;
+  }
+
+  if (auto numa = ReadAttribute(device / "numa_node")) {
+    int node = -1;
+    auto [ptr, parse_ec] = std::from_chars(numa->data(), numa->data() + numa->size(), node);
+    if (parse_ec == std::errc() && node >= 0) path.numa_node = node;
+  }
+  if (fs::exists(device / "iommu_group", ec)) {
+    // A group without a type file (older kernels) still means translation is on.
+    path.iommu_type = ReadAttribute(device / "iommu_group" / "type").value_or("DMA");
+  }
+
+  for (fs::path dir = device; LooksLikeBdf(dir.filename().string()); dir = dir.parent_path()) {
+    path.links.push_back(ReadLink(dir, path));
+    if (dir.parent_path() == dir) break;
+  }
+  return path;
+}
+
+ExpectedBand BandFromPath(const LinkPath& path, double lower_fraction, double upper_fraction) {
+  ExpectedBand band;
+  if (!path.pcie) {
+    band.source = "unknown: not a PCIe device";
+    return band;
+  }
+  const PcieLink* narrowest = path.Narrowest();
+  if (narrowest == nullptr) {
+    band.source = "unknown: " + (path.note.empty() ? std::string("no link rate known") : path.note);
+    return band;
+  }
+  const double rate = narrowest->CurrentBytesPerSecond();
+  band.lower_bytes_per_s = lower_fraction * rate;
+  band.upper_bytes_per_s = upper_fraction * rate;
+  band.source = "link " + FormatLink(narrowest->current_gen, narrowest->current_width) + " at " +
+                narrowest->bdf;
+  return band;
+}
+
+}  // namespace xferd::probes
