@@ -36,10 +36,10 @@ ProbeResult ResultOf(probes::ProbeStatus status);
 enum class CycleResult { kOk, kPartial, kSkippedBusy, kOverBudget };
 std::string_view ToString(CycleResult result);  // "ok", "partial", "skipped_busy", "over_budget"
 
-// Bucket boundaries (seconds) of one duration histogram: 10 fine buckets of ratio 2^(1/4)
-// (~1.19) from 0.59x to 2.83x the anchor duration, one coarse bucket at 1/4x and one at 8x.
-// Every boundary is a point of one global grid 2^(i/4) s, so series of different devices
-// with similar anchors share `le` values and can be summed.
+// Bucket boundaries (seconds) of one duration histogram: 10 fine boundaries of ratio 2^(1/8)
+// (~1.09) from 0.84x to 1.83x the anchor duration, one coarse boundary at 0.5x and one at
+// 4x. Every boundary is a point of one global grid 2^(i/8) s, so series of different
+// devices with similar anchors share `le` values and can be summed.
 std::vector<double> DurationBuckets(double anchor_seconds);
 
 class Metrics {
@@ -71,7 +71,8 @@ class Metrics {
   // Verdicts, baselines, expected band, diagnosis after Observe.
   void RecordHealth(const DeviceHealth& health);
 
-  // After each cycle (all GPUs): wall time and outcome.
+  // After each cycle (all GPUs): wall time and outcome; also publishes each GPU's device
+  // time of the cycle (summed from its samples since the previous call).
   void RecordCycle(double wall_seconds, CycleResult result);
 
   void RecordConfigReload(bool ok, double unix_seconds);
@@ -94,6 +95,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& probe_runs_;
   prometheus::Family<prometheus::Gauge>& last_success_;
   prometheus::Family<prometheus::Counter>& device_seconds_;
+  prometheus::Family<prometheus::Gauge>& cycle_device_;
   prometheus::Family<prometheus::Gauge>& cycle_duration_;
   prometheus::Family<prometheus::Counter>& cycles_;
   prometheus::Family<prometheus::Gauge>& reload_ok_;
@@ -102,8 +104,9 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& device_info_;
   prometheus::Family<prometheus::Gauge>& build_info_;
 
-  std::mutex mutex_;  // guards histograms_
+  std::mutex mutex_;  // guards the maps below
   std::map<SeriesKey, prometheus::Histogram*> histograms_;
+  std::map<int, double> cycle_device_s_;  // device time of the cycle in progress, per GPU
 };
 
 }  // namespace xferd::daemon
