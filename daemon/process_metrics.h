@@ -1,0 +1,30 @@
+// The standard process_* metrics of Prometheus client libraries (prometheus-cpp 1.0.1 has
+// none), read from procfs at each scrape, plus xferd_process_threads.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+
+namespace xferd::daemon {
+
+class ProcessMetrics : public prometheus::Collectable {
+ public:
+  // `proc_root` and `pid` exist for tests (a fake procfs); the defaults read this process.
+  explicit ProcessMetrics(std::filesystem::path proc_root = "/proc", std::string pid = "self");
+
+  // process_cpu_seconds_total, process_resident_memory_bytes,
+  // process_virtual_memory_bytes, process_start_time_seconds, process_open_fds,
+  // process_max_fds, xferd_process_threads. A source that cannot be read leaves its
+  // metrics out rather than reporting a wrong 0.
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  std::filesystem::path proc_root_;
+  std::string pid_;
+};
+
+}  // namespace xferd::daemon
