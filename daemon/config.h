@@ -109,4 +109,12 @@ Config LoadConfig(const std::filesystem::path& path);
 // exporter-toolkit web-config YAML. Throws ConfigError.
 WebConfig LoadWebConfig(const std::filesystem::path& path);
 
+// The value syntaxes of the config file, for flags and summaries that speak the same way.
+// "500ms", "5s", "1.5m", "1h" (units ms, s, m, h); nullopt on anything else.
+std::optional<std::chrono::milliseconds> ParseDuration(std::string_view text);
+std::string FormatDuration(std::chrono::milliseconds duration);  // "60s", "1500ms"
+// "20GB/s", "2.5 GiB/s", "20e9" (bytes/s); nullopt on anything else.
+std::optional<double> ParseBandwidth(std::string_view text);
+std::string FormatBandwidth(double bytes_per_s);  // "20GB/s"
+
 }  // namespace xferd::daemon
