@@ -1,0 +1,256 @@
+// PCIe paths read from fake sysfs trees built in a temp dir.
+#include "xferd/probes/topology.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace xferd::probes {
+namespace {
+
+namespace fs = std::filesystem;
+
+// One device on the way from the root complex down to the GPU, as sysfs shows it.
+struct FakeDevice {
+  std::string bdf;
+  std::string current_speed, current_width, max_speed, max_width;  // "" = file absent
+};
+
+// A sysfs root with /devices/pci0000:00/<chain> and /bus/pci/devices/<bdf> links into it.
+class FakeSysfs {
+ public:
+  FakeSysfs() {
+    std::string pattern = (fs::temp_directory_path() / "xferd-sysfs-XXXXXX").string();
+    root_ = mkdtemp(pattern.data());
+    fs::create_directories(root_ / "bus/pci/devices");
+    fs::create_directories(root_ / "devices/pci0000:00");
+  }
+  ~FakeSysfs() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+
+  const fs::path& root() const { return root_; }
+
+  // Devices from the root port down; returns the last one's directory.
+  fs::path AddChain(const std::vector<FakeDevice>& chain) {
+    fs::path dir = root_ / "devices/pci0000:00";
+    for (const FakeDevice& d : chain) {
+      dir /= d.bdf;
+      fs::create_directories(dir);
+      Write(dir / "current_link_speed", d.current_speed);
+      Write(dir / "current_link_width", d.current_width);
+      Write(dir / "max_link_speed", d.max_speed);
+      Write(dir / "max_link_width", d.max_width);
+      const fs::path link = root_ / "bus/pci/devices" / d.bdf;
+      if (!fs::exists(link)) {
+        fs::create_directory_symlink(fs::relative(dir, link.parent_path()), link);
+      }
+    }
+    return dir;
+  }
+
+  static void Write(const fs::path& file, const std::string& text) {
+    if (text.empty()) return;
+    std::ofstream(file) << text << "\n";
+  }
+
+ private:
+  fs::path root_;
+};
+
+constexpr double kGen4x16 = 31.5077e9;  // 16 GT/s x 16 x 128/130 / 8
+constexpr double kGen4x8 = kGen4x16 / 2;
+
+TEST(PcieBytesPerSecond, MatchesTheSpecForEveryGeneration) {
+  EXPECT_NEAR(PcieBytesPerSecond(1, 1), 0.25e9, 1e3);  // 2.5 GT/s, 8b/10b
+  EXPECT_NEAR(PcieBytesPerSecond(2, 8), 4.0e9, 1e3);
+  EXPECT_NEAR(PcieBytesPerSecond(3, 16), 15.754e9, 1e6);
+  EXPECT_NEAR(PcieBytesPerSecond(4, 16), 31.5e9, 0.01e9);
+  EXPECT_NEAR(PcieBytesPerSecond(5, 16), 63.0e9, 0.02e9);
+  EXPECT_NEAR(PcieBytesPerSecond(6, 16), 121.0e9, 1e6);  // 64 GT/s, FLIT 242/256
+  EXPECT_NEAR(PcieBytesPerSecond(4, 4), PcieBytesPerSecond(4, 16) / 4, 1.0);
+  EXPECT_EQ(PcieBytesPerSecond(0, 16), 0.0);
+  EXPECT_EQ(PcieBytesPerSecond(7, 16), 0.0);
+  EXPECT_EQ(PcieBytesPerSecond(4, 0), 0.0);
+}
+
+TEST(ParseLinkSpeed, ReadsWhatSysfsWrites) {
+  EXPECT_EQ(ParseLinkSpeed("2.5 GT/s"), 1);
+  EXPECT_EQ(ParseLinkSpeed("5 GT/s"), 2);
+  EXPECT_EQ(ParseLinkSpeed("5.0 GT/s PCIe"), 2);
+  EXPECT_EQ(ParseLinkSpeed("8.0 GT/s PCIe"), 3);
+  EXPECT_EQ(ParseLinkSpeed("16.0 GT/s PCIe\n"), 4);
+  EXPECT_EQ(ParseLinkSpeed("32.0 GT/s PCIe"), 5);
+  EXPECT_EQ(ParseLinkSpeed("64.0 GT/s PCIe"), 6);
+  EXPECT_EQ(ParseLinkSpeed("Unknown"), 0);
+  EXPECT_EQ(ParseLinkSpeed("Unknown speed"), 0);
+  EXPECT_EQ(ParseLinkSpeed("12.0 GT/s"), 0);
+  EXPECT_EQ(ParseLinkSpeed("16.0 Gb/s"), 0);
+  EXPECT_EQ(ParseLinkSpeed(""), 0);
+}
+
+TEST(FormatLink, NamesGenerationAndWidth) {
+  EXPECT_EQ(FormatLink(4, 16), "Gen4 x16");
+  EXPECT_EQ(FormatLink(0, 8), "Gen? x8");
+}
+
+TEST(ReadLinkPath, Gen4x16GpuOnARootPort) {
+  FakeSysfs sysfs;
+  sysfs.AddChain({{"0000:00:01.0", "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16"},
+                  {"0000:01:00.0", "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16"}});
+  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:01:00.0");
+  EXPECT_TRUE(path.pcie);
+  ASSERT_EQ(path.links.size(), 2u);
+  EXPECT_EQ(path.links[0].bdf, "0000:01:00.0");  // the GPU's own link first
+  EXPECT_EQ(path.links[1].bdf, "0000:00:01.0");
+  EXPECT_EQ(path.links[0].current_gen, 4);
+  EXPECT_EQ(path.links[0].current_width, 16);
+  EXPECT_FALSE(path.links[0].Downtrained());
+  ASSERT_NE(path.Narrowest(), nullptr);
+  EXPECT_NEAR(path.Narrowest()->CurrentBytesPerSecond(), kGen4x16, 1e7);
+  EXPECT_TRUE(path.note.empty()) << path.note;
+
+  // The seed's band: 20-26 GB/s for Gen4 x16.
+  const ExpectedBand band = BandFromPath(path);
+  ASSERT_TRUE(band.Known());
+  EXPECT_NEAR(band.lower_bytes_per_s, 19.85e9, 0.01e9);
+  EXPECT_NEAR(band.upper_bytes_per_s, 26.15e9, 0.01e9);
+  EXPECT_NE(band.source.find("Gen4 x16"), std::string::npos) << band.source;
+}
+
+TEST(ReadLinkPath, NarrowestLinkBehindASwitchWins) {
+  FakeSysfs sysfs;
+  // Root port and switch upstream port trained at Gen4 x8; the GPU's own slot is Gen5 x16.
+  sysfs.AddChain({{"0000:00:01.0", "16.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"},
+                  {"0000:01:00.0", "16.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"},
+                  {"0000:02:00.0", "32.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"},
+                  {"0000:03:00.0", "32.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"}});
+  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:03:00.0");
+  ASSERT_EQ(path.links.size(), 4u);
+  EXPECT_EQ(path.links[0].current_gen, 5);
+  const PcieLink* narrowest = path.Narrowest();
+  ASSERT_NE(narrowest, nullptr);
+  EXPECT_EQ(narrowest->current_gen, 4);
+  EXPECT_EQ(narrowest->current_width, 8);
+  EXPECT_EQ(narrowest->bdf, "0000:01:00.0");
+  const ExpectedBand band = BandFromPath(path);
+  EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * kGen4x8, 1e7);
+  EXPECT_NEAR(band.upper_bytes_per_s, 0.83 * kGen4x8, 1e7);
+  EXPECT_NE(band.source.find("Gen4 x8 at 0000:01:00.0"), std::string::npos) << band.source;
+}
+
+TEST(ReadLinkPath, DowntrainedLinkIsSeenAndNarrowsTheBand) {
+  FakeSysfs sysfs;
+  sysfs.AddChain({{"0000:00:01.0", "16.0 GT/s PCIe", "8", "16.0 GT/s PCIe", "16"},
+                  {"0000:01:00.0", "16.0 GT/s PCIe", "8", "16.0 GT/s PCIe", "16"}});
+  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:01:00.0");
+  ASSERT_FALSE(path.links.empty());
+  EXPECT_TRUE(path.links[0].Downtrained());
+  EXPECT_EQ(path.links[0].current_width, 8);
+  EXPECT_EQ(path.links[0].max_width, 16);
+  EXPECT_NEAR(path.links[0].MaxBytesPerSecond(), kGen4x16, 1e7);
+  EXPECT_NEAR(BandFromPath(path).upper_bytes_per_s, 0.83 * kGen4x8, 1e7);
+}
+
+TEST(ReadLinkPath, MissingLinkFilesLeaveTheLinkUnknownWithANote) {
+  FakeSysfs sysfs;
+  // A VM's GPU straight on the root bus, with no link attributes at all.
+  sysfs.AddChain({{"0000:00:06.0", "", "", "", ""}});
+  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:00:06.0");
+  EXPECT_TRUE(path.pcie);
+  ASSERT_EQ(path.links.size(), 1u);
+  EXPECT_EQ(path.links[0].current_gen, 0);
+  EXPECT_EQ(path.Narrowest(), nullptr);
+  EXPECT_NE(path.note.find("0000:00:06.0"), std::string::npos) << path.note;
+  const ExpectedBand band = BandFromPath(path);
+  EXPECT_FALSE(band.Known());
+  EXPECT_EQ(band.source.rfind("unknown", 0), 0u) << band.source;
+}
+
+TEST(ReadLinkPath, UnknownSpeedFallsBackToTheKnownLinks) {
+  FakeSysfs sysfs;
+  sysfs.AddChain({{"0000:00:01.0", "8.0 GT/s PCIe", "16", "8.0 GT/s PCIe", "16"},
+                  {"0000:01:00.0", "Unknown", "16", "Unknown", "16"}});
+  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:01:00.0");
+  ASSERT_EQ(path.links.size(), 2u);
+  EXPECT_EQ(path.links[0].current_gen, 0);
+  EXPECT_EQ(path.links[0].current_width, 16);
+  EXPECT_FALSE(path.links[0].Downtrained());  // unknown is not "down"
+  EXPECT_NE(path.note.find("unknown"), std::string::npos) << path.note;
+  ASSERT_NE(path.Narrowest(), nullptr);
+  EXPECT_EQ(path.Narrowest()->bdf, "0000:00:01.0");
+  EXPECT_EQ(path.Narrowest()->current_gen, 3);
+}
+
+TEST(ReadLinkPath, NoSuchDeviceSaysSo) {
+  FakeSysfs sysfs;
+  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:09:00.0");
+  EXPECT_TRUE(path.links.empty());
+  EXPECT_NE(path.note.find("no PCI device 0000:09:00.0"), std::string::npos) << path.note;
+  EXPECT_FALSE(BandFromPath(path).Known());
+}
+
+TEST(ReadLinkPath, GarbageAddressIsRefusedNotCrashedOn) {
+  FakeSysfs sysfs;
+  for (const char* bad : {"not-a-bdf", "0000:01:00", ":", "0000:zz:00.0", "../../etc"}) {
+    const LinkPath path = ReadLinkPath(sysfs.root(), bad);
+    EXPECT_TRUE(path.links.empty()) << bad;
+    EXPECT_FALSE(path.note.empty()) << bad;
+  }
+}
+
+TEST(ReadLinkPath, IntegratedDeviceHasNoPcieLink) {
+  const LinkPath path = ReadLinkPath("/nonexistent", "");
+  EXPECT_FALSE(path.pcie);
+  EXPECT_TRUE(path.links.empty());
+  EXPECT_FALSE(path.note.empty());
+  const ExpectedBand band = BandFromPath(path);
+  EXPECT_FALSE(band.Known());
+  EXPECT_NE(band.source.find("not a PCIe device"), std::string::npos) << band.source;
+}
+
+TEST(ReadLinkPath, ReadsNumaNodeAndIommuType) {
+  FakeSysfs sysfs;
+  const fs::path gpu =
+      sysfs.AddChain({{"0000:00:01.0", "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16"},
+                      {"0000:41:00.0", "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16"}});
+  FakeSysfs::Write(gpu / "numa_node", "1");
+  const fs::path group = sysfs.root() / "kernel/iommu_groups/12";
+  fs::create_directories(group);
+  FakeSysfs::Write(group / "type", "DMA-FQ");
+  fs::create_directory_symlink(group, gpu / "iommu_group");
+
+  // NVML writes an 8-digit domain and upper case; both must find the device.
+  const LinkPath path = ReadLinkPath(sysfs.root(), "00000000:41:00.0");
+  EXPECT_EQ(path.numa_node, 1);
+  EXPECT_EQ(path.iommu_type, "DMA-FQ");
+  ASSERT_EQ(path.links.size(), 2u);
+  EXPECT_EQ(ReadLinkPath(sysfs.root(), "0000:41:00.0").links.size(), 2u);
+  EXPECT_EQ(ReadLinkPath(sysfs.root(), "41:00.0").links.size(), 2u);
+}
+
+TEST(ReadLinkPath, NoNumaNodeAndNoIommu) {
+  FakeSysfs sysfs;
+  const fs::path gpu =
+      sysfs.AddChain({{"0000:01:00.0", "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16"}});
+  FakeSysfs::Write(gpu / "numa_node", "-1");
+  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:01:00.0");
+  EXPECT_EQ(path.numa_node, -1);
+  EXPECT_EQ(path.iommu_type, "");
+}
+
+TEST(BandFromPath, HonoursOtherFractions) {
+  LinkPath path;
+  path.links.push_back({"0000:01:00.0", 5, 16, 5, 16});
+  const ExpectedBand band = BandFromPath(path, 0.5, 0.9);
+  EXPECT_NEAR(band.lower_bytes_per_s, 31.5e9, 0.01e9);
+  EXPECT_NEAR(band.upper_bytes_per_s, 56.7e9, 0.02e9);
+}
+
+}  // namespace
+}  // namespace xferd::probes
