@@ -16,6 +16,13 @@ struct CudaOptions {
   // Largest transfer a probe may ask for; buffers are sized for it once and reused.
   std::uint64_t max_size_bytes = 64ull << 20;
   std::filesystem::path sysfs_root = "/sys";
+
+  // Test hooks (the GPU tests use them to prove the checks work; leave them off):
+  // damage one byte of every transfer, so its correctness check must fail;
+  bool corrupt_transfers = false;
+  // behave as if the device lacked the capability, so the mode is skipped with a reason.
+  bool hide_concurrent_managed_access = false;
+  bool hide_can_map_host_memory = false;
 };
 
 // True when this build carries the CUDA backend.

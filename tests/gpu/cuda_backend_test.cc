@@ -1,0 +1,256 @@
+// The CUDA backend on a real GPU. Without a driver or GPU every test skips and says why,
+// except the one that checks that "no GPU" is reported the way users are promised.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <regex>
+#include <stop_token>
+#include <string>
+
+#include "xferd/probes/cuda_backend.h"
+#include "xferd/probes/stats.h"
+
+namespace xferd::probes {
+namespace {
+
+constexpr std::uint64_t kMiB = 1ull << 20;
+
+std::string Describe(const ProbeSample& s) {
+  return std::string(ToString(s.spec.mode)) + " " + std::string(ToString(s.spec.direction)) +
+         " " + FormatSize(s.spec.size_bytes) + ": " + std::string(ToString(s.status)) +
+         (s.message.empty() ? "" : " (" + s.message + ")");
+}
+
+ProbeSpec Spec(TransferMode mode, Direction direction, std::uint64_t size, int iterations = 5) {
+  ProbeSpec spec;
+  spec.mode = mode;
+  spec.direction = direction;
+  spec.size_bytes = size;
+  spec.iterations = iterations;
+  spec.warmup = 1;
+  spec.deadline = std::chrono::milliseconds(30000);  // generous: sanitizers slow kernels a lot
+  return spec;
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<TransferBackend> Make(const CudaOptions& options = {}) {
+    try {
+      return MakeCudaBackend(options);
+    } catch (const NoDeviceError& e) {
+      skip_reason_ = e.what();
+      return nullptr;
+    }
+  }
+  std::string skip_reason_;
+};
+
+#define MAKE_OR_SKIP(var, options)                                          \
+  auto var = Make(options);                                                 \
+  if (!(var)) GTEST_SKIP() << "no NVIDIA driver / GPU: " << skip_reason_
+
+TEST_F(CudaBackendTest, NoGpuIsReportedWithTheCauseAndTheWayOut) {
+  try {
+    auto backend = MakeCudaBackend({});
+    ASSERT_FALSE(backend->Devices().empty()) << "a backend with no devices must not be made";
+  } catch (const NoDeviceError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("no NVIDIA driver / GPU found"), std::string::npos) << message;
+    EXPECT_NE(message.find("--simulate"), std::string::npos) << message;
+  }
+}
+
+TEST_F(CudaBackendTest, DevicesSayWhoTheyAre) {
+  MAKE_OR_SKIP(backend, CudaOptions{});
+  ASSERT_TRUE(CudaBackendBuilt());
+  const auto devices = backend->Devices();
+  ASSERT_FALSE(devices.empty());
+  for (const DeviceInfo& d : devices) {
+    std::printf("GPU %d: %s %s bus %s cc %d.%d driver %s memory %.1f GiB%s\n", d.index,
+                d.name.c_str(), d.uuid.c_str(), d.pci_bus_id.c_str(), d.cc_major, d.cc_minor,
+                d.driver_version.c_str(), d.memory_bytes / double(1ull << 30),
+                d.integrated ? " integrated" : "");
+    EXPECT_TRUE(std::regex_match(
+        d.uuid, std::regex("GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")))
+        << d.uuid;
+    if (!d.integrated) {
+      EXPECT_TRUE(std::regex_match(d.pci_bus_id,
+                                   std::regex("[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\\.[0-7]")))
+          << d.pci_bus_id;
+    }
+    EXPECT_FALSE(d.name.empty());
+    EXPECT_GE(d.cc_major, 5);
+    EXPECT_FALSE(d.driver_version.empty());
+    EXPECT_GT(d.memory_bytes, 0u);
+    EXPECT_FALSE(d.simulated);
+  }
+}
+
+TEST_F(CudaBackendTest, EveryModeAndDirectionGivesAResult) {
+  MAKE_OR_SKIP(backend, CudaOptions{});
+  const Capabilities caps = backend->GetCapabilities(0);
+  for (const auto& [mode, direction] : AllModeDirections()) {
+    const ProbeSample s = backend->Run(0, Spec(mode, direction, 16 * kMiB));
+    std::printf("%-40s %8.2f GB/s  device time %.2f ms\n", Describe(s).c_str(),
+                s.MedianBandwidth() / 1e9, s.device_time_s * 1e3);
+    if (!caps.Supports(mode)) {
+      EXPECT_EQ(s.status, ProbeStatus::kUnsupported) << Describe(s);
+      continue;
+    }
+    ASSERT_EQ(s.status, ProbeStatus::kOk) << Describe(s);
+    ASSERT_EQ(s.durations_s.size(), 5u) << Describe(s);
+    for (double d : s.durations_s) EXPECT_GT(d, 0) << Describe(s);
+    EXPECT_EQ(s.bytes_per_transfer,
+              direction == Direction::kBidirectional ? 32 * kMiB : 16 * kMiB);
+    EXPECT_GT(s.device_time_s, 0) << Describe(s);
+    if (mode == TransferMode::kPinnedAsync) {
+      ASSERT_TRUE(s.overlap_ratio.has_value()) << Describe(s);
+      EXPECT_GE(*s.overlap_ratio, 0.0);
+      EXPECT_LE(*s.overlap_ratio, 1.0);
+      std::printf("  overlap ratio %.2f\n", *s.overlap_ratio);
+    } else {
+      EXPECT_FALSE(s.overlap_ratio.has_value()) << Describe(s);
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, OddSizesAreCopiedAndChecked) {
+  MAKE_OR_SKIP(backend, CudaOptions{});
+  const Capabilities caps = backend->GetCapabilities(0);
+  for (std::uint64_t size : {std::uint64_t{1000}, std::uint64_t{4096 + 13}, 3 * kMiB + 7}) {
+    for (const auto& [mode, direction] : AllModeDirections()) {
+      if (!caps.Supports(mode) || mode == TransferMode::kPinnedAsync) continue;
+      const ProbeSample s = backend->Run(0, Spec(mode, direction, size, 2));
+      EXPECT_EQ(s.status, ProbeStatus::kOk) << Describe(s);
+    }
+  }
+}
+
+// Link-bound modes against the link the GPU reports (DESIGN.md: 50 % to 105 % of it).
+TEST_F(CudaBackendTest, BandwidthOfLinkBoundModesFitsTheLink) {
+  MAKE_OR_SKIP(backend, CudaOptions{});
+  const DeviceInfo device = backend->Devices()[0];
+  if (device.integrated) GTEST_SKIP() << "integrated GPU: no PCIe link to hold the modes against";
+  const Capabilities caps = backend->GetCapabilities(0);
+  // Read while the link is busy: idle links train down.
+  backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, 64 * kMiB, 20));
+  const LinkPath path = backend->ReadLinkPath(0);
+  double link = 0;
+  if (const PcieLink* narrowest = path.Narrowest()) {
+    link = narrowest->CurrentBytesPerSecond();
+    std::printf("link: Gen%d x%d at %s = %.1f GB/s per direction\n", narrowest->current_gen,
+                narrowest->current_width, narrowest->bdf.c_str(), link / 1e9);
+  }
+  if (link <= 0) {
+    link = PcieBytesPerSecond(5, 16);
+    std::printf("NOTE: the GPU reports no PCIe link (%s); assuming Gen5 x16 (%.1f GB/s), the "
+                "H200 test machine's link\n",
+                path.note.c_str(), link / 1e9);
+  }
+  for (const auto& [mode, direction] : AllModeDirections()) {
+    if (!IsLinkBound(mode) || !caps.Supports(mode)) continue;
+    const ProbeSample s = backend->Run(0, Spec(mode, direction, 64 * kMiB, 10));
+    ASSERT_EQ(s.status, ProbeStatus::kOk) << Describe(s);
+    const double rate = direction == Direction::kBidirectional ? 2 * link : link;
+    const double fraction = s.MedianBandwidth() / rate;
+    std::printf("%-40s %7.2f GB/s = %5.1f %% of the link\n", Describe(s).c_str(),
+                s.MedianBandwidth() / 1e9, 100 * fraction);
+    EXPECT_GE(fraction, 0.50) << Describe(s);
+    EXPECT_LE(fraction, 1.05) << Describe(s);
+  }
+}
+
+TEST_F(CudaBackendTest, CorruptedTransfersAreErrorsNotResults) {
+  CudaOptions options;
+  options.corrupt_transfers = true;
+  MAKE_OR_SKIP(backend, options);
+  const Capabilities caps = backend->GetCapabilities(0);
+  for (const auto& [mode, direction] : AllModeDirections()) {
+    if (!caps.Supports(mode)) continue;
+    const ProbeSample s = backend->Run(0, Spec(mode, direction, 4 * kMiB, 3));
+    EXPECT_EQ(s.status, ProbeStatus::kError) << Describe(s);
+    EXPECT_NE(s.message.find("corrupted transfer"), std::string::npos) << Describe(s);
+  }
+}
+
+TEST_F(CudaBackendTest, MissingCapabilitiesSkipModesWithAReason) {
+  CudaOptions options;
+  options.hide_concurrent_managed_access = true;
+  options.hide_can_map_host_memory = true;
+  MAKE_OR_SKIP(backend, options);
+  const Capabilities caps = backend->GetCapabilities(0);
+  for (TransferMode mode : {TransferMode::kManaged, TransferMode::kManagedPrefetch,
+                            TransferMode::kZeroCopy}) {
+    ASSERT_FALSE(caps.Supports(mode)) << ToString(mode);
+    const std::string reason = caps.unsupported.at(mode);
+    EXPECT_NE(reason.find(mode == TransferMode::kZeroCopy ? "canMapHostMemory"
+                                                          : "concurrentManagedAccess"),
+              std::string::npos)
+        << reason;
+    const ProbeSample s = backend->Run(0, Spec(mode, Direction::kH2D, kMiB));
+    EXPECT_EQ(s.status, ProbeStatus::kUnsupported);
+    EXPECT_EQ(s.message, reason);
+  }
+  EXPECT_TRUE(caps.Supports(TransferMode::kPinned));
+  EXPECT_EQ(backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
+            ProbeStatus::kOk);
+}
+
+TEST_F(CudaBackendTest, AProbePastItsDeadlineIsATimeoutAndTheNextOneRuns) {
+  MAKE_OR_SKIP(backend, CudaOptions{});
+  // Set up buffers first so the tiny deadline meets transfers, not allocation.
+  ASSERT_EQ(backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
+            ProbeStatus::kOk);
+  ProbeSpec spec = Spec(TransferMode::kPinned, Direction::kH2D, 64 * kMiB, 1000);
+  spec.deadline = std::chrono::milliseconds(1);
+  const ProbeSample s = backend->Run(0, spec);
+  EXPECT_EQ(s.status, ProbeStatus::kTimeout) << Describe(s);
+  EXPECT_NE(s.message.find("deadline"), std::string::npos) << s.message;
+  EXPECT_LT(s.durations_s.size(), 1000u);
+  EXPECT_EQ(backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
+            ProbeStatus::kOk);
+}
+
+TEST_F(CudaBackendTest, AStopRequestCancelsTheProbe) {
+  MAKE_OR_SKIP(backend, CudaOptions{});
+  std::stop_source source;
+  source.request_stop();
+  const ProbeSample s =
+      backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, 16 * kMiB, 100), source.get_token());
+  EXPECT_EQ(s.status, ProbeStatus::kError);
+  EXPECT_EQ(s.message, "cancelled");
+}
+
+TEST_F(CudaBackendTest, ThePinnedCapIsEnforcedWithAnActionableMessage) {
+  CudaOptions options;
+  options.max_size_bytes = 8 * kMiB;
+  options.pinned_cap_bytes = 12 * kMiB;  // room for one pinned buffer, not a second
+  MAKE_OR_SKIP(backend, options);
+  EXPECT_EQ(backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
+            ProbeStatus::kOk);
+  const ProbeSample s = backend->Run(0, Spec(TransferMode::kPinned, Direction::kBidirectional, kMiB));
+  EXPECT_EQ(s.status, ProbeStatus::kError);
+  EXPECT_NE(s.message.find("pinned_cap"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("RLIMIT_MEMLOCK"), std::string::npos) << s.message;
+}
+
+TEST_F(CudaBackendTest, BadSpecsAreRefusedWithTheReason) {
+  CudaOptions options;
+  options.max_size_bytes = 4 * kMiB;
+  MAKE_OR_SKIP(backend, options);
+  ProbeSample s = backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, 8 * kMiB));
+  EXPECT_EQ(s.status, ProbeStatus::kError);
+  EXPECT_NE(s.message.find("max_size_bytes"), std::string::npos) << s.message;
+  ProbeSpec chunked = Spec(TransferMode::kPinnedAsync, Direction::kH2D, kMiB);
+  chunked.chunk_bytes = 4096;
+  s = backend->Run(0, chunked);
+  EXPECT_EQ(s.status, ProbeStatus::kError);
+  EXPECT_NE(s.message.find("256KiB"), std::string::npos) << s.message;
+  s = backend->Run(99, Spec(TransferMode::kPinned, Direction::kH2D, kMiB));
+  EXPECT_EQ(s.status, ProbeStatus::kError);
+  EXPECT_NE(s.message.find("no GPU with index 99"), std::string::npos) << s.message;
+}
+
+}  // namespace
+}  // namespace xferd::probes
