@@ -275,8 +275,10 @@ def device_dashboard():
         "percentunit"),
         8, 8)
     lay.add(timeseries(
-        "PCIe link generation and width (narrowest link, read while probing)",
-        "current below max = the link trained down (reseat, riser, BIOS, link errors).",
+        "PCIe link generation and width (read while probing)",
+        "The GPU's own link (current, max) and the narrowest link on its path to the root "
+        "port (narrowest). current below max, or narrowest below current, = a link trained "
+        "down or a narrow bridge (reseat, riser, BIOS, link errors).",
         [target("max by (gpu, state) (xferd_pcie_link_generation{%s})" % DEVICE, "gpu{{gpu}} Gen {{state}}", "A"),
          target("max by (gpu, state) (xferd_pcie_link_width{%s})" % DEVICE, "gpu{{gpu}} x width {{state}}", "B")],
         "none", legend_calcs=("lastNotNull", "min")),
@@ -304,10 +306,17 @@ def device_dashboard():
         "s", (("green", None), ("orange", 300), ("red", 900))),
         4, 8)
     lay.add(timeseries(
-        "Cycle duration",
-        "Wall time of each probe cycle (all GPUs).",
-        [target('max by (instance) (xferd_cycle_duration_seconds{instance=~"$instance"})', "cycle")],
-        "s"),
+        "Probe cost: GPU duty cycle and cycle duration",
+        "Share of device time spent probing (xferd_probe_device_seconds_total; the config "
+        "caps it with max_duty_cycle) and the wall time of the last cycle, all GPUs.",
+        [target("rate(xferd_probe_device_seconds_total{%s}[$__rate_interval])" % DEVICE,
+                "duty cycle gpu{{gpu}}", "A"),
+         target('max by (instance) (xferd_cycle_duration_seconds{instance=~"$instance"})',
+                "cycle duration", "B")],
+        "percentunit",
+        overrides=[{"matcher": {"id": "byName", "options": "cycle duration"},
+                    "properties": [{"id": "unit", "value": "s"},
+                                   {"id": "custom.axisPlacement", "value": "right"}]}]),
         8, 8)
     lay.add(table(
         "Likely causes (diagnosis)",
@@ -321,7 +330,7 @@ def device_dashboard():
         "Devices",
         "What xferd found on this host.",
         [target("xferd_device_info{%s}" % DEVICE, instant=True, fmt="table")],
-        hide=("Value",), color_cell=False),
+        hide=("Value", "instance"), color_cell=False),
         12, 8)
 
     return dashboard(
