@@ -1,0 +1,349 @@
+// The probe loop with a fake clock and a fake backend: spacing, jitter, duty cap, budget,
+// busy skips, deadlines and stalls, all without sleeping.
+#include "daemon/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "daemon/busy_detector.h"
+
+namespace xferd::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+
+class FakeClock final : public Clock {
+ public:
+  SteadyTime Now() const override { return now_; }
+  bool SleepUntil(SteadyTime until, std::stop_token stop) override {
+    if (stop.stop_requested()) return false;
+    if (until > now_) now_ = until;
+    return true;
+  }
+  void Advance(std::chrono::nanoseconds d) { now_ += std::chrono::duration_cast<SteadyTime::duration>(d); }
+  SteadyTime now_{std::chrono::seconds(1000)};
+};
+
+// Each probe takes `probe_wall` on the fake clock and reports `device_time` of GPU time.
+class FakeBackend final : public probes::TransferBackend {
+ public:
+  explicit FakeBackend(FakeClock& clock) : clock_(clock) {}
+  std::string Name() const override { return "fake"; }
+  std::vector<probes::DeviceInfo> Devices() const override {
+    std::vector<probes::DeviceInfo> d(2);
+    for (int i = 0; i < 2; ++i) {
+      d[i].index = i;
+      d[i].uuid = "FAKE-" + std::to_string(i);
+      d[i].simulated = true;
+    }
+    return d;
+  }
+  probes::Capabilities GetCapabilities(int) const override { return {}; }
+  probes::LinkPath ReadLinkPath(int) const override {
+    ++link_reads;
+    return {};
+  }
+  probes::ProbeSample Run(int device, const probes::ProbeSpec& spec, std::stop_token) override {
+    ++runs;
+    runs_per_device[device]++;
+    clock_.Advance(probe_wall);
+    probes::ProbeSample s;
+    s.spec = spec;
+    s.status = status;
+    s.bytes_per_transfer = spec.size_bytes;
+    s.durations_s.assign(spec.iterations, 0.001);
+    s.device_time_s = device_time_s;
+    return s;
+  }
+  FakeClock& clock_;
+  std::chrono::milliseconds probe_wall{10};
+  double device_time_s = 0.01;
+  probes::ProbeStatus status = probes::ProbeStatus::kOk;
+  int runs = 0;
+  std::map<int, int> runs_per_device;
+  mutable int link_reads = 0;
+};
+
+class FixedBusy final : public BusyDetector {
+ public:
+  explicit FixedBusy(int busy_device) : busy_device_(busy_device) {}
+  std::optional<BusyReading> Check(const probes::DeviceInfo& d) override {
+    return Judge(d.index == busy_device_ ? 95 : 0, 0, BusyThresholds{});
+  }
+  std::string Describe() const override { return "fixed"; }
+  int busy_device_;
+};
+
+Config SmallConfig() {
+  Config c;
+  c.interval = 10s;
+  c.jitter = 0;
+  c.modes = {probes::TransferMode::kPinned, probes::TransferMode::kPageable};
+  c.bidirectional = true;
+  c.sizes = {1 << 20};
+  c.max_duty_cycle = 1.0;
+  c.cycle_budget = 30s;
+  c.probe_deadline = 5s;
+  return c;
+}
+
+struct Harness {
+  FakeClock clock;
+  FakeBackend backend{clock};
+  std::vector<CycleReport> reports;
+  std::vector<SteadyTime> starts;
+  std::stop_source stop;
+  int stop_after = 5;
+  int skipped_busy_calls = 0;
+
+  void Run(const Config& config, std::unique_ptr<BusyDetector> busy = nullptr,
+           std::uint64_t seed = 1) {
+    SchedulerCallbacks cb;
+    cb.on_skipped_busy = [&](const auto&, const auto&) { ++skipped_busy_calls; };
+    cb.on_cycle = [&](const CycleReport& r) {
+      reports.push_back(r);
+      if (static_cast<int>(reports.size()) >= stop_after) stop.request_stop();
+    };
+    cb.on_probe = [&](const auto&, const auto&) {
+      if (starts.size() < reports.size() + 1) starts.push_back(clock.Now());
+    };
+    Scheduler s(backend, backend.Devices(), config, std::move(busy), clock, seed, cb);
+    s.Run(stop.get_token());
+  }
+};
+
+TEST(PlanProbes, EveryModeBothWaysPlusBidirectionalPerSize) {
+  Config c = SmallConfig();
+  c.sizes = {1 << 20, 4 << 20};
+  auto plan = PlanProbes(c);
+  ASSERT_EQ(plan.size(), 10u);  // 2 sizes x (2 modes x 2 directions + bidir)
+  EXPECT_EQ(plan[4].direction, probes::Direction::kBidirectional);
+  EXPECT_EQ(plan[4].mode, probes::TransferMode::kPinned);
+  EXPECT_EQ(plan[5].size_bytes, 4u << 20);
+  EXPECT_EQ(plan[0].deadline, 5s);
+}
+
+TEST(SelectDevices, ByIndexOrUuidAndUnknownIsAConfigError) {
+  FakeClock clock;
+  FakeBackend b(clock);
+  Config c;
+  EXPECT_EQ(SelectDevices(b.Devices(), c).size(), 2u);
+  c.gpus = {"FAKE-1"};
+  auto one = SelectDevices(b.Devices(), c);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].index, 1);
+  c.gpus = {"7"};
+  try {
+    SelectDevices(b.Devices(), c);
+    FAIL() << "an unknown GPU must be rejected";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "probe.gpus");
+    EXPECT_NE(std::string(e.what()).find("7"), std::string::npos);
+  }
+}
+
+TEST(Scheduler, CyclesStartAtTheIntervalWithoutOverlap) {
+  Harness h;
+  h.Run(SmallConfig());
+  ASSERT_EQ(h.reports.size(), 5u);
+  for (size_t i = 1; i < h.starts.size(); ++i) {
+    EXPECT_EQ(h.starts[i] - h.starts[i - 1], std::chrono::duration_cast<SteadyTime::duration>(10s));
+  }
+  // 2 GPUs x 5 probes per cycle.
+  EXPECT_EQ(h.reports[0].ok, 10);
+  EXPECT_EQ(h.backend.runs, 50);
+  EXPECT_EQ(h.reports[0].number, 1u);
+  EXPECT_EQ(h.reports[4].number, 5u);
+}
+
+TEST(Scheduler, JitterDelaysStartsWithinItsFractionAndDiffersBySeed) {
+  auto starts_for = [](std::uint64_t seed) {
+    Harness h;
+    Config c = SmallConfig();
+    c.jitter = 0.2;
+    h.stop_after = 20;
+    h.Run(c, nullptr, seed);
+    std::vector<double> offsets;  // seconds late against the 10 s grid
+    for (size_t i = 1; i < h.starts.size(); ++i) {
+      const double t = std::chrono::duration<double>(h.starts[i] - h.starts[0]).count();
+      offsets.push_back(t - 10.0 * static_cast<double>(i));
+    }
+    return offsets;
+  };
+  auto a = starts_for(1), b = starts_for(2);
+  ASSERT_EQ(a.size(), 19u);
+  for (double o : a) {
+    EXPECT_GE(o, 0.0);
+    EXPECT_LE(o, 2.0 + 1e-9);
+  }
+  EXPECT_NE(a, b);
+  // Not all the same: it is jitter, not a fixed delay.
+  EXPECT_GT(*std::max_element(a.begin(), a.end()) - *std::min_element(a.begin(), a.end()), 0.1);
+}
+
+TEST(Scheduler, DutyCycleCapSpacesCycles) {
+  Harness h;
+  Config c = SmallConfig();
+  c.max_duty_cycle = 0.01;
+  h.backend.device_time_s = 0.02;  // 10 probes -> 0.2 s of device time per cycle
+  h.Run(c);
+  // 0.2 s / 0.01 = 20 s: the 10 s slot is dropped, the next slot at 20 s is used.
+  for (size_t i = 1; i < h.starts.size(); ++i) {
+    EXPECT_GE(h.starts[i] - h.starts[i - 1], std::chrono::duration_cast<SteadyTime::duration>(20s));
+  }
+  EXPECT_NEAR(h.reports[0].device_s, 0.2, 1e-9);
+}
+
+TEST(Scheduler, LongCycleDropsMissedSlotsInsteadOfOverlapping) {
+  Harness h;
+  h.backend.probe_wall = 3s;  // 10 probes x 3 s = 30 s, three intervals long
+  Config c = SmallConfig();
+  c.probe_deadline = 5s;
+  c.cycle_budget = 60s;
+  h.Run(c);
+  for (size_t i = 1; i < h.starts.size(); ++i) {
+    EXPECT_GE(h.starts[i] - h.starts[i - 1], std::chrono::duration_cast<SteadyTime::duration>(30s));
+  }
+}
+
+TEST(Scheduler, BudgetStopsStartingProbes) {
+  Harness h;
+  h.backend.probe_wall = 1s;
+  Config c = SmallConfig();
+  c.cycle_budget = 3s;
+  h.stop_after = 1;
+  h.Run(c);
+  ASSERT_EQ(h.reports.size(), 1u);
+  EXPECT_TRUE(h.reports[0].over_budget);
+  EXPECT_EQ(h.reports[0].ok, 3);
+  EXPECT_EQ(h.reports[0].skipped_budget, 7);
+  EXPECT_EQ(h.backend.runs, 3);
+}
+
+TEST(Scheduler, BusyGpuIsSkippedAndCounted) {
+  Harness h;
+  h.stop_after = 2;
+  h.Run(SmallConfig(), std::make_unique<FixedBusy>(1));
+  EXPECT_EQ(h.backend.runs_per_device[0], 10);
+  EXPECT_EQ(h.backend.runs_per_device[1], 0);
+  EXPECT_EQ(h.reports[0].skipped_busy, 5);
+  EXPECT_TRUE(h.reports[0].devices[1].skipped_busy);
+  EXPECT_EQ(h.skipped_busy_calls, 10);
+}
+
+TEST(Scheduler, BusyDetectionOffIgnoresTheDetector) {
+  Harness h;
+  h.stop_after = 1;
+  Config c = SmallConfig();
+  c.busy_detection = false;
+  h.Run(c, std::make_unique<FixedBusy>(1));
+  EXPECT_EQ(h.backend.runs_per_device[1], 5);
+}
+
+TEST(Scheduler, ResultPastItsDeadlineIsATimeout) {
+  Harness h;
+  h.stop_after = 1;
+  h.backend.probe_wall = 6s;
+  Config c = SmallConfig();
+  c.cycle_budget = 600s;
+  h.Run(c);
+  EXPECT_EQ(h.reports[0].timeouts, 10);
+  EXPECT_EQ(h.reports[0].ok, 0);
+  EXPECT_NE(h.reports[0].devices[0].samples[0].message.find("deadline"), std::string::npos);
+}
+
+TEST(Scheduler, LinkPathReadOncePerGpuPerCycle) {
+  Harness h;
+  h.stop_after = 3;
+  h.Run(SmallConfig());
+  EXPECT_EQ(h.backend.link_reads, 6);
+}
+
+// A backend call that never returns: CheckStall reports it once past deadline + grace,
+// and Run still ends when stopped once the call comes back.
+class HangingBackend final : public probes::TransferBackend {
+ public:
+  std::string Name() const override { return "hang"; }
+  std::vector<probes::DeviceInfo> Devices() const override { return {probes::DeviceInfo{}}; }
+  probes::Capabilities GetCapabilities(int) const override { return {}; }
+  probes::LinkPath ReadLinkPath(int) const override { return {}; }
+  probes::ProbeSample Run(int, const probes::ProbeSpec& spec, std::stop_token) override {
+    entered = true;
+    while (!release) std::this_thread::sleep_for(1ms);
+    probes::ProbeSample s;
+    s.spec = spec;
+    s.status = probes::ProbeStatus::kError;
+    s.message = "cancelled";
+    return s;
+  }
+  std::atomic<bool> entered{false}, release{false};
+};
+
+TEST(Scheduler, HungProbeIsReportedAsAStallOnce) {
+  FakeClock clock;
+  HangingBackend backend;
+  Config c = SmallConfig();
+  c.probe_deadline = 2s;
+  std::stop_source stop;
+  Scheduler s(backend, backend.Devices(), c, nullptr, clock, 1, {});
+  std::thread t([&] { s.Run(stop.get_token()); });
+  while (!backend.entered) std::this_thread::sleep_for(1ms);
+  const SteadyTime t0 = clock.Now();
+  EXPECT_FALSE(s.CheckStall(t0 + 2s));         // within its deadline
+  EXPECT_FALSE(s.CheckStall(t0 + 2s + 900ms));  // within the grace
+  auto stall = s.CheckStall(t0 + 3500ms);
+  ASSERT_TRUE(stall);
+  EXPECT_TRUE(stall->first_report);
+  EXPECT_EQ(stall->spec.mode, probes::TransferMode::kPinned);
+  auto again = s.CheckStall(t0 + 4s);
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->first_report);
+  stop.request_stop();
+  backend.release = true;
+  t.join();
+  EXPECT_EQ(s.CyclesCompleted(), 0u);  // the cut-short cycle is not reported
+  EXPECT_FALSE(s.CheckStall(t0 + 10s));
+}
+
+TEST(Scheduler, ReconfigureTakesEffectNextCycle) {
+  FakeClock clock;
+  FakeBackend backend(clock);
+  Config c = SmallConfig();
+  std::stop_source stop;
+  std::vector<int> ok_per_cycle;
+  Scheduler* self = nullptr;
+  SchedulerCallbacks cb;
+  cb.on_cycle = [&](const CycleReport& r) {
+    ok_per_cycle.push_back(r.ok);
+    if (ok_per_cycle.size() == 1) {
+      Config smaller = c;
+      smaller.modes = {probes::TransferMode::kPinned};
+      smaller.bidirectional = false;
+      self->Reconfigure(smaller, nullptr);
+    }
+    if (ok_per_cycle.size() == 2) stop.request_stop();
+  };
+  Scheduler s(backend, backend.Devices(), c, nullptr, clock, 1, cb);
+  self = &s;
+  s.Run(stop.get_token());
+  EXPECT_EQ(ok_per_cycle, (std::vector<int>{10, 4}));
+}
+
+TEST(SteadyClock, SleepEndsEarlyOnStop) {
+  SteadyClock clock;
+  std::stop_source stop;
+  std::thread t([&] {
+    std::this_thread::sleep_for(20ms);
+    stop.request_stop();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(clock.SleepUntil(t0 + 60s, stop.get_token()));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  t.join();
+  EXPECT_TRUE(clock.SleepUntil(std::chrono::steady_clock::now() + 1ms, std::stop_token{}));
+}
+
+}  // namespace
+}  // namespace xferd::daemon
