@@ -99,11 +99,17 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::Expec
                        "setting."});
   }
 
-  if (path.numa_node >= 0 && obs.host_numa_node >= 0 && path.numa_node != obs.host_numa_node) {
+  // The node the caller names, else the one a probe found its host buffer on.
+  int host_node = obs.host_numa_node;
+  for (const probes::ProbeSample& sample : obs.samples) {
+    if (host_node >= 0) break;
+    if (sample.status == ProbeStatus::kOk) host_node = sample.host_numa_node;
+  }
+  if (path.numa_node >= 0 && host_node >= 0 && path.numa_node != host_node) {
     const std::string gpu_node = std::to_string(path.numa_node);
     out.push_back({DiagnosisCause::kNumaRemote,
                    "GPU on node " + gpu_node + ", host buffers on node " +
-                       std::to_string(obs.host_numa_node),
+                       std::to_string(host_node),
                    "Host memory is on another NUMA node than the GPU, so copies cross the "
                    "socket link: bind the workload and xferd to node " +
                        gpu_node + " (numactl --cpunodebind=" + gpu_node + " --membind=" +

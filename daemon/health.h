@@ -72,7 +72,9 @@ struct CycleObservation {
   probes::LinkPath link_path;  // read while probing (idle links train down)
   std::vector<probes::ProbeSample> samples;  // modes not probed this cycle are left out
   bool busy = false;           // the busy detector said busy during the probes
-  int host_numa_node = -1;     // the node the probe's host buffers are on; -1 = unknown
+  // The node the probe's host buffers are on; -1 = take it from the samples'
+  // host_numa_node (the backend's finding), else unknown.
+  int host_numa_node = -1;
 };
 
 // One (mode, direction, size) series after a cycle.

@@ -247,6 +247,13 @@ TEST(Diagnosis, NumaRemoteOnlyWhenBothNodesKnownAndDiffer) {
   obs.link_path.numa_node = -1;
   obs.host_numa_node = 0;
   EXPECT_FALSE(h.Observe(obs).Has(DiagnosisCause::kNumaRemote));
+  // The backend's own finding in the samples counts when the caller names no node.
+  obs.link_path.numa_node = 1;
+  obs.host_numa_node = -1;
+  for (auto& s : obs.samples) s.host_numa_node = 0;
+  EXPECT_TRUE(h.Observe(obs).Has(DiagnosisCause::kNumaRemote));
+  for (auto& s : obs.samples) s.host_numa_node = 1;
+  EXPECT_FALSE(h.Observe(obs).Has(DiagnosisCause::kNumaRemote));
 }
 
 TEST(Diagnosis, IommuTranslatingOnlyWhileBandwidthIsLow) {

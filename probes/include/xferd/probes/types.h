@@ -81,6 +81,9 @@ struct ProbeSample {
   std::optional<double> overlap_ratio;
   // Time the device spent on this probe, warm-up included: what the probe cost.
   double device_time_s = 0.0;
+  // The NUMA node the host buffer's pages are on (get_mempolicy MPOL_F_NODE|MPOL_F_ADDR);
+  // -1 = unknown. Health compares it with the GPU's node (diagnosis numa_remote).
+  int host_numa_node = -1;
 
   // bytes_per_transfer / median(durations); 0 when there are no durations.
   double MedianBandwidth() const;
