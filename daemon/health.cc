@@ -229,10 +229,36 @@ void HealthTracker::Reconfigure(const Config& config) {
   std::lock_guard lock(mutex_);
   config_ = config;
   const auto window = static_cast<std::size_t>(std::max(1, config_.baseline_window));
+  auto configured = [&](const SeriesHealth& h) {
+    const bool mode = std::find(config_.modes.begin(), config_.modes.end(), h.mode) !=
+                      config_.modes.end();
+    const bool size = std::find(config_.sizes.begin(), config_.sizes.end(), h.size_bytes) !=
+                      config_.sizes.end();
+    const bool direction = h.direction != Direction::kBidirectional || config_.bidirectional;
+    return mode && size && direction;
+  };
   for (auto& [uuid, device] : devices_) {
-    for (auto& [key, series] : device.series) {
+    for (auto it = device.series.begin(); it != device.series.end();) {
+      SeriesState& series = it->second;
       while (series.medians.size() > window) series.medians.pop_front();
+      if (configured(series.health)) {
+        ++it;
+        continue;
+      }
+      // No longer probed: its verdict goes, its history is kept for a later config.
+      const SeriesHealth& h = series.health;
+      if (!series.medians.empty()) {
+        restored_[uuid][SeriesKey(h.mode, h.direction, h.size_bytes)] =
+            std::vector<double>(series.medians.begin(), series.medians.end());
+      }
+      it = device.series.erase(it);
     }
+    std::erase_if(device.last.series, [&](const SeriesHealth& h) { return !configured(h); });
+    std::erase_if(device.last.verdicts, [&](const PairVerdict& v) {
+      return std::none_of(device.series.begin(), device.series.end(), [&](const auto& entry) {
+        return entry.second.health.mode == v.mode && entry.second.health.direction == v.direction;
+      });
+    });
   }
 }
 

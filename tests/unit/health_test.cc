@@ -320,6 +320,21 @@ TEST(Summary, NamesTheDegradedSeriesAndTheLikelyCause) {
             "link_downtrained (0000:00:01.0 Gen4 x8, max Gen4 x16)");
 }
 
+TEST(Reconfigure, DroppedModesLoseTheirVerdictButKeepTheirHistory) {
+  HealthTracker h(TestConfig(1));
+  for (int i = 0; i < 6; ++i) h.Observe(PinnedCycle(24.0, 8.0));
+  h.Observe(PinnedCycle(10.0, 8.0));
+  ASSERT_NE(h.Summary().find("DEGRADED"), std::string::npos);
+  Config c = TestConfig(1);
+  c.modes = {TransferMode::kPageable};
+  h.Reconfigure(c);
+  EXPECT_EQ(h.Summary(), "ok: 1/1 within band");
+  EXPECT_EQ(h.Snapshot().at("GPU-0000-test").at("pinned/h2d/64MiB").size(), 6u);
+  // Back in the config, the history judges it again at once.
+  h.Reconfigure(TestConfig(1));
+  EXPECT_TRUE(PinnedDegraded(h.Observe(PinnedCycle(10.0, 8.0))));
+}
+
 TEST(Restore, RestoredHistoryJudgesTheFirstCycles) {
   HealthTracker first(TestConfig(1));
   for (int i = 0; i < 8; ++i) first.Observe(Cycle({Sample(TransferMode::kManaged, Direction::kH2D, 4.0)}));

@@ -49,11 +49,12 @@ probes::SimOptions FastSim(int gen = 4, int width = 16, std::uint64_t seed = 7) 
   return o;
 }
 
-probes::ProbeSpec Spec(TransferMode mode, Direction dir, int iterations = 20) {
+probes::ProbeSpec Spec(TransferMode mode, Direction dir, int iterations = 20,
+                       std::uint64_t size = 64ull << 20) {
   probes::ProbeSpec spec;
   spec.mode = mode;
   spec.direction = dir;
-  spec.size_bytes = 64ull << 20;
+  spec.size_bytes = size;
   spec.iterations = iterations;
   spec.deadline = std::chrono::hours(1);
   return spec;
@@ -134,8 +135,12 @@ TEST(DurationBuckets, GeometricOnASharedGridAroundTheAnchor) {
 
 TEST(Metrics, HistogramP99WithinTenPercentOfExact) {
   double worst = 0;
-  // Links across the plausible range: Gen3 x16 to Gen5 x16, and a downtrained x8.
-  for (auto [gen, width] : std::vector<std::pair<int, int>>{{3, 16}, {4, 8}, {4, 16}, {5, 16}}) {
+  // Links across the plausible range: Gen3 x16 to Gen5 x16, and a downtrained x8; the
+  // default 64 MiB and a latency-bound 4 KiB, whose spread is far wider.
+  struct Case { int gen, width; std::uint64_t size; };
+  for (auto [gen, width, size] : std::vector<Case>{{3, 16, 64ull << 20}, {4, 8, 64ull << 20},
+                                                   {4, 16, 64ull << 20}, {5, 16, 64ull << 20},
+                                                   {4, 16, 4096}}) {
     prometheus::Registry registry;
     Metrics metrics(registry);
     probes::SimBackend sim(FastSim(gen, width));
@@ -144,7 +149,7 @@ TEST(Metrics, HistogramP99WithinTenPercentOfExact) {
     std::map<std::pair<TransferMode, Direction>, std::vector<double>> all;
     for (int cycle = 0; cycle < 50; ++cycle) {
       for (const auto& [mode, dir] : probes::AllModeDirections()) {
-        const probes::ProbeSample s = sim.Run(0, Spec(mode, dir));
+        const probes::ProbeSample s = sim.Run(0, Spec(mode, dir, 20, size));
         ASSERT_EQ(s.status, probes::ProbeStatus::kOk) << s.message;
         metrics.RecordSample(dev, s);
         auto& v = all[{mode, dir}];
@@ -154,13 +159,14 @@ TEST(Metrics, HistogramP99WithinTenPercentOfExact) {
     const auto families = registry.Collect();
     for (const auto& [pair, durations] : all) {
       SCOPED_TRACE("Gen" + std::to_string(gen) + " x" + std::to_string(width) + " " +
+                   probes::FormatSize(size) + " " +
                    std::string(probes::ToString(pair.first)) + " " +
                    std::string(probes::ToString(pair.second)));
       const auto* m = Find(families, "xferd_transfer_duration_seconds",
                            {{"gpu", "0"},
                             {"mode", std::string(probes::ToString(pair.first))},
                             {"direction", std::string(probes::ToString(pair.second))},
-                            {"size", "64MiB"}});
+                            {"size", probes::FormatSize(size)}});
       ASSERT_NE(m, nullptr);
       EXPECT_EQ(m->histogram.sample_count, durations.size());
       const double exact = probes::Quantile(durations, 0.99);
