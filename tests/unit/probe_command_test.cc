@@ -1,0 +1,257 @@
+// `xferd probe`, run as a user runs it: the real binary, its stdout, stderr and exit code.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+class ProbeCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "xferd-probe-XXXXXX").string();
+    dir_ = mkdtemp(pattern.data());
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  Result Xferd(const std::string& args) {
+    const fs::path err_file = dir_ / "stderr";
+    const std::string command =
+        std::string("'") + XFERD_BINARY + "' " + args + " 2>'" + err_file.string() + "'";
+    Result r;
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return r;
+    char buffer[4096];
+    std::size_t n;
+    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
+    const int status = pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::ifstream in(err_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    r.err = text.str();
+    return r;
+  }
+
+  fs::path WriteFile(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return dir_ / name;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ProbeCommand, SimulatedJsonHasAllThirteenSaneResults) {
+  const Result r = Xferd("probe --simulate --json --iterations 10");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc.at("backend"), "sim");
+  EXPECT_TRUE(doc.at("simulated").get<bool>());
+  ASSERT_EQ(doc.at("devices").size(), 1u);
+  const auto& device = doc.at("devices")[0];
+  EXPECT_TRUE(device.at("simulated").get<bool>());
+  EXPECT_EQ(device.at("name"), "Simulated GPU (xferd sim)");
+  const double link = device.at("link_path").at("narrowest").at("current_bytes_per_s");
+  EXPECT_NEAR(link, 31.5e9, 0.01e9);  // the default simulated link: Gen4 x16
+  EXPECT_NEAR(device.at("expected_band").at("lower_bytes_per_s").get<double>(), 0.63 * link, 1e6);
+  EXPECT_NEAR(device.at("expected_band").at("upper_bytes_per_s").get<double>(), 0.83 * link, 1e6);
+
+  std::map<std::string, double> bandwidth;  // "mode/direction" -> median
+  for (const auto& result : doc.at("results")) {
+    const std::string mode = result.at("mode"), direction = result.at("direction");
+    const std::string key = mode + "/" + direction;
+    SCOPED_TRACE(key);
+    EXPECT_EQ(result.at("status"), "ok");
+    EXPECT_EQ(result.at("size_bytes"), 64u << 20);
+    EXPECT_EQ(result.at("samples"), 10);
+    const double median = result.at("median_bytes_per_s");
+    EXPECT_GT(median, 0);
+    const double p50 = result.at("p50_s"), p99 = result.at("p99_s"), p999 = result.at("p999_s");
+    EXPECT_GT(p50, 0);
+    EXPECT_LE(p50, p99);
+    EXPECT_LE(p99, p999);
+    const bool link_bound = mode != "pageable" && mode != "managed";
+    if (link_bound) {
+      const double per_direction = median / (direction == "bidir" ? 2 : 1);
+      EXPECT_GT(per_direction, 0.50 * link);
+      EXPECT_LT(per_direction, 1.05 * link);
+      EXPECT_EQ(result.at("verdict"), "ok");
+    } else {
+      EXPECT_EQ(result.at("verdict"), "n/a (not link-bound)");
+    }
+    EXPECT_EQ(result.at("overlap_ratio").is_null(), mode != "pinned_async");
+    bandwidth[key] = median;
+  }
+  EXPECT_EQ(bandwidth.size(), 13u);
+  for (const char* mode : {"pageable", "pinned", "pinned_async", "zero_copy", "managed",
+                           "managed_prefetch"}) {
+    EXPECT_TRUE(bandwidth.contains(std::string(mode) + "/h2d")) << mode;
+    EXPECT_TRUE(bandwidth.contains(std::string(mode) + "/d2h")) << mode;
+  }
+  EXPECT_TRUE(bandwidth.contains("pinned/bidir"));
+  EXPECT_GT(bandwidth["pinned/h2d"], bandwidth["pageable/h2d"]);
+  EXPECT_GT(bandwidth["pinned/d2h"], bandwidth["pageable/d2h"]);
+  EXPECT_GT(bandwidth["pinned/bidir"], bandwidth["pinned/h2d"]);
+}
+
+TEST_F(ProbeCommand, TableShowsTheDeviceBandAndVerdicts) {
+  const Result r = Xferd("probe --simulate --iterations 3 --mode pinned,managed");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* text : {"SIMULATED", "Gen4 x16", "expected band: 19.85-26.15 GB/s",
+                           "pinned", "bidir", "p99.9", "n/a (not link-bound)", " ok"}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
+  }
+  EXPECT_EQ(r.out.find("pageable"), std::string::npos) << "--mode must limit the rows";
+}
+
+TEST_F(ProbeCommand, SameSeedSameNumbers) {
+  const std::string args = "probe --simulate --json --iterations 3 --mode pinned --size 1MiB";
+  const Result a = Xferd(args + " --seed 42"), b = Xferd(args + " --seed 42");
+  const Result c = Xferd(args + " --seed 43");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out),
+             jc = nlohmann::json::parse(c.out);
+  EXPECT_EQ(ja.at("results"), jb.at("results"));
+  EXPECT_NE(ja.at("results"), jc.at("results"));
+}
+
+TEST_F(ProbeCommand, SizesAndModesMultiply) {
+  const Result r =
+      Xferd("probe --simulate --json --iterations 2 --mode pinned --size 4KiB,1MiB");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto results = nlohmann::json::parse(r.out).at("results");
+  ASSERT_EQ(results.size(), 6u);  // pinned h2d, d2h, bidir at two sizes
+  std::set<std::uint64_t> sizes;
+  for (const auto& result : results) {
+    sizes.insert(result.at("size_bytes").get<std::uint64_t>());
+    // 4 KiB copies measure latency, not the link: never held against the band.
+    if (result.at("size_bytes") == 4096) {
+      EXPECT_EQ(result.at("verdict").get<std::string>(), "n/a (latency-bound size)");
+    }
+  }
+  EXPECT_EQ(sizes, (std::set<std::uint64_t>{4096, 1 << 20}));
+}
+
+TEST_F(ProbeCommand, WithoutAGpuSaysSoAndExits69) {
+  if (fs::exists("/dev/nvidiactl")) GTEST_SKIP() << "this machine has an NVIDIA driver";
+  const Result r = Xferd("probe");
+  EXPECT_EQ(r.exit_code, 69) << r.out << r.err;
+  EXPECT_NE(r.err.find("no NVIDIA"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--simulate"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST_F(ProbeCommand, UnknownGpuModeOrSizeIsAUsageError) {
+  Result r = Xferd("probe --simulate --gpu 3");
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_NE(r.err.find("no GPU \"3\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("SIM-"), std::string::npos) << "should list the GPUs there are: " << r.err;
+
+  r = Xferd("probe --simulate --mode warp_drive");
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_NE(r.err.find("warp_drive"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("pinned_async"), std::string::npos) << "should list valid modes: " << r.err;
+
+  r = Xferd("probe --simulate --size 12parsecs");
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_NE(r.err.find("12parsecs"), std::string::npos) << r.err;
+}
+
+TEST_F(ProbeCommand, GpuSelectedByUuid) {
+  const fs::path config = WriteFile("sim.toml", "[simulate]\ndevices = 3\ntime_scale = 0\n");
+  const Result all = Xferd("probe --simulate --json --iterations 2 --mode pinned -c '" +
+                           config.string() + "'");
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  const auto devices = nlohmann::json::parse(all.out).at("devices");
+  ASSERT_EQ(devices.size(), 3u);
+  const std::string uuid = devices[2].at("uuid");
+  const Result one = Xferd("probe --simulate --json --iterations 2 --mode pinned -c '" +
+                           config.string() + "' --gpu " + uuid);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const auto doc = nlohmann::json::parse(one.out);
+  ASSERT_EQ(doc.at("devices").size(), 1u);
+  EXPECT_EQ(doc.at("devices")[0].at("index"), 2);
+  for (const auto& result : doc.at("results")) EXPECT_EQ(result.at("gpu"), 2);
+}
+
+TEST_F(ProbeCommand, DegradedDeviceIsBelowBandAndExits1) {
+  const fs::path config = WriteFile("degraded.toml", R"(
+[simulate]
+time_scale = 0
+[[simulate.fault]]
+kind = "degrade"
+factor = 0.4
+)");
+  const Result r =
+      Xferd("probe --simulate --json --iterations 3 -c '" + config.string() + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  int below = 0;
+  const auto doc = nlohmann::json::parse(r.out);
+  for (const auto& result : doc.at("results")) {
+    if (result.at("verdict").get<std::string>() == "below band") ++below;
+  }
+  EXPECT_EQ(below, 9) << r.out;  // every link-bound mode/direction
+}
+
+TEST_F(ProbeCommand, HungProbeIsCancelledAndReportedAsTimeout) {
+  const fs::path config = WriteFile("hang.toml", R"(
+[probe]
+deadline = "100ms"
+[simulate]
+time_scale = 0
+[[simulate.fault]]
+kind = "hang"
+)");
+  const Result r = Xferd("probe --simulate --json --iterations 2 --mode managed --size 4KiB -c '" +
+                        config.string() + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto results = nlohmann::json::parse(r.out).at("results");
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& result : results) {
+    EXPECT_EQ(result.at("status"), "timeout");
+    EXPECT_EQ(result.at("verdict"), "timeout");
+    EXPECT_NE(result.at("message").get<std::string>().find("deadline"), std::string::npos);
+  }
+}
+
+TEST_F(ProbeCommand, FailingProbesAreReportedNotFatal) {
+  const fs::path config = WriteFile("faults.toml", R"(
+[simulate]
+devices = 2
+time_scale = 0
+[[simulate.fault]]
+kind = "lost"
+device = 1
+)");
+  const Result r = Xferd("probe --simulate --iterations 2 --mode pinned -c '" + config.string() + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("error: device lost"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GPU 0:"), std::string::npos) << r.out;
+}
+
+TEST_F(ProbeCommand, BadConfigExits78NamingTheLine) {
+  const fs::path config = WriteFile("bad.toml", "[simulate]\nlink = \"gen9x16\"\n");
+  const Result r = Xferd("probe --simulate -c '" + config.string() + "'");
+  EXPECT_EQ(r.exit_code, 78);
+  EXPECT_NE(r.err.find("bad.toml:2"), std::string::npos) << r.err;
+}
+
+}  // namespace
