@@ -147,6 +147,10 @@ Metrics::Metrics(prometheus::Registry& registry)
                                    "xferd_state_write_errors_total",
                                    "Failed writes of the state file (baselines stay in "
                                    "memory).")),
+      textfile_write_errors_(Register(prometheus::BuildCounter(), registry,
+                                      "xferd_textfile_write_errors_total",
+                                      "Failed writes of the node_exporter textfile (the "
+                                      "previous file stays).")),
       device_info_(Register(prometheus::BuildGauge(), registry, "xferd_device_info",
                             "Constant 1; labels describe the device. simulated=\"1\" marks "
                             "the simulated backend.")),
@@ -154,6 +158,7 @@ Metrics::Metrics(prometheus::Registry& registry)
                            "Constant 1; labels describe the build.")) {
   for (CycleResult r : kAllCycleResults) cycles_.Add({{"result", std::string(ToString(r))}});
   state_write_errors_.Add({});
+  textfile_write_errors_.Add({});
   // The daemon runs only with a config that loaded: that is the first successful load.
   reload_ok_.Add({}).Set(1);
   reload_timestamp_.Add({}).Set(UnixNow());
@@ -316,6 +321,10 @@ void Metrics::RecordConfigReload(bool ok, double unix_seconds) {
 
 void Metrics::RecordStateWrite(bool ok) {
   if (!ok) state_write_errors_.Add({}).Increment();
+}
+
+void Metrics::RecordTextfileWrite(bool ok) {
+  if (!ok) textfile_write_errors_.Add({}).Increment();
 }
 
 }  // namespace xferd::daemon

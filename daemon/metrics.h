@@ -77,6 +77,8 @@ class Metrics {
 
   void RecordConfigReload(bool ok, double unix_seconds);
   void RecordStateWrite(bool ok);
+  // A node_exporter textfile write (xferd_textfile_write_errors_total counts failures).
+  void RecordTextfileWrite(bool ok);
 
  private:
   using SeriesKey = std::tuple<int, probes::TransferMode, probes::Direction, std::uint64_t>;
@@ -101,6 +103,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& reload_ok_;
   prometheus::Family<prometheus::Gauge>& reload_timestamp_;
   prometheus::Family<prometheus::Counter>& state_write_errors_;
+  prometheus::Family<prometheus::Counter>& textfile_write_errors_;
   prometheus::Family<prometheus::Gauge>& device_info_;
   prometheus::Family<prometheus::Gauge>& build_info_;
 

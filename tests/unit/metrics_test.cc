@@ -210,7 +210,8 @@ TEST(Metrics, DefaultConfigStaysWithinSeriesBudget) {
         "xferd_probe_last_success_timestamp_seconds{", "xferd_probe_device_seconds_total{",
         "xferd_cycle_device_seconds{", "xferd_device_info{", "xferd_build_info{",
         "xferd_cycles_total{", "xferd_cycle_duration_seconds ",
-        "xferd_config_last_reload_successful ", "xferd_state_write_errors_total "}) {
+        "xferd_config_last_reload_successful ", "xferd_state_write_errors_total ",
+        "xferd_textfile_write_errors_total "}) {
     EXPECT_FALSE(SeriesWith(text, name).empty()) << name;
   }
 }
@@ -258,6 +259,8 @@ TEST(Metrics, ResultsVerdictsAndDiagnosisReachTheExposition) {
   metrics.RecordSkipped(0, TransferMode::kManaged, ProbeResult::kSkippedBusy);
   metrics.RecordConfigReload(false, 0);
   metrics.RecordStateWrite(false);
+  metrics.RecordStateWrite(true);
+  metrics.RecordTextfileWrite(false);
 
   const std::string text = Expose(registry);
   auto value = [&](const std::string& needle) {
@@ -278,6 +281,7 @@ TEST(Metrics, ResultsVerdictsAndDiagnosisReachTheExposition) {
   EXPECT_EQ(value("xferd_cycles_total{result=\"ok\"}"), config.consecutive_bad);
   EXPECT_EQ(value("xferd_config_last_reload_successful "), 0);
   EXPECT_EQ(value("xferd_state_write_errors_total "), 1);
+  EXPECT_EQ(value("xferd_textfile_write_errors_total "), 1);
   EXPECT_GT(value("xferd_cycle_device_seconds{gpu=\"0\"}"), 0);
   EXPECT_GT(value("xferd_probe_device_seconds_total{gpu=\"0\"}"),
             value("xferd_cycle_device_seconds{gpu=\"0\"}"));
