@@ -187,6 +187,7 @@ TEST(Scheduler, DutyCycleCapSpacesCycles) {
   Harness h;
   Config c = SmallConfig();
   c.max_duty_cycle = 0.01;
+  h.backend.probe_wall = 20ms;
   h.backend.device_time_s = 0.02;  // 10 probes -> 0.2 s of device time per cycle
   h.Run(c);
   // 0.2 s / 0.01 = 20 s: the 10 s slot is dropped, the next slot at 20 s is used.
@@ -194,6 +195,15 @@ TEST(Scheduler, DutyCycleCapSpacesCycles) {
     EXPECT_GE(h.starts[i] - h.starts[i - 1], std::chrono::duration_cast<SteadyTime::duration>(20s));
   }
   EXPECT_NEAR(h.reports[0].device_s, 0.2, 1e-9);
+}
+
+TEST(Scheduler, DeviceTimeIsCappedByTheWallTimeOfTheCall) {
+  Harness h;
+  h.stop_after = 1;
+  h.backend.probe_wall = 1ms;
+  h.backend.device_time_s = 0.5;  // a simulated device faster than real time
+  h.Run(SmallConfig());
+  EXPECT_NEAR(h.reports[0].device_s, 10 * 0.001, 1e-9);
 }
 
 TEST(Scheduler, LongCycleDropsMissedSlotsInsteadOfOverlapping) {
