@@ -51,7 +51,7 @@ const std::vector<Section>& Schema() {
       {"health.band", {"gpu", "lower", "upper"}},
       {"simulate",
        {"enabled", "devices", "seed", "link", "link_gen", "link_width", "integrated",
-        "time_scale", "fault"}},
+        "time_scale", "fault", "gpu_utilization_percent", "pcie_bytes_per_second"}},
       {"simulate.fault", {"kind", "device", "factor", "gen", "width", "every"}},
   };
   return kSchema;
@@ -157,7 +157,7 @@ std::optional<double> ParseBandwidth(std::string_view text) {
   text.remove_prefix(start);
   double value = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr == text.data() || !std::isfinite(value)) return std::nullopt;
+  if (ec != std::errc() || ptr == text.data() || !std::isfinite(value) || value < 0) return std::nullopt;
   std::string_view unit(ptr, static_cast<std::size_t>(text.data() + text.size() - ptr));
   while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
   while (!unit.empty() && unit.back() == ' ') unit.remove_suffix(1);
@@ -199,7 +199,9 @@ ConfigError::ConfigError(std::string file, int line, std::string key, std::strin
     : std::runtime_error(ErrorText(file, line, key, problem, fix)),
       file_(std::move(file)),
       line_(line),
-      key_(std::move(key)) {}
+      key_(std::move(key)),
+      problem_(std::move(problem)),
+      fix_(std::move(fix)) {}
 
 namespace {
 
@@ -313,9 +315,9 @@ class TableReader {
     return value;
   }
 
+  // One size: a string ("64MiB") or a number of bytes. `example` is the line to suggest.
   std::uint64_t SizeValue(const toml::node& node, std::string_view key, std::uint64_t min,
-                          std::uint64_t max, std::string_view suggestion) const {
-    const std::string example = std::string(key) + " = \"" + std::string(suggestion) + "\"";
+                          std::uint64_t max, const std::string& example) const {
     std::optional<std::uint64_t> bytes;
     std::string shown;
     if (const auto* s = node.as_string()) {
@@ -345,7 +347,7 @@ class TableReader {
                                     std::string_view suggestion) const {
     const toml::node* node = Find(key);
     if (!node) return std::nullopt;
-    return SizeValue(*node, key, min, max, suggestion);
+    return SizeValue(*node, key, min, max, std::string(key) + " = \"" + std::string(suggestion) + "\"");
   }
 
   std::optional<double> Bandwidth(std::string_view key, std::string_view suggestion) const {
@@ -621,7 +623,7 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
   TableReader r(file, table ? *table : kEmpty, "probe");
   // A real GPU is probed at most once a second; the simulated device may go much faster
   // so tests and soaks can run thousands of cycles.
-  const milliseconds min_interval = simulate ? milliseconds(1) : milliseconds(1000);
+  const milliseconds min_interval = simulate ? milliseconds(10) : milliseconds(1000);
   if (table) {
     const auto interval = r.Find("interval");
     if (interval && interval->is_string() && !simulate) {
@@ -656,7 +658,7 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
   if (const toml::array* sizes = r.Array("sizes", false, "[\"64MiB\"]")) {
     config.sizes.clear();
     for (const toml::node& element : *sizes) {
-      const std::uint64_t bytes = r.SizeValue(element, "sizes", kKiB, kGiB, "64MiB");
+      const std::uint64_t bytes = r.SizeValue(element, "sizes", kKiB, kGiB, "sizes = [\"64MiB\"]");
       if (std::find(config.sizes.begin(), config.sizes.end(), bytes) != config.sizes.end()) {
         r.Fail(element, "sizes", "size " + probes::FormatSize(bytes) + " is listed twice", "list each size once");
       }
@@ -832,6 +834,9 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
   }
   if (auto v = r.Bool("integrated")) config.sim.integrated = *v;
   if (auto v = r.Number("time_scale", 0, 1000, false, 1)) config.sim.time_scale = *v;
+  // The load the simulated GPUs report to busy detection (in place of NVML).
+  if (auto v = r.Number("gpu_utilization_percent", 0, 100, false, 90)) config.sim_gpu_utilization_percent = *v;
+  if (auto v = r.Bandwidth("pcie_bytes_per_second", "10GB/s")) config.sim_pcie_bytes_per_s = *v;
 
   if (const toml::node* faults_node = r.Find("fault")) {
     const auto* faults = faults_node->as_array();
@@ -934,9 +939,8 @@ std::string KeyAtLine(std::string_view text, int line) {
                                 row[n] == '-' || row[n] == '.')) {
         ++n;
       }
-      std::size_t after = n;
-      while (after < row.size() && (row[after] == ' ' || row[after] == '\t')) ++after;
-      if (n == 0 || after >= row.size() || row[after] != '=') return "";
+      // A bare key followed by '=' or a blank ("interval "60s"" lacks its '=').
+      if (n == 0 || (n < row.size() && row[n] != '=' && row[n] != ' ' && row[n] != '\t')) return "";
       const std::string key(row.substr(0, n));
       return table.empty() ? key : table + "." + key;
     }
@@ -945,6 +949,103 @@ std::string KeyAtLine(std::string_view text, int line) {
     ++current;
   }
   return "";
+}
+
+// The line that defines `key` ("web.config_file"), or 0.
+int LineOfKey(std::string_view text, std::string_view key) {
+  const int lines = static_cast<int>(std::count(text.begin(), text.end(), '\n')) + 1;
+  for (int line = 1; line <= lines; ++line) {
+    if (KeyAtLine(text, line) == key) return line;
+  }
+  return 0;
+}
+
+// toml++ places some invalid UTF-8 on the line before; find the first bad byte ourselves.
+// Returns 0 when the text is valid UTF-8, else the 1-based line of the first bad byte.
+int FirstInvalidUtf8Line(std::string_view text, unsigned* byte) {
+  int line = 1;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t length = 0;
+    std::uint32_t min = 0;
+    if (c < 0x80) {
+      if (c == '\n') ++line;
+      ++i;
+      continue;
+    }
+    if ((c & 0xe0) == 0xc0) length = 2, min = 0x80;
+    else if ((c & 0xf0) == 0xe0) length = 3, min = 0x800;
+    else if ((c & 0xf8) == 0xf0) length = 4, min = 0x10000;
+    std::uint32_t code = length == 2 ? c & 0x1f : length == 3 ? c & 0x0f : c & 0x07;
+    bool ok = length != 0 && i + length <= text.size();
+    for (std::size_t k = 1; ok && k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      ok = (next & 0xc0) == 0x80;
+      code = (code << 6) | (next & 0x3f);
+    }
+    if (!ok || code < min || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) {
+      *byte = c;
+      return line;
+    }
+    i += length;
+  }
+  return 0;
+}
+
+// TOML allows non-ASCII text only inside strings and comments. Such a character anywhere
+// else is rejected here, before toml++ 3.3 sees it: its whitespace classifier reaches
+// __builtin_unreachable() for some of them (U+00A1..U+0499; found by fuzz/config_fuzzer).
+// Returns the 1-based line of the first one, or 0.
+int FirstNonAsciiOutsideStrings(std::string_view text) {
+  int line = 1;
+  std::size_t i = 0;
+  const auto starts = [&](std::string_view token) { return text.substr(i, token.size()) == token; };
+  // Skips to just past `close` (not escaped when `escapes`), counting lines; a single-line
+  // string also ends at a newline (toml++ reports that error itself).
+  const auto skip_string = [&](std::string_view close, bool escapes, bool multiline) {
+    while (i < text.size()) {
+      if (escapes && text[i] == '\\') {
+        if (i + 1 < text.size() && text[i + 1] == '\n') ++line;
+        i += 2;
+        continue;
+      }
+      if (starts(close)) {
+        i += close.size();
+        return;
+      }
+      if (text[i] == '\n') {
+        if (!multiline) return;
+        ++line;
+      }
+      ++i;
+    }
+  };
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      ++i;
+    } else if (c == '#') {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (starts("\"\"\"")) {
+      i += 3;
+      skip_string("\"\"\"", true, true);
+    } else if (c == '"') {
+      ++i;
+      skip_string("\"", true, false);
+    } else if (starts("'''")) {
+      i += 3;
+      skip_string("'''", false, true);
+    } else if (c == '\'') {
+      ++i;
+      skip_string("'", false, false);
+    } else if (static_cast<unsigned char>(c) >= 0x80) {
+      return line;
+    } else {
+      ++i;
+    }
+  }
+  return 0;
 }
 
 bool IsBlank(std::string_view text) {
@@ -966,14 +1067,35 @@ Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
     throw ConfigError(file, 0, "", "the file is " + std::to_string(text.size()) + " bytes; a config is a few KiB",
                       "check that this is the xferd configuration (start from deploy/xferd.toml)");
   }
+  unsigned bad_byte = 0;
+  if (const int line = FirstInvalidUtf8Line(text, &bad_byte)) {
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02x", bad_byte);
+    throw ConfigError(file, line, KeyAtLine(text, line),
+                      std::string("not valid TOML: invalid UTF-8 (byte ") + byte + "); is this a binary file?",
+                      "save the file as UTF-8 text; start from deploy/xferd.toml");
+  }
+  if (const int line = FirstNonAsciiOutsideStrings(text)) {
+    throw ConfigError(file, line, KeyAtLine(text, line),
+                      "not valid TOML: a non-ASCII character outside a string or comment",
+                      "keys and values other than strings are plain ASCII; quote text, or remove "
+                      "the stray character (often a non-breaking space pasted from a web page)");
+  }
   toml::table root;
   try {
     root = toml::parse(text, file);
   } catch (const toml::parse_error& e) {
-    const int line = static_cast<int>(e.source().begin.line);
+    int line = static_cast<int>(e.source().begin.line);
     std::string problem(e.description());
+    std::string key = KeyAtLine(text, line);
+    // Something left open at the end of the file (a string, an array) began at the last
+    // key above: name that one.
+    for (int above = line - 1; key.empty() && above > 0 && problem.find("end-of-file") != std::string::npos; --above) {
+      key = KeyAtLine(text, above);
+      if (!key.empty()) line = above;
+    }
     if (!problem.empty()) problem[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(problem[0])));
-    throw ConfigError(file, line, KeyAtLine(text, line), "not valid TOML: " + problem,
+    throw ConfigError(file, line, key, "not valid TOML: " + problem,
                       "correct the syntax on that line (strings need \"quotes\", one key per line, "
                       "each key and [section] once; see deploy/xferd.toml)");
   }
@@ -1035,7 +1157,17 @@ std::string ReadFile(const std::filesystem::path& path, std::size_t limit) {
 Config LoadConfig(const std::filesystem::path& path) {
   const std::string text = ReadFile(path, kMaxConfigBytes);
   Config config = ParseConfig(text, path);
-  if (!config.web_config_file.empty()) config.web = LoadWebConfig(config.web_config_file);
+  if (config.web_config_file.empty()) return config;
+  try {
+    config.web = LoadWebConfig(config.web_config_file);
+  } catch (const ConfigError& e) {
+    // A YAML file that cannot be read at all is a mistake in this file's web.config_file.
+    if (e.line() != 0 || e.file() != config.web_config_file.string()) throw;
+    throw ConfigError(path.string(), LineOfKey(text, "web.config_file"), "web.config_file",
+                      "cannot use " + e.file() + ": " + e.problem(),
+                      "check the path (relative paths are relative to this file's directory), or "
+                      "remove config_file for plain HTTP");
+  }
   return config;
 }
 
