@@ -92,11 +92,15 @@ class ConfigError : public std::runtime_error {
   const std::string& file() const { return file_; }
   int line() const { return line_; }  // 0 when not tied to a line
   const std::string& key() const { return key_; }
+  const std::string& problem() const { return problem_; }
+  const std::string& fix() const { return fix_; }
 
  private:
   std::string file_;
   int line_;
   std::string key_;
+  std::string problem_;
+  std::string fix_;
 };
 
 // Parse and validate TOML text; `source` names it in errors. Throws ConfigError.
