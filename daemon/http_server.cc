@@ -38,7 +38,7 @@ constexpr const char* kListenFix =
 
 // Checked against when the user is unknown, so that a wrong user name costs the same
 // bcrypt time as a wrong password and names cannot be probed by timing.
-constexpr const char* kDummyHash = "$2b$10$uqdJHpGIeFv/RQTi5CWzTe1lrhGUzK7IxaEXx5iNsPlwYRhA5EXEq";
+constexpr const char* kDummyHash = "$2b$10$cj8KCBicPSusXR8GyesWZe/lMmWL70Qk59mImNDcQJDNxB.cfTzZ2";
 
 bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   const std::size_t n = std::max(a.size(), b.size());
@@ -528,7 +528,8 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
       flags, 0, nullptr, nullptr, &Impl::OnRequest, &s, MHD_OPTION_EXTERNAL_LOGGER,
       &Impl::Log, &s, MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
   if (s.daemon == nullptr) {
-    close(s.socket.fd);
+    // Not closing s.socket.fd: MHD closes a given listen socket when it fails (checked
+    // with 0.9.75), and a second close could hit a descriptor another thread just opened.
     std::lock_guard lock(s.log_mutex);
     throw HttpError("cannot start the HTTP server on " + s.options.listen_address + ": " +
                     (s.startup_log.empty() ? std::string("libmicrohttpd gave no reason")
