@@ -238,6 +238,7 @@ void HealthTracker::Reconfigure(const Config& config) {
     return mode && size && direction;
   };
   for (auto& [uuid, device] : devices_) {
+    const std::size_t before = device.series.size();
     for (auto it = device.series.begin(); it != device.series.end();) {
       SeriesState& series = it->second;
       while (series.medians.size() > window) series.medians.pop_front();
@@ -253,6 +254,8 @@ void HealthTracker::Reconfigure(const Config& config) {
       }
       it = device.series.erase(it);
     }
+    // Causes read off the dropped series are stale; the next cycle finds what still holds.
+    if (device.series.size() != before) device.last.diagnoses.clear();
     std::erase_if(device.last.series, [&](const SeriesHealth& h) { return !configured(h); });
     std::erase_if(device.last.verdicts, [&](const PairVerdict& v) {
       return std::none_of(device.series.begin(), device.series.end(), [&](const auto& entry) {
@@ -388,8 +391,19 @@ std::string HealthTracker::Summary() const {
   if (devices.empty()) return "starting: no probe cycle finished yet";
   std::size_t total = 0, good = 0;
   std::vector<std::string> problems;
+  std::string notes;  // causes that hold on healthy devices: worth a glance, not a verdict
   for (const DeviceHealth& d : devices) {
     total += d.verdicts.size();
+    if (!d.Degraded()) {
+      for (const Diagnosis& diag : d.diagnoses) {
+        if (diag.cause == DiagnosisCause::kBelowBand ||
+            diag.cause == DiagnosisCause::kBelowBaseline) {
+          continue;  // one bad cycle is not news; the verdict decides
+        }
+        notes += "; gpu" + std::to_string(d.gpu) + " " + std::string(ToString(diag.cause)) +
+                 " (" + diag.detail + ")";
+      }
+    }
     std::size_t degraded_pairs = 0;
     for (const PairVerdict& v : d.verdicts) {
       if (v.degraded) ++degraded_pairs;
@@ -426,7 +440,7 @@ std::string HealthTracker::Summary() const {
     problems.push_back(line);
   }
   if (problems.empty()) {
-    return "ok: " + std::to_string(good) + "/" + std::to_string(total) + " within band";
+    return "ok: " + std::to_string(good) + "/" + std::to_string(total) + " within band" + notes;
   }
   std::string out;
   for (const auto& p : problems) out += (out.empty() ? "" : " | ") + p;

@@ -137,7 +137,8 @@ class HealthTracker {
   double Baseline(const std::string& uuid, probes::TransferMode mode, probes::Direction direction,
                   std::uint64_t size_bytes) const;
 
-  // One line for sd_notify STATUS and the log: "ok: 13/13 within band" or
+  // One line for sd_notify STATUS and the log: "ok: 13/13 within band" (plus causes that
+  // hold on a healthy device: "; gpu0 link_downtrained (...)") or
   // "DEGRADED gpu0 pinned h2d 12.1 GB/s < 20.0 GB/s band; likely: link_downtrained (...)".
   std::string Summary() const;
 

@@ -224,6 +224,9 @@ TEST(Diagnosis, LinkDowntrainedNamesTheLink) {
   }
   // Band followed the x8 link: 10 GB/s is within 0.63 x 15.75.
   EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBand));
+  // Not degraded, but the status line still points at the link.
+  EXPECT_EQ(h.Summary(),
+            "ok: 1/1 within band; gpu0 link_downtrained (0000:00:01.0 Gen4 x8, max Gen4 x16)");
   // Unknown max (0) is not a downtrain.
   probes::LinkPath unknown = Gen4Path();
   unknown.links[1].max_width = 0;
