@@ -292,10 +292,12 @@ double ProbeRun::Transfer(int round, bool last) {
   throw ProbeAbort{ProbeStatus::kError, "unknown mode"};
 }
 
-// pageable and pinned, host to device. pageable is timed by the wall clock: the call is
-// synchronous for pageable memory (the runtime stages it through its own pinned buffer), so
-// call-to-data-on-the-device is what an application waits for; events would miss the CPU
-// copy into the staging buffer. pinned is timed by events on the probe stream.
+// pageable and pinned, host to device. pageable is plain cudaMemcpy timed by the wall
+// clock: the call is synchronous for pageable memory (the runtime stages it through its own
+// pinned buffer), so call-to-data-on-the-device is what an application waits for, and
+// events would miss the CPU copy into the staging buffer. It runs on the legacy default
+// stream, which the probe's non-blocking streams never wait for. pinned is
+// cudaMemcpyAsync on the probe stream, timed by events.
 double ProbeRun::CopyH2D(int round) {
   const bool pageable = spec_.mode == TransferMode::kPageable;
   HostBuffer& src = pageable ? s_.pageable : s_.pinned;
@@ -307,12 +309,14 @@ double ProbeRun::CopyH2D(int round) {
   Record(s_.start);
   double duration = 0;
   if (pageable) {
-    Await(s_.start, true);
+    Await(s_.start, true);  // the poison is done: the copy is timed alone
     const auto t0 = Clock::now();
-    Check(cudaMemcpyAsync(dst, src.ptr, n_, cudaMemcpyHostToDevice, Stream()), "cudaMemcpyAsync");
-    Record(s_.stop);
+    Check(cudaMemcpy(dst, src.ptr, n_, cudaMemcpyHostToDevice), "cudaMemcpy");
+    // cudaMemcpy may return with the last staged chunk still in flight: wait for it.
+    Check(cudaEventRecord(s_.stop, cudaStreamLegacy), "cudaEventRecord");
     Await(s_.stop, true);
     duration = std::chrono::duration<double>(Clock::now() - t0).count();
+    Check(cudaStreamWaitEvent(Stream(), s_.stop, 0), "cudaStreamWaitEvent");
   } else {
     Check(cudaMemcpyAsync(dst, src.ptr, n_, cudaMemcpyHostToDevice, Stream()), "cudaMemcpyAsync");
     Record(s_.stop);
@@ -340,14 +344,11 @@ double ProbeRun::CopyD2H(int round, bool last) {
   Record(s_.start);
   double duration = 0;
   if (pageable) {
-    Await(s_.start, true);
+    Await(s_.start, true);  // the source is ready: the copy is timed alone
     const auto t0 = Clock::now();
-    Check(cudaMemcpyAsync(dst.ptr, s_.device_source.ptr, n_, cudaMemcpyDeviceToHost, Stream()),
-          "cudaMemcpyAsync");
-    Record(s_.stop);
-    Await(s_.stop, true);
+    Check(cudaMemcpy(dst.ptr, s_.device_source.ptr, n_, cudaMemcpyDeviceToHost), "cudaMemcpy");
     duration = std::chrono::duration<double>(Clock::now() - t0).count();
-    sample_.device_time_s += Elapsed(s_.begin, s_.stop);
+    sample_.device_time_s += Elapsed(s_.begin, s_.start) + duration;
   } else {
     Check(cudaMemcpyAsync(dst.ptr, s_.device_source.ptr, n_, cudaMemcpyDeviceToHost, Stream()),
           "cudaMemcpyAsync");
@@ -531,13 +532,15 @@ double ProbeRun::ManagedH2D(int round, bool prefetch) {
 }
 
 // managed, device to host: a kernel writes the buffer (its pages now live on the GPU),
-// then the CPU reads all of it, timed by the wall clock as an application would feel it;
-// with prefetch, cudaMemPrefetchAsync to the host comes first, inside the timed span.
+// then the CPU reads all of it, faulting the pages back, timed by the wall clock as an
+// application would feel it. With prefetch, the timed part is cudaMemPrefetchAsync to the
+// host (events); the CPU read that follows finds local pages and is the check.
 double ProbeRun::ManagedD2H(int round, bool prefetch) {
   const std::uint64_t salt = static_cast<std::uint64_t>(round) + 1;
   void* buf = s_.managed;
   Record(s_.begin);
-  if (prefetch) Check(Prefetch(buf, n_, s_.index, Stream()), "cudaMemPrefetchAsync (to device)");
+  // Move the pages to the GPU before it writes them: setup, cheaper than faulting them.
+  Check(Prefetch(buf, n_, s_.index, Stream()), "cudaMemPrefetchAsync (to device)");
   Check(cudaMemsetAsync(s_.device_result, 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
   Check(cuda::LaunchFill(buf, n_, salt, s_.device_result, s_.blocks, Stream()), "fill kernel");
   if (options_.corrupt_transfers) Check(cuda::LaunchFlipByte(buf, n_ / 2, Stream()), "flip kernel");
@@ -548,16 +551,23 @@ double ProbeRun::ManagedD2H(int round, bool prefetch) {
   Await(s_.start, false);
   sample_.device_time_s += Elapsed(s_.begin, s_.start);
   const std::uint64_t expected = *s_.host_result;
-  const auto t0 = Clock::now();
+  double duration = 0;
+  std::uint64_t sum = 0;
   if (prefetch) {
+    Record(s_.stop_b);
     Check(Prefetch(buf, n_, cudaCpuDeviceId, Stream()), "cudaMemPrefetchAsync (to host)");
     Record(s_.stop);
-    Await(s_.stop, true);
+    Await(s_.stop, false);
+    duration = Elapsed(s_.stop_b, s_.stop);
+    sample_.device_time_s += duration;
+    sum = HostChecksum(buf, n_);
+  } else {
+    const auto t0 = Clock::now();
+    sum = HostChecksum(buf, n_);
+    duration = std::chrono::duration<double>(Clock::now() - t0).count();
+    // The CPU's faults keep the copy engines busy throughout: count all of it.
+    sample_.device_time_s += duration;
   }
-  const std::uint64_t sum = HostChecksum(buf, n_);
-  const double duration = std::chrono::duration<double>(Clock::now() - t0).count();
-  // The CPU's faults keep the copy engines busy for all of it: count it as device time.
-  sample_.device_time_s += duration;
   if (sum != expected) {
     char detail[96];
     std::snprintf(detail, sizeof(detail), "has checksum %016llx, expected %016llx",
@@ -630,6 +640,7 @@ void ProbeRun::Execute() {
   const int total = spec_.warmup + spec_.iterations;
   sample_.durations_s.reserve(spec_.iterations);
   for (int i = 0; i < total; ++i) {
+    if (stop_.stop_requested()) throw ProbeAbort{ProbeStatus::kError, "cancelled"};
     const double d = Transfer(i, i == total - 1);
     ++done_;
     if (i >= spec_.warmup) sample_.durations_s.push_back(d);
@@ -962,8 +973,8 @@ ProbeSample CudaBackend::Run(int device, const ProbeSpec& spec, std::stop_token 
   std::lock_guard lock(state.mu);
   try {
     Check(cudaSetDevice(device), "cudaSetDevice");
+    DrainUnfinishedWork(state, spec, stop);  // before allocating: a hung GPU stops here
     Provisioner(state, options_).Prepare(spec);
-    DrainUnfinishedWork(state, spec, stop);
     ProbeRun(state, options_, spec, stop, sample).Execute();
     sample.status = ProbeStatus::kOk;
   } catch (const ProbeAbort& abort) {

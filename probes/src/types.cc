@@ -73,6 +73,11 @@ bool IsLinkBound(TransferMode mode) {
          mode == TransferMode::kZeroCopy || mode == TransferMode::kManagedPrefetch;
 }
 
+bool IsLinkBound(TransferMode mode, Direction direction) {
+  if (mode == TransferMode::kManagedPrefetch && direction == Direction::kD2H) return false;
+  return IsLinkBound(mode);
+}
+
 std::string FormatSize(std::uint64_t bytes) {
   constexpr std::pair<std::uint64_t, const char*> kUnits[] = {
       {1ull << 30, "GiB"}, {1ull << 20, "MiB"}, {1ull << 10, "KiB"}};

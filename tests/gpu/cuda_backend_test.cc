@@ -128,6 +128,7 @@ TEST_F(CudaBackendTest, OddSizesAreCopiedAndChecked) {
 }
 
 // Link-bound modes against the link the GPU reports (DESIGN.md: 50 % to 105 % of it).
+// The rest are printed for the record.
 TEST_F(CudaBackendTest, BandwidthOfLinkBoundModesFitsTheLink) {
   MAKE_OR_SKIP(backend, CudaOptions{});
   const DeviceInfo device = backend->Devices()[0];
@@ -149,9 +150,14 @@ TEST_F(CudaBackendTest, BandwidthOfLinkBoundModesFitsTheLink) {
                 path.note.c_str(), link / 1e9);
   }
   for (const auto& [mode, direction] : AllModeDirections()) {
-    if (!IsLinkBound(mode) || !caps.Supports(mode)) continue;
+    if (!caps.Supports(mode)) continue;
     const ProbeSample s = backend->Run(0, Spec(mode, direction, 64 * kMiB, 10));
     ASSERT_EQ(s.status, ProbeStatus::kOk) << Describe(s);
+    if (!IsLinkBound(mode, direction)) {
+      std::printf("%-40s %7.2f GB/s (not link-bound)\n", Describe(s).c_str(),
+                  s.MedianBandwidth() / 1e9);
+      continue;
+    }
     const double rate = direction == Direction::kBidirectional ? 2 * link : link;
     const double fraction = s.MedianBandwidth() / rate;
     std::printf("%-40s %7.2f GB/s = %5.1f %% of the link\n", Describe(s).c_str(),

@@ -47,6 +47,10 @@ bool IsValidPair(TransferMode mode, Direction direction);
 // Modes whose bandwidth is bounded by the PCIe link and so held against the expected
 // band; pageable and managed (first touch) are bounded by staging and page faults.
 bool IsLinkBound(TransferMode mode);
+// The same per direction: managed_prefetch device->host is bounded by the host populating
+// the pages it migrates back (about 12 GB/s on the H200 test machine, against 55 GB/s for
+// pinned copies on the same link), so only its host->device half is held to the band.
+bool IsLinkBound(TransferMode mode, Direction direction);
 
 // "64MiB", "4KiB", "1GiB", "512B" <-> bytes. Parse accepts KiB/MiB/GiB (and K/M/G as
 // binary), B or a bare number; nullopt on anything else.
