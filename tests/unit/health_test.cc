@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace xferd::daemon {
@@ -357,6 +359,26 @@ TEST(Restore, RestoredHistoryJudgesTheFirstCycles) {
   third.Restore(extra);
   third.Observe(PinnedCycle(24.0));
   EXPECT_EQ(third.Snapshot().at("GPU-other").at("pinned/h2d/64MiB").size(), 2u);
+}
+
+TEST(HealthTracker, ReadersRunAlongsideTheProbeLoop) {
+  // The probe loop observes while HTTP threads read the status line (TSan checks this).
+  HealthTracker h(TestConfig(2));
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      EXPECT_FALSE(h.Summary().empty());
+      h.Devices();
+      h.Snapshot();
+      h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kSize);
+    }
+  });
+  for (int i = 0; i < 300; ++i) h.Observe(PinnedCycle(i % 7 == 0 ? 10.0 : 24.0));
+  h.Reconfigure(TestConfig(3));
+  for (int i = 0; i < 50; ++i) h.Observe(PinnedCycle(24.0));
+  done = true;
+  reader.join();
+  EXPECT_EQ(h.Summary(), "ok: 2/2 within band");
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "xferd/probes/sim_backend.h"
@@ -305,6 +307,26 @@ TEST(Metrics, FailedProbesCountButLeaveBandwidthAlone) {
   const auto timeouts =
       SeriesWith(text, "xferd_probe_runs_total{gpu=\"0\",mode=\"pinned\",result=\"timeout\"} 1");
   EXPECT_EQ(timeouts.size(), 1u);
+}
+
+TEST(Metrics, ScrapesRunAlongsideRecording) {
+  // The probe loop records while HTTP threads serialize (TSan checks this).
+  prometheus::Registry registry;
+  Metrics metrics(registry);
+  probes::SimOptions options = FastSim();
+  options.devices = 2;
+  probes::SimBackend sim(options);
+  for (const auto& dev : sim.Devices()) metrics.SetDevice(dev);
+  HealthTracker health{Config{}};
+  std::atomic<bool> done{false};
+  std::thread scraper([&] {
+    while (!done.load()) EXPECT_FALSE(Expose(registry).empty());
+  });
+  for (int i = 0; i < 20; ++i) RunCycle(sim, metrics, health);
+  done = true;
+  scraper.join();
+  const auto cycles = SeriesWith(Expose(registry), "xferd_cycles_total{result=\"ok\"} 20");
+  EXPECT_EQ(cycles.size(), 1u);
 }
 
 }  // namespace
