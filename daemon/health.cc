@@ -314,7 +314,7 @@ DeviceHealth HealthTracker::Observe(const CycleObservation& obs) {
     h.median_bytes_per_s = median;
     const std::vector<double> learned(state.medians.begin(), state.medians.end());
     const double baseline = probes::RobustBaseline(learned);
-    h.below_band = band.Known() && probes::IsLinkBound(h.mode) &&
+    h.below_band = band.Known() && probes::IsLinkBound(h.mode, h.direction) &&
                    median < band.lower_bytes_per_s;
     h.below_baseline = static_cast<int>(learned.size()) >= kMinBaselineCycles &&
                        median < config_.drift_fraction * baseline;
