@@ -68,7 +68,8 @@ def parse_metrics(text):
 
 
 class Daemon:
-    def __init__(self, tmp_path, config_text, state_dir=None, args=(), env=None):
+    def __init__(self, tmp_path, config_text, state_dir=None, args=(), env=None,
+                 listen="127.0.0.1:0"):
         self.dir = Path(tmp_path)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.dir / "xferd.toml"
@@ -78,6 +79,7 @@ class Daemon:
         self.env = dict(os.environ, **(env or {}))
         self.proc = None
         self.port = None
+        self.listen = listen  # --web.listen-address
         self.write_config(config_text)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -91,7 +93,7 @@ class Daemon:
         self.log_path = self.dir / f"xferd-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "wb")
         cmd = [BINARY, "run", "--config", str(self.config_path),
-               "--web.listen-address", "127.0.0.1:0", "--state-dir", str(self.state_dir)]
+               "--web.listen-address", self.listen, "--state-dir", str(self.state_dir)]
         self.proc = subprocess.Popen(cmd + self.args, stdout=self._log, stderr=subprocess.STDOUT,
                                      env=self.env)
         self.started_at = time.monotonic()

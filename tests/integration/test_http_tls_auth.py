@@ -1,0 +1,176 @@
+"""TLS and basic auth on the running daemon, proven with the real curl client.
+
+A self-signed certificate is made with openssl at test time; the bcrypt hash is a fixed one
+for the password "test-password" (cost 10, made with Python's crypt module).
+"""
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from xferd_harness import Daemon, sim_config
+
+PASSWORD = "test-password"
+HASH = "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi"
+
+pytestmark = pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl")),
+                                reason="curl and openssl are needed")
+
+
+def make_cert(directory, name="server"):
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def web_config(path, cert=None, key=None, users=None):
+    lines = []
+    if cert:
+        lines += ["tls_server_config:", f"  cert_file: {cert}", f"  key_file: {key}"]
+    if users:
+        lines.append("basic_auth_users:")
+        lines += [f"  {u}: '{h}'" for u, h in users.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def curl(url, *args):
+    """(HTTP status as curl reports it, curl's exit code, body)."""
+    p = subprocess.run(["curl", "-s", "-o", "-", "-w", "\n%{http_code}", "--max-time", "20",
+                        *args, url], capture_output=True, text=True)
+    body, _, code = p.stdout.rpartition("\n")
+    return code, p.returncode, body
+
+
+@pytest.fixture
+def tls_daemon(tmp_path):
+    cert, key = make_cert(tmp_path)
+    conf = web_config(tmp_path / "web.yml", cert, key, {"prometheus": HASH})
+    d = Daemon(tmp_path, sim_config(interval="500ms"), args=["--web.config.file", str(conf)])
+    d.start()
+    d.cert, d.conf = cert, conf
+    yield d
+    d.stop()
+
+
+def test_tls_scrape_with_and_without_credentials(tls_daemon):
+    d = tls_daemon
+    assert "serving https://127.0.0.1:" in d.log()
+    url = f"https://127.0.0.1:{d.port}/metrics"
+    cacert = ["--cacert", str(d.cert)]
+
+    code, rc, body = curl(url, *cacert, "-u", f"prometheus:{PASSWORD}")
+    assert (code, rc) == ("200", 0), body
+    assert "# TYPE process_cpu_seconds_total counter" in body
+    assert "xferd_build_info" in body
+
+    code, _, _ = curl(url, *cacert)
+    assert code == "401"
+    code, _, _ = curl(url, *cacert, "-u", "prometheus:wrong")
+    assert code == "401"
+    code, _, _ = curl(url, *cacert, "-u", f"intruder:{PASSWORD}")
+    assert code == "401"
+    # The challenge names the realm so browsers prompt.
+    head = subprocess.run(["curl", "-s", "-D", "-", "-o", "/dev/null", *cacert, url],
+                          capture_output=True, text=True).stdout
+    assert 'WWW-Authenticate: Basic realm="xferd"' in head
+
+    # HEAD over TLS: headers, no body.
+    p = subprocess.run(["curl", "-s", "-I", *cacert, "-u", f"prometheus:{PASSWORD}", url],
+                       capture_output=True, text=True)
+    assert p.stdout.startswith("HTTP/1.1 200")
+    assert "text/plain; version=0.0.4" in p.stdout
+
+    # Health and landing page are behind auth too (exporter-toolkit does the same).
+    assert curl(f"https://127.0.0.1:{d.port}/healthz", *cacert)[0] == "401"
+    code, _, body = curl(f"https://127.0.0.1:{d.port}/healthz", *cacert,
+                         "-u", f"prometheus:{PASSWORD}")
+    assert code in ("200", "503"), body
+
+
+def test_tls_port_refuses_plain_http_and_untrusted_clients_and_keeps_serving(tls_daemon):
+    d = tls_daemon
+    code, rc, _ = curl(f"http://127.0.0.1:{d.port}/metrics")
+    assert code == "000" and rc != 0  # no HTTP answer over a TLS port
+    code, rc, _ = curl(f"https://127.0.0.1:{d.port}/metrics", "-u", f"prometheus:{PASSWORD}")
+    assert rc == 60  # curl: peer certificate cannot be authenticated with known CA
+    for _ in range(20):  # a burst of junk handshakes
+        curl(f"http://127.0.0.1:{d.port}/")
+    assert d.alive()
+    code, rc, _ = curl(f"https://127.0.0.1:{d.port}/metrics", "--cacert", str(d.cert),
+                       "-u", f"prometheus:{PASSWORD}")
+    assert (code, rc) == ("200", 0)
+
+
+def test_sighup_reloads_the_users(tls_daemon):
+    d = tls_daemon
+    url = f"https://127.0.0.1:{d.port}/metrics"
+    cacert = ["--cacert", str(d.cert)]
+    assert curl(url, *cacert, "-u", f"prometheus:{PASSWORD}")[0] == "200"
+    web_config(d.conf, d.cert, d.cert.with_suffix(".key"), {"grafana": HASH})
+    mark = len(d.log())
+    d.signal(signal.SIGHUP)
+    d.wait_log(r"reload", start=mark)
+    d.wait_for(lambda: curl(url, *cacert, "-u", f"grafana:{PASSWORD}")[0] == "200",
+               20, "the new user to be let in")
+    assert curl(url, *cacert, "-u", f"prometheus:{PASSWORD}")[0] == "401"
+
+
+def test_basic_auth_without_tls(tmp_path):
+    conf = web_config(tmp_path / "web.yml", users={"prometheus": HASH})
+    d = Daemon(tmp_path, sim_config(interval="500ms"), args=["--web.config.file", str(conf)])
+    d.start()
+    try:
+        url = f"http://127.0.0.1:{d.port}/metrics"
+        assert curl(url)[0] == "401"
+        assert curl(url, "-u", "prometheus:nope")[0] == "401"
+        code, _, body = curl(url, "-u", f"prometheus:{PASSWORD}")
+        assert code == "200" and "xferd_" in body
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("what", ["garbage_cert", "garbage_key", "mismatched_key"])
+def test_bad_tls_files_stop_startup_with_a_clear_message(tmp_path, what):
+    cert, key = make_cert(tmp_path)
+    if what == "garbage_cert":
+        cert.write_text("not a certificate\n")
+        needle = "is not a PEM certificate"
+    elif what == "garbage_key":
+        key.write_text("not a key\n")
+        needle = "cannot be loaded"
+    else:
+        _, key = make_cert(tmp_path, "other")
+        needle = "do not fit together"
+    conf = web_config(tmp_path / "web.yml", cert, key)
+    d = Daemon(tmp_path, sim_config(), args=["--web.config.file", str(conf)])
+    d.start(wait_listening=False)
+    try:
+        rc = d.proc.wait(20)
+    finally:
+        d.stop()
+    log = d.log()
+    assert rc in (71, 78), f"exit {rc} (a crash is negative):\n{log}"
+    assert needle in log and "fix:" in log, log
+
+
+def test_port_in_use_is_a_clear_error(tmp_path):
+    first = Daemon(tmp_path / "a", sim_config(interval="1s"))
+    first.start()
+    try:
+        second = Daemon(tmp_path / "b", sim_config(interval="1s"),
+                        listen=f"127.0.0.1:{first.port}")
+        second.start(wait_listening=False)
+        rc = second.proc.wait(20)
+        second.stop()
+        assert rc == 71, second.log()
+        assert "already in use" in second.log() and "--web.listen-address" in second.log()
+        assert first.get("/healthz")[0] in (200, 503)
+    finally:
+        first.stop()
