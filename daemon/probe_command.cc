@@ -174,8 +174,8 @@ std::vector<probes::DeviceInfo> SelectDevices(const std::vector<probes::DeviceIn
       throw UsageError("no GPU \"" + token +
                        "\" for --gpu; give an index or a UUID of one of: " + known);
     }
-    const bool seen = std::any_of(out.begin(), out.end(),
-                                  [&](const auto& d) { return d.index == match->index; });
+    const bool seen =
+        std::any_of(out.begin(), out.end(), [&](const auto& d) { return d.index == match->index; });
     if (!seen) out.push_back(*match);
   }
   return out;
@@ -239,7 +239,7 @@ Row Judge(ProbeSample sample, const probes::LinkPath& path, const probes::Expect
       if (const double rate = NarrowestRate(path); rate > 0) {
         row.percent_of_link = 100.0 * per_direction / rate;
       }
-      if (!probes::IsLinkBound(sample.spec.mode)) {
+      if (!probes::IsLinkBound(sample.spec.mode, sample.spec.direction)) {
         row.verdict = "n/a (not link-bound)";
       } else if (!band.Known()) {
         row.verdict = "n/a (no expected band)";
@@ -353,8 +353,8 @@ void PrintTable(const std::vector<DeviceReport>& reports) {
       std::printf("  expected band: %s\n", r.band.source.c_str());
     }
     if (!r.path.note.empty() && r.path.pcie) std::printf("  note: %s\n", r.path.note.c_str());
-    std::printf("\n  %-16s %-5s %-7s %8s %10s %10s %10s %7s  %s\n", "mode", "dir", "size",
-                "GB/s", "p50", "p99", "p99.9", "% link", "verdict");
+    std::printf("\n  %-16s %-5s %-7s %8s %10s %10s %10s %7s  %s\n", "mode", "dir", "size", "GB/s",
+                "p50", "p99", "p99.9", "% link", "verdict");
     for (const Row& row : r.rows) {
       const ProbeSample& s = row.sample;
       std::string gbps = "-", p50 = "-", p99 = "-", p999 = "-", pct = "-";
@@ -437,6 +437,7 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
            {"samples", s.durations_s.size()},
            {"bytes_per_transfer", s.bytes_per_transfer},
            {"device_time_s", s.device_time_s},
+           {"host_numa_node", s.host_numa_node},
            {"overlap_ratio", s.overlap_ratio ? nlohmann::json(*s.overlap_ratio) : nlohmann::json()},
            {"percent_of_link",
             row.percent_of_link ? nlohmann::json(*row.percent_of_link) : nlohmann::json()},
@@ -445,10 +446,8 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
   }
   const bool simulated = std::any_of(reports.begin(), reports.end(),
                                      [](const DeviceReport& r) { return r.info.simulated; });
-  nlohmann::json doc{{"backend", backend},
-                     {"simulated", simulated},
-                     {"devices", devices},
-                     {"results", results}};
+  nlohmann::json doc{
+      {"backend", backend}, {"simulated", simulated}, {"devices", devices}, {"results", results}};
   std::printf("%s\n", doc.dump(2).c_str());
 }
 
@@ -505,8 +504,7 @@ int RunProbeCommand(const ProbeCommandOptions& options) {
   std::vector<probes::DeviceInfo> selected;
   try {
     const std::vector<std::string>& wanted =
-        !options.gpus.empty() ? options.gpus
-                              : (config ? config->gpus : std::vector<std::string>{});
+        !options.gpus.empty() ? options.gpus : (config ? config->gpus : std::vector<std::string>{});
     selected = SelectDevices(all, wanted);
   } catch (const UsageError& e) {
     return Fail(kExitUsage, e.what());
@@ -525,8 +523,8 @@ int RunProbeCommand(const ProbeCommandOptions& options) {
 
   int bad = 0;
   for (const DeviceReport& r : reports) {
-    bad += static_cast<int>(std::count_if(r.rows.begin(), r.rows.end(),
-                                          [](const Row& row) { return row.bad; }));
+    bad += static_cast<int>(
+        std::count_if(r.rows.begin(), r.rows.end(), [](const Row& row) { return row.bad; }));
   }
   if (bad > 0 && !options.json) {
     std::fprintf(stderr, "xferd probe: %d result(s) below the expected band or failed\n", bad);

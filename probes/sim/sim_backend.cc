@@ -18,8 +18,8 @@ namespace {
 // bounce buffer far less, managed first touch paying for page faults) shifted a little
 // down to the Gen4 hosts the seed band was written for.
 struct ModeModel {
-  double link_fraction;   // sustained bandwidth / theoretical link rate
-  double latency_floor_s; // fixed cost of one transfer: launch, doorbell, completion
+  double link_fraction;    // sustained bandwidth / theoretical link rate
+  double latency_floor_s;  // fixed cost of one transfer: launch, doorbell, completion
 };
 
 ModeModel ModelFor(TransferMode mode, Direction direction) {
@@ -62,7 +62,14 @@ std::uint64_t DeviceKey(std::uint64_t seed, int index) {
   return SplitMix64(seed ^ SplitMix64(static_cast<std::uint64_t>(index) + 1));
 }
 
-int BusOf(int index) { return 0x11 + 0x10 * (index % 15); }
+int BusOf(int index) {
+  return 0x11 + 0x10 * (index % 15);
+}
+
+// Devices alternate between two NUMA nodes, as on a two-socket host.
+int SimNumaNode(int index) {
+  return index % 2;
+}
 
 std::string BusId(int bus) {
   char text[16];
@@ -104,9 +111,9 @@ std::string_view ToString(SimFault::Kind kind) {
 }
 
 std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text) {
-  for (auto kind : {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain,
-                    SimFault::Kind::kErrorEvery, SimFault::Kind::kHang, SimFault::Kind::kSlow,
-                    SimFault::Kind::kLost}) {
+  for (auto kind :
+       {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain, SimFault::Kind::kErrorEvery,
+        SimFault::Kind::kHang, SimFault::Kind::kSlow, SimFault::Kind::kLost}) {
     if (ToString(kind) == text) return kind;
   }
   return std::nullopt;
@@ -215,7 +222,7 @@ LinkPath SimBackend::ReadLinkPath(int device) const {
   // The GPU's own link, then the switch above it, whose upstream link never trains down.
   path.links.push_back({BusId(bus), gen, width, o.link_gen, o.link_width});
   path.links.push_back({BusId(bus - 1), o.link_gen, o.link_width, o.link_gen, o.link_width});
-  path.numa_node = device % 2;
+  path.numa_node = SimNumaNode(device);
   path.iommu_type = "identity";
   return path;
 }
@@ -332,11 +339,11 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
       if (!state_->Wait((deadline_s - elapsed) * o.time_scale, stop)) {
         return Failed(spec, ProbeStatus::kError, "cancelled");
       }
-      ProbeSample timed_out = Failed(
-          spec, ProbeStatus::kTimeout,
-          "probe did not finish within its " + std::to_string(spec.deadline.count()) +
-              " ms deadline (" + std::to_string(i) + " of " + std::to_string(total) +
-              " transfers done)");
+      ProbeSample timed_out =
+          Failed(spec, ProbeStatus::kTimeout,
+                 "probe did not finish within its " + std::to_string(spec.deadline.count()) +
+                     " ms deadline (" + std::to_string(i) + " of " + std::to_string(total) +
+                     " transfers done)");
       timed_out.bytes_per_transfer = bytes;
       timed_out.device_time_s = deadline_s;
       return timed_out;
@@ -351,6 +358,7 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
   }
   sample.status = ProbeStatus::kOk;
   sample.device_time_s = elapsed;
+  sample.host_numa_node = o.integrated ? 0 : SimNumaNode(device);  // buffers placed locally
   return sample;
 }
 

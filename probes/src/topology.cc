@@ -46,9 +46,8 @@ std::string_view Trim(std::string_view text) {
 }
 
 bool IsHex(std::string_view text) {
-  return !text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) {
-    return std::isxdigit(c) != 0;
-  });
+  return !text.empty() && std::all_of(text.begin(), text.end(),
+                                      [](unsigned char c) { return std::isxdigit(c) != 0; });
 }
 
 // "0000:00:01.0" (domain of 4 or more hex digits): the names sysfs gives PCI devices.
@@ -162,7 +161,9 @@ double PcieLink::CurrentBytesPerSecond() const {
   return PcieBytesPerSecond(current_gen, current_width);
 }
 
-double PcieLink::MaxBytesPerSecond() const { return PcieBytesPerSecond(max_gen, max_width); }
+double PcieLink::MaxBytesPerSecond() const {
+  return PcieBytesPerSecond(max_gen, max_width);
+}
 
 bool PcieLink::Downtrained() const {
   if (current_gen == 0 || current_width == 0 || max_gen == 0 || max_width == 0) return false;

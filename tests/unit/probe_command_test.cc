@@ -101,8 +101,8 @@ TEST_F(ProbeCommand, SimulatedJsonHasAllThirteenSaneResults) {
     bandwidth[key] = median;
   }
   EXPECT_EQ(bandwidth.size(), 13u);
-  for (const char* mode : {"pageable", "pinned", "pinned_async", "zero_copy", "managed",
-                           "managed_prefetch"}) {
+  for (const char* mode :
+       {"pageable", "pinned", "pinned_async", "zero_copy", "managed", "managed_prefetch"}) {
     EXPECT_TRUE(bandwidth.contains(std::string(mode) + "/h2d")) << mode;
     EXPECT_TRUE(bandwidth.contains(std::string(mode) + "/d2h")) << mode;
   }
@@ -115,8 +115,8 @@ TEST_F(ProbeCommand, SimulatedJsonHasAllThirteenSaneResults) {
 TEST_F(ProbeCommand, TableShowsTheDeviceBandAndVerdicts) {
   const Result r = Xferd("probe --simulate --iterations 3 --mode pinned,managed");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* text : {"SIMULATED", "Gen4 x16", "expected band: 19.85-26.15 GB/s",
-                           "pinned", "bidir", "p99.9", "n/a (not link-bound)", " ok"}) {
+  for (const char* text : {"SIMULATED", "Gen4 x16", "expected band: 19.85-26.15 GB/s", "pinned",
+                           "bidir", "p99.9", "n/a (not link-bound)", " ok"}) {
     EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
   }
   EXPECT_EQ(r.out.find("pageable"), std::string::npos) << "--mode must limit the rows";
@@ -134,8 +134,7 @@ TEST_F(ProbeCommand, SameSeedSameNumbers) {
 }
 
 TEST_F(ProbeCommand, SizesAndModesMultiply) {
-  const Result r =
-      Xferd("probe --simulate --json --iterations 2 --mode pinned --size 4KiB,1MiB");
+  const Result r = Xferd("probe --simulate --json --iterations 2 --mode pinned --size 4KiB,1MiB");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto results = nlohmann::json::parse(r.out).at("results");
   ASSERT_EQ(results.size(), 6u);  // pinned h2d, d2h, bidir at two sizes
@@ -177,8 +176,8 @@ TEST_F(ProbeCommand, UnknownGpuModeOrSizeIsAUsageError) {
 
 TEST_F(ProbeCommand, GpuSelectedByUuid) {
   const fs::path config = WriteFile("sim.toml", "[simulate]\ndevices = 3\ntime_scale = 0\n");
-  const Result all = Xferd("probe --simulate --json --iterations 2 --mode pinned -c '" +
-                           config.string() + "'");
+  const Result all =
+      Xferd("probe --simulate --json --iterations 2 --mode pinned -c '" + config.string() + "'");
   ASSERT_EQ(all.exit_code, 0) << all.err;
   const auto devices = nlohmann::json::parse(all.out).at("devices");
   ASSERT_EQ(devices.size(), 3u);
@@ -200,8 +199,7 @@ time_scale = 0
 kind = "degrade"
 factor = 0.4
 )");
-  const Result r =
-      Xferd("probe --simulate --json --iterations 3 -c '" + config.string() + "'");
+  const Result r = Xferd("probe --simulate --json --iterations 3 -c '" + config.string() + "'");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   int below = 0;
   const auto doc = nlohmann::json::parse(r.out);
@@ -221,7 +219,7 @@ time_scale = 0
 kind = "hang"
 )");
   const Result r = Xferd("probe --simulate --json --iterations 2 --mode managed --size 4KiB -c '" +
-                        config.string() + "'");
+                         config.string() + "'");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   const auto results = nlohmann::json::parse(r.out).at("results");
   ASSERT_EQ(results.size(), 2u);
@@ -241,7 +239,8 @@ time_scale = 0
 kind = "lost"
 device = 1
 )");
-  const Result r = Xferd("probe --simulate --iterations 2 --mode pinned -c '" + config.string() + "'");
+  const Result r =
+      Xferd("probe --simulate --iterations 2 --mode pinned -c '" + config.string() + "'");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("error: device lost"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("GPU 0:"), std::string::npos) << r.out;

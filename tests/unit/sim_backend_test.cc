@@ -88,6 +88,17 @@ TEST(SimBackend, SaysItIsSimulated) {
   EXPECT_EQ(sim.Name(), "sim");
 }
 
+TEST(SimBackend, HostBuffersSitOnTheGpusNumaNode) {
+  SimOptions o = Fast();
+  o.devices = 2;
+  SimBackend sim(o);
+  for (int device = 0; device < 2; ++device) {
+    const ProbeSample s = sim.Run(device, Spec(TransferMode::kPinned, Direction::kH2D));
+    EXPECT_EQ(s.host_numa_node, sim.ReadLinkPath(device).numa_node);
+  }
+  EXPECT_NE(sim.ReadLinkPath(0).numa_node, sim.ReadLinkPath(1).numa_node);
+}
+
 TEST(SimBackend, ModesRankAsOnRealHardware) {
   SimBackend sim(Fast());
   const double pinned = MedianBw(sim, TransferMode::kPinned, Direction::kH2D);
@@ -114,7 +125,7 @@ TEST(SimBackend, SmallTransfersHitTheLatencyFloorAndHaveATail) {
   ASSERT_EQ(s.durations_s.size(), 5000u);
   const double p50 = Quantile(s.durations_s, 0.5);
   const double p999 = Quantile(s.durations_s, 0.999);
-  EXPECT_GT(p50, 2e-6);   // a few microseconds even for 4 KiB
+  EXPECT_GT(p50, 2e-6);  // a few microseconds even for 4 KiB
   EXPECT_LT(p50, 20e-6);
   EXPECT_GT(p999, 1.5 * p50);  // the tail a histogram must show
   EXPECT_LT(s.MedianBandwidth(), 0.1 * kGen4x16);
@@ -162,8 +173,7 @@ TEST(SimBackend, FaultsCanTargetOneDevice) {
   o.faults = {{.kind = SimFault::Kind::kLost, .device = 1}};
   SimBackend sim(o);
   EXPECT_EQ(sim.Run(0, Spec(TransferMode::kPinned, Direction::kH2D)).status, ProbeStatus::kOk);
-  EXPECT_EQ(sim.Run(1, Spec(TransferMode::kPinned, Direction::kH2D)).status,
-            ProbeStatus::kError);
+  EXPECT_EQ(sim.Run(1, Spec(TransferMode::kPinned, Direction::kH2D)).status, ProbeStatus::kError);
 }
 
 TEST(SimBackend, DowntrainedLinkShowsInThePathAndTheBandwidth) {
@@ -180,8 +190,7 @@ TEST(SimBackend, DowntrainedLinkShowsInThePathAndTheBandwidth) {
   EXPECT_EQ(path.links[0].current_width, 8);
   EXPECT_EQ(path.links[0].max_width, 16);
   EXPECT_EQ(path.Narrowest(), &path.links[0]);
-  EXPECT_NEAR(BandFromPath(path).upper_bytes_per_s, BandFromPath(good).upper_bytes_per_s / 2,
-              1e6);
+  EXPECT_NEAR(BandFromPath(path).upper_bytes_per_s, BandFromPath(good).upper_bytes_per_s / 2, 1e6);
 
   const double ratio = MedianBw(downtrained, TransferMode::kPinned, Direction::kH2D) /
                        MedianBw(healthy, TransferMode::kPinned, Direction::kH2D);
@@ -200,9 +209,9 @@ TEST(SimBackend, ErrorEveryNthProbe) {
       EXPECT_TRUE(s.durations_s.empty());
     }
   }
-  EXPECT_EQ(statuses, (std::vector<ProbeStatus>{ProbeStatus::kOk, ProbeStatus::kOk,
-                                                ProbeStatus::kError, ProbeStatus::kOk,
-                                                ProbeStatus::kOk, ProbeStatus::kError}));
+  EXPECT_EQ(statuses,
+            (std::vector<ProbeStatus>{ProbeStatus::kOk, ProbeStatus::kOk, ProbeStatus::kError,
+                                      ProbeStatus::kOk, ProbeStatus::kOk, ProbeStatus::kError}));
 }
 
 TEST(SimBackend, HangBlocksUntilStopIsRequested) {
@@ -253,13 +262,13 @@ TEST(SimBackend, TimeScaleZeroReturnsAtOnce) {
   SimBackend sim(Fast());
   const auto start = std::chrono::steady_clock::now();
   // ~280 s of simulated page-fault migration.
-  const ProbeSample s =
-      [&] {
-        ProbeSpec spec = Spec(TransferMode::kManaged, Direction::kH2D, 1ull << 30, 1000);
-        spec.deadline = std::chrono::hours(1);
-        return sim.Run(0, spec);
-      }();
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const ProbeSample s = [&] {
+    ProbeSpec spec = Spec(TransferMode::kManaged, Direction::kH2D, 1ull << 30, 1000);
+    spec.deadline = std::chrono::hours(1);
+    return sim.Run(0, spec);
+  }();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(s.status, ProbeStatus::kOk) << s.message;
   EXPECT_GT(s.device_time_s, 100.0);
   EXPECT_LT(wall, 60.0);
@@ -271,7 +280,8 @@ TEST(SimBackend, TimeScaleOneTakesTheSimulatedTimeAndStopsWhenAsked) {
   SimBackend sim(o);
   const auto start = std::chrono::steady_clock::now();
   const ProbeSample s = sim.Run(0, Spec(TransferMode::kPinned, Direction::kH2D, 16 << 20, 10));
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(s.status, ProbeStatus::kOk);
   EXPECT_GE(wall, 0.95 * s.device_time_s);
 
@@ -316,8 +326,7 @@ TEST(SimBackend, IntegratedDeviceHasNoPcieLinkButRunsEveryMode) {
 TEST(SimBackend, BadRequestsAreErrorsNotCrashes) {
   SimBackend sim(Fast());
   EXPECT_EQ(sim.Run(5, Spec(TransferMode::kPinned, Direction::kH2D)).status, ProbeStatus::kError);
-  EXPECT_EQ(sim.Run(-1, Spec(TransferMode::kPinned, Direction::kH2D)).status,
-            ProbeStatus::kError);
+  EXPECT_EQ(sim.Run(-1, Spec(TransferMode::kPinned, Direction::kH2D)).status, ProbeStatus::kError);
   EXPECT_EQ(sim.Run(0, Spec(TransferMode::kPageable, Direction::kBidirectional)).status,
             ProbeStatus::kError);
   EXPECT_EQ(sim.Run(0, Spec(TransferMode::kPinned, Direction::kH2D, 0)).status,
@@ -352,9 +361,9 @@ TEST(SimBackend, FaultsCanChangeWhileDevicesProbe) {
 }
 
 TEST(SimFaultKind, NamesRoundTrip) {
-  for (auto kind : {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain,
-                    SimFault::Kind::kErrorEvery, SimFault::Kind::kHang, SimFault::Kind::kSlow,
-                    SimFault::Kind::kLost}) {
+  for (auto kind :
+       {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain, SimFault::Kind::kErrorEvery,
+        SimFault::Kind::kHang, SimFault::Kind::kSlow, SimFault::Kind::kLost}) {
     EXPECT_EQ(ParseSimFaultKind(ToString(kind)), kind);
   }
   EXPECT_EQ(ToString(SimFault::Kind::kDownTrain), "downtrain");
