@@ -1,7 +1,7 @@
 // What xferd's probes cost and how steady they are, through the probes library exactly as
 // the daemon calls it:
-//   - `--cycles` back-to-back pinned h2d probes (the default size and iterations): the
-//     coefficient of variation of their medians;
+//   - `--sets` sets of `--cycles` back-to-back pinned h2d probes (the default size and
+//     iterations): the coefficient of variation of their medians, per set;
 //   - `--full-cycles` default cycles (every mode both ways plus pinned bidirectional): the
 //     GPU time of one (sum of device_time_s) and the duty cycle at `--interval-s`;
 //   - the device memory the backend holds (cudaMemGetInfo before it ran and after).
@@ -23,12 +23,13 @@
 using namespace xferd::probes;
 
 int main(int argc, char** argv) {
-  int cycles = 30, full_cycles = 3, iterations = 20, warmup = 2;
+  int cycles = 30, sets = 3, full_cycles = 3, iterations = 20, warmup = 2;
   std::uint64_t size = 64ull << 20;
   double interval_s = 60;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--cycles") cycles = std::atoi(argv[i + 1]);
+    else if (flag == "--sets") sets = std::atoi(argv[i + 1]);
     else if (flag == "--full-cycles") full_cycles = std::atoi(argv[i + 1]);
     else if (flag == "--iterations") iterations = std::atoi(argv[i + 1]);
     else if (flag == "--warmup") warmup = std::atoi(argv[i + 1]);
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
       return 64;
     }
   }
-  if (size == 0 || cycles < 2 || full_cycles < 1 || iterations < 1) {
+  if (size == 0 || cycles < 2 || sets < 1 || full_cycles < 1 || iterations < 1) {
     std::fprintf(stderr, "xferd_probe_cycles: need a size, >= 2 cycles, >= 1 full cycle\n");
     return 64;
   }
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
   out["warmup"] = warmup;
 
   std::vector<double> cycle_device_s;
-  std::map<std::string, std::vector<double>> medians;
+  std::map<std::string, std::vector<double>> medians, device_times;
   bool all_ok = true;
   for (int c = 0; c < full_cycles; ++c) {
     double device_s = 0;
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
       const ProbeSample s = backend->Run(0, spec_for(mode, direction));
       const std::string key = std::string(ToString(mode)) + " " + std::string(ToString(direction));
       device_s += s.device_time_s;
+      device_times[key].push_back(s.device_time_s);
       if (s.status != ProbeStatus::kOk) {
         all_ok = false;
         out["errors"].push_back(key + ": " + std::string(ToString(s.status)) + ": " + s.message);
@@ -101,28 +103,33 @@ int main(int argc, char** argv) {
   out["default_cycle"]["device_time_s_median"] = Median(cycle_device_s);
   out["default_cycle"]["interval_s"] = interval_s;
   out["default_cycle"]["duty_cycle"] = Median(cycle_device_s) / interval_s;
-  for (auto& [key, values] : medians) out["modes"][key] = {{"median_bytes_per_s", Median(values)}};
+  for (auto& [key, values] : medians) {
+    out["modes"][key] = {{"median_bytes_per_s", Median(values)},
+                         {"device_time_s_median", Median(device_times[key])}};
+  }
   out["device_memory_held_bytes"] = static_cast<long long>(free_before) - static_cast<long long>(free_after);
 
-  std::vector<double> pinned_h2d;
-  std::vector<double> pinned_device_s;
-  for (int c = 0; c < cycles; ++c) {
-    const ProbeSample s = backend->Run(0, spec_for(TransferMode::kPinned, Direction::kH2D));
-    if (s.status != ProbeStatus::kOk) {
-      all_ok = false;
-      out["errors"].push_back("pinned h2d cycle " + std::to_string(c) + ": " + s.message);
-      continue;
+  for (int set = 0; set < sets; ++set) {
+    std::vector<double> pinned_h2d, pinned_device_s;
+    for (int c = 0; c < cycles; ++c) {
+      const ProbeSample s = backend->Run(0, spec_for(TransferMode::kPinned, Direction::kH2D));
+      if (s.status != ProbeStatus::kOk) {
+        all_ok = false;
+        out["errors"].push_back("pinned h2d cycle " + std::to_string(c) + ": " + s.message);
+        continue;
+      }
+      pinned_h2d.push_back(s.MedianBandwidth());
+      pinned_device_s.push_back(s.device_time_s);
     }
-    pinned_h2d.push_back(s.MedianBandwidth());
-    pinned_device_s.push_back(s.device_time_s);
+    if (pinned_h2d.empty()) continue;
+    out["pinned_h2d_cycles"].push_back(
+        {{"medians_bytes_per_s", pinned_h2d},
+         {"mean_bytes_per_s", Mean(pinned_h2d)},
+         {"cv", CoefficientOfVariation(pinned_h2d)},
+         {"min_bytes_per_s", *std::min_element(pinned_h2d.begin(), pinned_h2d.end())},
+         {"max_bytes_per_s", *std::max_element(pinned_h2d.begin(), pinned_h2d.end())},
+         {"device_time_s_median", Median(pinned_device_s)}});
   }
-  out["pinned_h2d_cycles"] = {
-      {"medians_bytes_per_s", pinned_h2d},
-      {"mean_bytes_per_s", Mean(pinned_h2d)},
-      {"cv", CoefficientOfVariation(pinned_h2d)},
-      {"min_bytes_per_s", *std::min_element(pinned_h2d.begin(), pinned_h2d.end())},
-      {"max_bytes_per_s", *std::max_element(pinned_h2d.begin(), pinned_h2d.end())},
-      {"device_time_s_median", Median(pinned_device_s)}};
   std::printf("%s\n", out.dump(2).c_str());
   return all_ok ? 0 : 1;
 }

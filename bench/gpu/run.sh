@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Everything the GPU half of the benchmarks shows, in one call on the GPU host:
-#   the GPU tests; `xferd probe --json` (64 MiB, 20 iterations) beside the plain
-#   cudaMemcpy/events loop on the same sizes (ratio per mode); 30 back-to-back pinned h2d
-#   probes (CV), the GPU time of the default cycle and its duty cycle at 60 s, the device
-#   memory the backend holds; compute-sanitizer memcheck and racecheck on the GPU tests.
+#   the GPU tests; `xferd probe --json` (64 MiB, 20 iterations) for every mode, and for
+#   pinned and pageable alternating with the plain cudaMemcpy/events loop (a ratio per
+#   pair); 3 sets of 30 back-to-back pinned h2d probes (CV); the GPU time of the default
+#   cycle and its duty cycle at 60 s; the device memory the backend holds;
+#   compute-sanitizer memcheck and racecheck on the GPU tests.
 #
 #   bench/gpu/run.sh [OUT_DIR]      from the repository root; OUT_DIR defaults to $OUT
 #
@@ -37,15 +38,42 @@ step gpu tests
 timeout 300 "$b/tests/xferd_gpu_tests" > "$out/gpu_tests.log" 2>&1 || { status=1; echo "gpu tests FAILED"; }
 tail -3 "$out/gpu_tests.log"
 
-step "xferd probe --json (64 MiB, 20 iterations)"
+step "xferd probe --json (64 MiB, 20 iterations), every mode"
 timeout 120 "$b/xferd" probe --json --size 64MiB --iterations 20 > "$out/probe.json" 2>> "$out/machine.txt"
 echo "xferd probe exit $? (1 = something below its band or failed)"
 
-step plain cudaMemcpy loop
-timeout 120 "$b/bench/gpu/xferd_plain_copy" --size $((64 << 20)) --iterations 20 > "$out/plain.json" || status=1
+# This host's bandwidth drifts by a few percent for seconds at a time (other tenants), so
+# the probe and the plain loop alternate, and each pair gives a ratio.
+step "pinned/pageable: plain loop and xferd probe, alternating, 5 pairs"
+pairs=$(mktemp -d)
+for rep in 1 2 3 4 5; do
+  timeout 60 "$b/bench/gpu/xferd_plain_copy" --size $((64 << 20)) --iterations 20 > "$pairs/plain_$rep.json" || status=1
+  timeout 60 "$b/xferd" probe --json --mode pinned,pageable --size 64MiB --iterations 20 > "$pairs/probe_$rep.json" 2>/dev/null
+done
+# Does reading the link's sysfs attributes (what `xferd probe` does every 5 ms during its
+# first link-bound probe) cost the copies anything? The plain loop, with and without.
+gpu_dev=$(grep -l 0x10de /sys/bus/pci/devices/*/vendor 2>/dev/null | head -1 | xargs -r dirname)
+if [ -n "$gpu_dev" ]; then
+  ( while :; do cat "$gpu_dev/current_link_speed" "$gpu_dev/current_link_width" \
+      "$gpu_dev/max_link_speed" "$gpu_dev/max_link_width" > /dev/null; sleep 0.005; done ) &
+  poller=$!
+  timeout 60 "$b/bench/gpu/xferd_plain_copy" --size $((64 << 20)) --iterations 20 > "$pairs/polled_plain.json"
+  kill "$poller"
+  timeout 60 "$b/bench/gpu/xferd_plain_copy" --size $((64 << 20)) --iterations 20 > "$pairs/unpolled_plain.json"
+fi
+python3 - "$pairs" "$out/pairs.json" <<'PY'
+import json, sys, pathlib
+d = pathlib.Path(sys.argv[1])
+read = lambda name: json.loads((d / name).read_text() or "null") if (d / name).exists() else None
+reps = sorted({p.stem.split("_")[1] for p in d.glob("probe_*.json")})
+doc = {"pairs": [{"plain": read(f"plain_{r}.json"), "probe": read(f"probe_{r}.json")} for r in reps],
+       "plain_while_link_polled": read("polled_plain.json"),
+       "plain_not_polled": read("unpolled_plain.json")}
+pathlib.Path(sys.argv[2]).write_text(json.dumps(doc))
+PY
 
-step "probe cycles: 30 x pinned h2d, 3 default cycles"
-timeout 300 "$b/bench/gpu/xferd_probe_cycles" --cycles 30 --full-cycles 3 > "$out/cycles.json" || status=1
+step "probe cycles: 3 sets of 30 x pinned h2d, 3 default cycles"
+timeout 300 "$b/bench/gpu/xferd_probe_cycles" --sets 3 --cycles 30 --full-cycles 3 > "$out/cycles.json" || status=1
 
 step compute-sanitizer memcheck + racecheck on the GPU tests
 {

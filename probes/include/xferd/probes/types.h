@@ -48,7 +48,7 @@ bool IsValidPair(TransferMode mode, Direction direction);
 // band; pageable and managed (first touch) are bounded by staging and page faults.
 bool IsLinkBound(TransferMode mode);
 // The same per direction: managed_prefetch device->host is bounded by the host populating
-// the pages it migrates back (about 12 GB/s on the H200 test machine, against 55 GB/s for
+// the pages it migrates back (9-12 GB/s on the H200 test machine, against 55 GB/s for
 // pinned copies on the same link), so only its host->device half is held to the band.
 bool IsLinkBound(TransferMode mode, Direction direction);
 
