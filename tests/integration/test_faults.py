@@ -1,0 +1,211 @@
+"""Issue 6's fault matrix on the simulated device. For each fault: the daemon stays up,
+/metrics answers, the right counter moves, the log says what happened, and what was learned
+is kept."""
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from xferd_harness import Daemon, sim_config
+
+BASELINE_KEY = dict(gpu="0", mode="pinned", direction="h2d", size="1MiB")
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    started = []
+
+    def make(config, **kw):
+        d = Daemon(tmp_path / f"d{len(started)}", config, **kw)
+        started.append(d)
+        return d
+
+    yield make
+    for d in started:
+        d.stop()
+
+
+def learned(d):
+    """Run until a baseline is learned and written; return its value."""
+    d.wait_for(lambda: d.value("xferd_bandwidth_baseline_bytes_per_second", default=0,
+                               **BASELINE_KEY) > 0, 60, "a baseline to be learned")
+    d.wait_for(lambda: saved_baselines(d), 10, "the baseline in the state file")
+    return d.value("xferd_bandwidth_baseline_bytes_per_second", **BASELINE_KEY)
+
+
+def saved_baselines(d):
+    path = d.state_dir / "state.json"
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text()).get("baselines", {})
+
+
+def inject(d, **config):
+    t = len(d.log())
+    d.write_config(sim_config(**config))
+    d.signal(signal.SIGHUP)
+    d.wait_log(r"reload: configuration .* applied", start=t)
+
+
+def assert_kept(d, baseline):
+    assert d.alive()
+    assert d.value("xferd_bandwidth_baseline_bytes_per_second", **BASELINE_KEY) == \
+        pytest.approx(baseline, rel=0.05)
+    assert saved_baselines(d), "the state file lost its baselines"
+
+
+def test_probe_error(daemon):
+    d = daemon(sim_config()).start().wait_ready()
+    baseline = learned(d)
+    inject(d, faults=[{"kind": "error_every", "every": 3}])
+    d.wait_for(lambda: d.value("xferd_probe_runs_total", sum_all=True, gpu="0",
+                               result="error") >= 3, 20, "the error counter to move")
+    assert "probe error" in d.log()
+    assert d.value("xferd_cycles_total", result="partial") >= 1
+    assert_kept(d, baseline)
+
+
+def test_hang_past_deadline(daemon):
+    d = daemon(sim_config(interval="2s")).start().wait_ready()
+    baseline = learned(d)
+    inject(d, interval="2s", faults=[{"kind": "hang"}])
+    d.wait_log(r"probe hung: no answer after [0-9.]+ s \(deadline 1.0 s\)", timeout=15)
+    assert d.value("xferd_probe_runs_total", sum_all=True, gpu="0", result="timeout") >= 1
+    assert d.get("/healthz")[0] == 503
+    assert_kept(d, baseline)
+
+
+def test_device_lost_mid_cycle(daemon):
+    d = daemon(sim_config()).start().wait_ready()
+    baseline = learned(d)
+    inject(d, faults=[{"kind": "lost"}])
+    d.wait_for(lambda: d.value("xferd_probe_runs_total", sum_all=True, gpu="0",
+                               result="error") >= 13, 20, "every probe to fail")
+    assert "device lost" in d.log()
+    assert_kept(d, baseline)
+
+
+def test_slow_device_times_out(daemon):
+    d = daemon(sim_config()).start().wait_ready()
+    baseline = learned(d)
+    inject(d, faults=[{"kind": "slow", "factor": 1000.0}])
+    d.wait_for(lambda: d.value("xferd_probe_runs_total", sum_all=True, gpu="0",
+                               result="timeout") >= 3, 20, "the timeout counter to move")
+    assert "probe timed out" in d.log()
+    assert_kept(d, baseline)
+
+
+def test_state_dir_unwritable(daemon, tmp_path):
+    # A regular file where a directory should be: unwritable even for root.
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    d = daemon(sim_config(), state_dir=blocker / "state").start().wait_ready()
+    d.wait_for(lambda: d.value("xferd_state_write_errors_total") >= 2, 20,
+               "state write errors to be counted")
+    d.wait_log(r"state: .*baselines are kept in memory")
+    # Learning goes on in memory.
+    d.wait_for(lambda: d.value("xferd_bandwidth_baseline_bytes_per_second", default=0,
+                               **BASELINE_KEY) > 0, 60, "a baseline learned in memory")
+    said = [l for l in d.log().splitlines() if "error state:" in l]
+    assert len(said) == 1, f"said once, not every cycle: {said}"
+
+
+def test_state_file_corrupt(daemon, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "state.json").write_text('{"version": 1, "baselines": {"SIM-')
+    d = daemon(sim_config(), state_dir=state).start().wait_ready()
+    d.wait_log(r"state: .*corrupt")
+    assert list(state.glob("state.json.corrupt-*")), os.listdir(state)
+    d.wait_for(lambda: saved_baselines(d) or
+               json.loads((state / "state.json").read_text())["version"] == 1, 20,
+               "a fresh state file")
+
+
+def test_state_file_from_a_future_version(daemon, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    future = json.dumps({"version": 99, "baselines": {}, "from": "a newer xferd"})
+    (state / "state.json").write_text(future)
+    d = daemon(sim_config(), state_dir=state).start().wait_ready()
+    d.wait_log(r"state: .*(version|newer)")
+    n = d.value("xferd_cycles_total", sum_all=True)
+    d.wait_for(lambda: d.value("xferd_cycles_total", sum_all=True) >= n + 3, 20, "more cycles")
+    assert (state / "state.json").read_text() == future, "a newer file must not be overwritten"
+    assert d.alive()
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A 256 KiB tmpfs: a disk that can really fill up. Needs mount rights (root with
+    CAP_SYS_ADMIN); skipped, saying so, where they are missing."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill ({r.stderr.strip()}): needs root "
+                    "with CAP_SYS_ADMIN")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_textfile_on_a_full_disk(daemon, tiny_fs):
+    textfile = tiny_fs / "xferd.prom"
+    d = daemon(sim_config(extra=f'[daemon]\ntextfile_path = "{textfile}"\n')).start().wait_ready()
+    d.wait_for(textfile.exists, 10, "the textfile")
+    assert "xferd_bandwidth_bytes_per_second" in textfile.read_text()
+    # Fill the disk.
+    filler = tiny_fs / "filler"
+    try:
+        with open(filler, "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    except OSError:
+        pass  # full
+    d.wait_for(lambda: d.value("xferd_textfile_write_errors_total") >= 2, 20,
+               "textfile write errors to be counted")
+    assert "No space left on device" in d.log() or "disk" in d.log().lower()
+    # The last good file stays whole and readable by node_exporter; no temp files linger.
+    text = textfile.read_text()
+    assert text.rstrip().endswith(("}", "0", "1")) or text.endswith("\n")
+    assert "xferd_bandwidth_bytes_per_second" in text
+    assert sorted(p.name for p in tiny_fs.iterdir()) == ["filler", "xferd.prom"]
+    filler.unlink()
+    d.wait_log(r"textfile: writing .* works again")
+    assert d.alive()
+
+
+def test_kill9_during_state_writes_never_tears_the_state_file(tmp_path):
+    """30 kill -9 at random moments while the daemon writes its state every ~20 ms: every
+    restart finds a whole state file (old or new) and says nothing is corrupt."""
+    state = tmp_path / "state"
+    rng = random.Random(4)
+    d = Daemon(tmp_path / "d", sim_config(interval="20ms"), state_dir=state)
+    kills = 0
+    for i in range(30):
+        d.start()
+        d.wait_for(lambda: (state / "state.json").exists(), 20, "a state file")
+        # Past the first few writes, then at a random point in a write cycle.
+        time.sleep(0.05 + rng.random() * 0.3)
+        d.kill9()
+        kills += 1
+        text = (state / "state.json").read_text()
+        doc = json.loads(text)  # raises on a torn file
+        assert doc["version"] == 1
+        log = d.log()
+        assert "corrupt" not in log, log[-2000:]
+    assert kills == 30
+    # Temp files of interrupted writes do not pile up.
+    assert len(list(state.iterdir())) <= 3, os.listdir(state)
+    # And a last normal run loads it.
+    d.start()
+    d.wait_ready()
+    d.wait_log(r"state: .*state.json \(\d+ learned series\)")
+    assert d.stop() == 0
