@@ -57,6 +57,8 @@ class StateFileTest : public ::testing::Test {
       body();
       return;
     }
+    // Re-executes the test binary for the child: safe with sanitizer threads around.
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(
         {
           if (::setgid(65534) != 0 || ::setuid(65534) != 0) std::_Exit(3);
