@@ -288,7 +288,7 @@ DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceI
         continue;
       }
       // Read the path during the first link-bound probe, when the link carries traffic.
-      const bool watch = !link_read && probes::IsLinkBound(mode);
+      const bool watch = !link_read && probes::IsLinkBound(mode, direction);
       samples.push_back(RunProbe(backend, info.index, spec, watch ? &report.path : nullptr));
       link_read = link_read || watch;
     }

@@ -88,7 +88,9 @@ TEST_F(ProbeCommand, SimulatedJsonHasAllThirteenSaneResults) {
     EXPECT_GT(p50, 0);
     EXPECT_LE(p50, p99);
     EXPECT_LE(p99, p999);
-    const bool link_bound = mode != "pageable" && mode != "managed";
+    // managed_prefetch d2h is bound by the host populating pages, not by the link.
+    const bool link_bound = mode != "pageable" && mode != "managed" &&
+                            !(mode == "managed_prefetch" && direction == "d2h");
     if (link_bound) {
       const double per_direction = median / (direction == "bidir" ? 2 : 1);
       EXPECT_GT(per_direction, 0.50 * link);
@@ -206,7 +208,7 @@ factor = 0.4
   for (const auto& result : doc.at("results")) {
     if (result.at("verdict").get<std::string>() == "below band") ++below;
   }
-  EXPECT_EQ(below, 9) << r.out;  // every link-bound mode/direction
+  EXPECT_EQ(below, 8) << r.out;  // every link-bound mode/direction
 }
 
 TEST_F(ProbeCommand, HungProbeIsCancelledAndReportedAsTimeout) {
