@@ -51,7 +51,8 @@ const std::vector<Section>& Schema() {
       {"health.band", {"gpu", "lower", "upper"}},
       {"simulate",
        {"enabled", "devices", "seed", "link", "link_gen", "link_width", "integrated",
-        "time_scale", "fault", "gpu_utilization_percent", "pcie_bytes_per_second"}},
+        "time_scale", "fault", "gpu_utilization_percent", "pcie_bytes_per_second",
+        "unsupported"}},
       {"simulate.fault", {"kind", "device", "factor", "gen", "width", "every"}},
   };
   return kSchema;
@@ -350,7 +351,9 @@ class TableReader {
     return SizeValue(*node, key, min, max, std::string(key) + " = \"" + std::string(suggestion) + "\"");
   }
 
-  std::optional<double> Bandwidth(std::string_view key, std::string_view suggestion) const {
+  // `allow_zero`: 0 is a meaningful value (an idle simulated link), not a unit mistake.
+  std::optional<double> Bandwidth(std::string_view key, std::string_view suggestion,
+                                  bool allow_zero = false) const {
     const toml::node* node = Find(key);
     if (!node) return std::nullopt;
     const std::string example = std::string(key) + " = \"" + std::string(suggestion) + "\"";
@@ -372,6 +375,7 @@ class TableReader {
            "write " + example);
     }
     // 1 KB/s .. 10 TB/s: anything outside is a unit mistake, not a real link.
+    if (allow_zero && value == 0) return value;
     if (!std::isfinite(value) || value < 1e3 || value > 1e13) {
       Fail(*node, key, "must be between 1KB/s and 10TB/s, got " + FormatNumber(value) + " bytes/s",
            "write " + example + " (plain numbers are bytes per second)");
@@ -836,7 +840,27 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
   if (auto v = r.Number("time_scale", 0, 1000, false, 1)) config.sim.time_scale = *v;
   // The load the simulated GPUs report to busy detection (in place of NVML).
   if (auto v = r.Number("gpu_utilization_percent", 0, 100, false, 90)) config.sim_gpu_utilization_percent = *v;
-  if (auto v = r.Bandwidth("pcie_bytes_per_second", "10GB/s")) config.sim_pcie_bytes_per_s = *v;
+  if (auto v = r.Bandwidth("pcie_bytes_per_second", "10GB/s", true)) config.sim_pcie_bytes_per_s = *v;
+
+  // [simulate.unsupported]: mode = "reason", modes every simulated device cannot do.
+  if (const toml::node* node = r.Find("unsupported")) {
+    const auto* modes = node->as_table();
+    if (!modes) {
+      r.Fail(*node, "unsupported", "must be a table of mode = \"reason\", got " + TypeName(*node),
+             "write e.g. unsupported = { managed = \"no concurrentManagedAccess\" }");
+    }
+    for (const auto& [k, reason] : *modes) {
+      const std::string key = "unsupported." + std::string(k.str());
+      const auto mode = probes::ParseMode(k.str());
+      if (!mode) r.FailAt(static_cast<int>(k.source().begin.line), key, "unknown mode", "use names from: " + ModeList());
+      const auto* text = reason.as_string();
+      if (!text || (*text)->empty()) {
+        r.Fail(reason, key, "must be the reason as a non-empty string, got " + TypeName(reason),
+               "write " + std::string(k.str()) + " = \"why the simulated device cannot do it\"");
+      }
+      config.sim.unsupported[*mode] = **text;
+    }
+  }
 
   if (const toml::node* faults_node = r.Find("fault")) {
     const auto* faults = faults_node->as_array();

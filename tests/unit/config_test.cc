@@ -162,13 +162,17 @@ TEST(Config, ShippedExampleSpellsOutEveryDefault) {
   EXPECT_EQ(c.sim.integrated, d.sim.integrated);
   EXPECT_EQ(c.sim.time_scale, d.sim.time_scale);
   EXPECT_TRUE(c.sim.faults.empty());
+  EXPECT_TRUE(c.sim.unsupported.empty());
+  EXPECT_EQ(c.sim_gpu_utilization_percent, d.sim_gpu_utilization_percent);
+  EXPECT_EQ(c.sim_pcie_bytes_per_s, d.sim_pcie_bytes_per_s);
 }
 
 // Every key commented out in the example (band, fault, web config) is valid when enabled.
 TEST(Config, ShippedExampleWithCommentedBlocksEnabled) {
   std::string text = ReadAll(kExample);
   for (const char* line : {"# [[health.band]]", "# gpu = \"0\"", "# lower = \"20GB/s\"", "# upper = \"26GB/s\"",
-                           "# [[simulate.fault]]", "# kind = \"degrade\"", "# device = 0", "# factor = 0.5"}) {
+                           "# [[simulate.fault]]", "# kind = \"degrade\"", "# device = 0", "# factor = 0.5",
+                           "# unsupported = {"}) {
     const auto at = text.find(line);
     ASSERT_NE(at, std::string::npos) << line;
     text.erase(at, 2);
@@ -178,11 +182,12 @@ TEST(Config, ShippedExampleWithCommentedBlocksEnabled) {
   EXPECT_EQ(c.bands[0].lower_bytes_per_s, 20e9);
   ASSERT_EQ(c.sim.faults.size(), 1u);
   EXPECT_EQ(c.sim.faults[0].kind, probes::SimFault::Kind::kDegrade);
+  EXPECT_EQ(c.sim.unsupported.at(probes::TransferMode::kManaged), "no concurrentManagedAccess (simulated)");
 }
 
 TEST(Config, EveryKeyOverrides) {
   TempDir dir;
-  const auto file = dir.Write("xferd.toml", R"(
+  const auto file = dir.Write("xferd.toml", R"toml(
 [web]
 listen_address = "[::1]:0"
 telemetry_path = "/probe-metrics"
@@ -238,6 +243,9 @@ link_gen = 5
 link_width = 8
 integrated = true
 time_scale = 0
+gpu_utilization_percent = 95
+pcie_bytes_per_second = "12GB/s"
+unsupported = { zero_copy = "no mapped memory (simulated)" }
 
 [[simulate.fault]]
 kind = "downtrain"
@@ -255,7 +263,7 @@ factor = 20
 [[simulate.fault]]
 kind = "hang"
 device = 2
-)");
+)toml");
   const Config c = LoadConfig(file);
   EXPECT_EQ(c.listen_address, "[::1]:0");
   EXPECT_EQ(c.telemetry_path, "/probe-metrics");
@@ -297,6 +305,10 @@ device = 2
   EXPECT_EQ(c.sim.link_width, 8);
   EXPECT_TRUE(c.sim.integrated);
   EXPECT_EQ(c.sim.time_scale, 0.0);
+  EXPECT_EQ(c.sim_gpu_utilization_percent, 95.0);
+  EXPECT_EQ(c.sim_pcie_bytes_per_s, 12e9);
+  ASSERT_EQ(c.sim.unsupported.size(), 1u);
+  EXPECT_EQ(c.sim.unsupported.at(probes::TransferMode::kZeroCopy), "no mapped memory (simulated)");
   ASSERT_EQ(c.sim.faults.size(), 4u);
   EXPECT_EQ(c.sim.faults[0].kind, probes::SimFault::Kind::kDownTrain);
   EXPECT_EQ(c.sim.faults[0].device, 1);
@@ -450,6 +462,16 @@ TEST(ConfigValidation, SimulatedFaults) {
   EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"error_every\"\nevery = 0\n").key(), "simulate.fault[0].every");
   EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"lost\"\nevery = 2\n").key(), "simulate.fault[0].every");
   EXPECT_EQ(ErrorOf("[simulate]\nfault = 3\n").key(), "simulate.fault");
+}
+
+TEST(ConfigValidation, SimulatedUnsupportedModesAndLoad) {
+  const ConfigError mode = ErrorOf("[simulate]\nunsupported = { zero_cpy = \"x\" }\n");
+  EXPECT_EQ(mode.key(), "simulate.unsupported.zero_cpy");
+  EXPECT_EQ(mode.line(), 2);
+  EXPECT_EQ(ErrorOf("[simulate.unsupported]\nmanaged = \"\"\n").key(), "simulate.unsupported.managed");
+  EXPECT_EQ(ErrorOf("[simulate]\nunsupported = [\"managed\"]\n").key(), "simulate.unsupported");
+  EXPECT_EQ(ErrorOf("[simulate]\ngpu_utilization_percent = 101\n").key(), "simulate.gpu_utilization_percent");
+  EXPECT_EQ(ErrorOf("[simulate]\npcie_bytes_per_second = \"1Gb/s\"\n").key(), "simulate.pcie_bytes_per_second");
 }
 
 TEST(ConfigValidation, EmptyAndOversizedFiles) {
