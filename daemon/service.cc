@@ -225,7 +225,8 @@ void Service::OnCycle(const CycleReport& report) {
     metrics_.RecordStateWrite(w.ok);
     // Said when it starts and stops failing, not every cycle (intervals can be short).
     if (!w.ok && !state_write_failing_) {
-      spdlog::error("state: {}; baselines are kept in memory and written once it works", w.error);
+      spdlog::error("state: {} (said once; xferd_state_write_errors_total counts each failure)",
+                    w.error);
     } else if (w.ok && state_write_failing_) {
       spdlog::info("state: writing {} works again", state_.path().string());
     }
