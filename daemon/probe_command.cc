@@ -342,6 +342,14 @@ void PrintTable(const std::vector<DeviceReport>& reports) {
                 r.info.integrated ? "  integrated" : "", r.info.simulated ? "  SIMULATED" : "");
     std::printf("  uuid %s, driver %s\n", r.info.uuid.c_str(), r.info.driver_version.c_str());
     std::printf("  link: %s\n", DescribeLink(r.path).c_str());
+    if (!r.path.links.empty() && r.path.links.front().Downtrained()) {
+      const probes::PcieLink& own = r.path.links.front();
+      std::printf(
+          "  WARNING: the GPU's link runs at %s, below the %s it can do: check the slot, "
+          "riser and seating (the band follows the trained link)\n",
+          probes::FormatLink(own.current_gen, own.current_width).c_str(),
+          probes::FormatLink(own.max_gen, own.max_width).c_str());
+    }
     std::printf("  numa node: %s, iommu: %s\n",
                 r.path.numa_node >= 0 ? std::to_string(r.path.numa_node).c_str() : "unknown",
                 r.path.iommu_type.empty() ? "off" : r.path.iommu_type.c_str());

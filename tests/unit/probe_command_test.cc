@@ -211,6 +211,23 @@ factor = 0.4
   EXPECT_EQ(below, 8) << r.out;  // every link-bound mode/direction
 }
 
+TEST_F(ProbeCommand, DowntrainedLinkIsShownAndNarrowsTheBand) {
+  const fs::path config = WriteFile("downtrain.toml", R"(
+[simulate]
+time_scale = 0
+[[simulate.fault]]
+kind = "downtrain"
+width = 8
+)");
+  const Result r =
+      Xferd("probe --simulate --iterations 3 --mode pinned -c '" + config.string() + "'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* text :
+       {"Gen4 x8 DOWNTRAINED from Gen4 x16", "WARNING", "expected band: 9.92-13.08 GB/s"}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
+  }
+}
+
 TEST_F(ProbeCommand, HungProbeIsCancelledAndReportedAsTimeout) {
   const fs::path config = WriteFile("hang.toml", R"(
 [probe]
