@@ -251,7 +251,8 @@ TEST(HttpServer, UnknownPathsAndTraversalAre404) {
   Exporter exporter;
   for (const std::string path :
        {"/nope", "/metrics/", "//metrics", "/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd",
-        "/..%2f..%2fetc%2fpasswd", "/metrics/../../etc/passwd", "/healthz/..", "/index.html"}) {
+        "/..%2f..%2fetc%2fpasswd", "/metrics/../../etc/passwd", "/healthz/..", "/index.html",
+        "/metrics%00.html", "/metrics%00", "/%00"}) {
     const RawResponse r = Get(exporter.port(), path);
     EXPECT_TRUE(r.status == 404 || r.status == 400) << path << " -> " << r.status;
     EXPECT_EQ(r.body.find("root:"), std::string::npos) << path;
@@ -261,6 +262,7 @@ TEST(HttpServer, UnknownPathsAndTraversalAre404) {
 TEST(HttpServer, QueryStringDoesNotChangeTheRoute) {
   Exporter exporter;
   EXPECT_EQ(Get(exporter.port(), "/metrics?x=1").status, 200);
+  EXPECT_EQ(Get(exporter.port(), "/%6Detrics").status, 200);  // percent-decoding still works
 }
 
 TEST(HttpServer, LandingPageLinksMetricsAndHealthAndEscapesStatus) {
