@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -940,13 +941,16 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
   r.RejectUnknown();
 }
 
-// The key being defined on a line, for parse errors (which toml++ reports by position
-// only): the last [table] header above it plus the bare key at the start of the line.
-std::string KeyAtLine(std::string_view text, int line) {
+// The keys defined in the text, by line, for parse errors (which toml++ reports by
+// position only): `visit(line, key)` for each line up to `last_line` that starts a
+// [table] (key = the table) or a bare key (key = table.key); visit returns false to stop.
+// One pass: a file may be 1 MiB.
+template <typename Visit>
+void ForEachKeyLine(std::string_view text, int last_line, Visit visit) {
   std::string table;
-  int current = 1;
+  int line = 1;
   std::size_t pos = 0;
-  while (pos <= text.size() && current <= line) {
+  while (pos <= text.size() && line <= last_line) {
     const std::size_t end = std::min(text.find('\n', pos), text.size());
     std::string_view row = text.substr(pos, end - pos);
     while (!row.empty() && (row.front() == ' ' || row.front() == '\t')) row.remove_prefix(1);
@@ -956,32 +960,53 @@ std::string KeyAtLine(std::string_view text, int line) {
       while (!name.empty() && (name.front() == '[' || name.front() == ' ')) name.remove_prefix(1);
       while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
       table = std::string(name);
-      if (current == line) return table;
-    } else if (current == line) {
+      if (!visit(line, table)) return;
+    } else {
       std::size_t n = 0;
       while (n < row.size() && (std::isalnum(static_cast<unsigned char>(row[n])) || row[n] == '_' ||
                                 row[n] == '-' || row[n] == '.')) {
         ++n;
       }
       // A bare key followed by '=' or a blank ("interval "60s"" lacks its '=').
-      if (n == 0 || (n < row.size() && row[n] != '=' && row[n] != ' ' && row[n] != '\t')) return "";
-      const std::string key(row.substr(0, n));
-      return table.empty() ? key : table + "." + key;
+      if (n > 0 && (n == row.size() || row[n] == '=' || row[n] == ' ' || row[n] == '\t')) {
+        const std::string key(row.substr(0, n));
+        if (!visit(line, table.empty() ? key : table + "." + key)) return;
+      }
     }
     if (end == text.size()) break;
     pos = end + 1;
-    ++current;
+    ++line;
   }
-  return "";
+}
+
+// The key defined on `line`, or "".
+std::string KeyAtLine(std::string_view text, int line) {
+  std::string found;
+  ForEachKeyLine(text, line, [&](int at, const std::string& key) {
+    if (at == line) found = key;
+    return true;
+  });
+  return found;
+}
+
+// The last line at or above `line` that defines a key, and the key; {0, ""} if none.
+std::pair<int, std::string> LastKeyAtOrAbove(std::string_view text, int line) {
+  std::pair<int, std::string> last{0, ""};
+  ForEachKeyLine(text, line, [&](int at, const std::string& key) {
+    last = {at, key};
+    return true;
+  });
+  return last;
 }
 
 // The line that defines `key` ("web.config_file"), or 0.
 int LineOfKey(std::string_view text, std::string_view key) {
-  const int lines = static_cast<int>(std::count(text.begin(), text.end(), '\n')) + 1;
-  for (int line = 1; line <= lines; ++line) {
-    if (KeyAtLine(text, line) == key) return line;
-  }
-  return 0;
+  int found = 0;
+  ForEachKeyLine(text, INT_MAX, [&](int at, const std::string& k) {
+    if (k == key) found = at;
+    return found == 0;
+  });
+  return found;
 }
 
 // toml++ places some invalid UTF-8 on the line before; find the first bad byte ourselves.
@@ -1025,47 +1050,54 @@ int FirstNonAsciiOutsideStrings(std::string_view text) {
   std::size_t i = 0;
   const auto starts = [&](std::string_view token) { return text.substr(i, token.size()) == token; };
   // Skips to just past `close` (not escaped when `escapes`), counting lines; a single-line
-  // string also ends at a newline (toml++ reports that error itself).
+  // string also ends at a newline (toml++ reports that error itself). Returns false for a
+  // backslash before a non-ASCII byte: never a valid escape, and toml++ would test that
+  // byte for whitespace.
   const auto skip_string = [&](std::string_view close, bool escapes, bool multiline) {
     while (i < text.size()) {
       if (escapes && text[i] == '\\') {
+        if (i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80) return false;
         if (i + 1 < text.size() && text[i + 1] == '\n') ++line;
         i += 2;
         continue;
       }
       if (starts(close)) {
         i += close.size();
-        return;
+        return true;
       }
       if (text[i] == '\n') {
-        if (!multiline) return;
+        if (!multiline) return true;
         ++line;
       }
       ++i;
     }
+    return true;
   };
+  // A quote opens a string only where TOML allows one (a key or a value: after a line
+  // start, '=', '[', '{', ',' or '.'), so `5"..."` is not mistaken for one.
+  char previous = '\n';
   while (i < text.size()) {
     const char c = text[i];
+    const bool may_open = previous == '\n' || previous == '=' || previous == '[' ||
+                          previous == '{' || previous == ',' || previous == '.';
     if (c == '\n') {
       ++line;
       ++i;
+      previous = '\n';
+    } else if (c == ' ' || c == '\t' || c == '\r') {
+      ++i;
     } else if (c == '#') {
       while (i < text.size() && text[i] != '\n') ++i;
-    } else if (starts("\"\"\"")) {
-      i += 3;
-      skip_string("\"\"\"", true, true);
-    } else if (c == '"') {
-      ++i;
-      skip_string("\"", true, false);
-    } else if (starts("'''")) {
-      i += 3;
-      skip_string("'''", false, true);
-    } else if (c == '\'') {
-      ++i;
-      skip_string("'", false, false);
+    } else if (may_open && (c == '"' || c == '\'')) {
+      const std::string_view triple = c == '"' ? "\"\"\"" : "'''";
+      const bool multiline = starts(triple);
+      i += multiline ? 3 : 1;
+      if (!skip_string(multiline ? triple : triple.substr(0, 1), c == '"', multiline)) return line;
+      previous = c;
     } else if (static_cast<unsigned char>(c) >= 0x80) {
       return line;
     } else {
+      previous = c;
       ++i;
     }
   }
@@ -1114,9 +1146,9 @@ Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
     std::string key = KeyAtLine(text, line);
     // Something left open at the end of the file (a string, an array) began at the last
     // key above: name that one.
-    for (int above = line - 1; key.empty() && above > 0 && problem.find("end-of-file") != std::string::npos; --above) {
-      key = KeyAtLine(text, above);
-      if (!key.empty()) line = above;
+    if (key.empty() && problem.find("end-of-file") != std::string::npos) {
+      auto [above, above_key] = LastKeyAtOrAbove(text, line);
+      if (above > 0) line = above, key = std::move(above_key);
     }
     if (!problem.empty()) problem[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(problem[0])));
     throw ConfigError(file, line, key, "not valid TOML: " + problem,

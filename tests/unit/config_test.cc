@@ -488,6 +488,11 @@ TEST(ConfigValidation, SyntaxErrorsNameTheLineAndKey) {
   EXPECT_EQ(dup.line(), 3);
   EXPECT_EQ(dup.key(), "web.listen_address");
   EXPECT_THAT(dup.what(), HasSubstr("not valid TOML"));
+  // Left open at the end of the file: named at the key that opened it, in one pass even
+  // for a file of half a million lines (a quadratic search here would hang the test).
+  const ConfigError open = ErrorOf("[probe]\nmodes = [\"pinned\",\n" + std::string(500000, '\n'));
+  EXPECT_EQ(open.line(), 2);
+  EXPECT_EQ(open.key(), "probe.modes");
   const ConfigError garbage = ErrorOf(std::string("[probe]\n\xff\xfe\x00\x01", 12));
   EXPECT_EQ(garbage.line(), 2);
   EXPECT_THAT(garbage.what(), HasSubstr("invalid UTF-8 (byte 0xff)"));
@@ -509,6 +514,13 @@ TEST(ConfigValidation, NonAsciiOnlyInsideStringsAndComments) {
   EXPECT_THAT(nbsp.what(), HasSubstr("non-ASCII character outside a string"));
   EXPECT_EQ(ErrorOf("[daemon]\nstate_dir = '''\n'''\n\xc2\xa4 = 1\n").line(), 4);
   EXPECT_EQ(ErrorOf("[he\xc2\xa4lth.band]\n").line(), 1);
+  // A quote opens a string only where TOML allows one; an escape is never non-ASCII.
+  EXPECT_EQ(ErrorOf("k = 5\"\"\"\"4\"iB \xcc\xab\n").line(), 1);
+  EXPECT_EQ(ErrorOf("\n[daemon]\nstate_dir = \"\"\"a\\\xc2\xa4\"\"\"\n").line(), 3);
+  const Config c = Parse("[probe]\nmodes = [\n  \"pinned\", # \xc2\xa4\n  'pageable',\n]\n"
+                         "[daemon]\nstate_dir = \"\"\"/a\xc2\xa4\"\"\"\"\ntextfile_path = '/\xc2\xa4.prom'\n");
+  EXPECT_EQ(c.modes.size(), 2u);
+  EXPECT_EQ(c.state_dir, "/a\xc2\xa4\"");
 }
 
 TEST(ConfigValidation, UnreadableFileGivesErrnoText) {
