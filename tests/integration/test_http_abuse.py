@@ -221,8 +221,8 @@ def test_no_descriptor_leak_after_abuse(daemon):
         return parse_metrics(request(daemon.port)[2].decode())[("process_open_fds", frozenset())]
 
     before = open_fds()
-    for data in MALFORMED:
-        exchange(daemon.port, data)
+    with ThreadPoolExecutor(max_workers=len(MALFORMED)) as pool:
+        list(pool.map(lambda data: exchange(daemon.port, data), MALFORMED))
     half_open = [socket.create_connection(("127.0.0.1", daemon.port)) for _ in range(20)]
     for s in half_open:
         s.send(b"GET /met")
