@@ -1,6 +1,7 @@
 #include "daemon/exporter_routes.h"
 
 #include <memory>
+#include <mutex>
 #include <utility>
 
 namespace xferd::daemon {
@@ -50,6 +51,42 @@ std::string LandingPage(const ExporterRoutes& routes) {
   return page;
 }
 
+// The last rendered text of the cached collectables and the generation it was rendered at.
+class RenderedRegistry {
+ public:
+  std::shared_ptr<const std::string> Text(const ExporterRoutes& routes) {
+    if (!routes.generation) {
+      return std::make_shared<const std::string>(RenderExposition(routes.cached_collectables));
+    }
+    // Read before rendering: a write during the render bumps it past `now`, so the next
+    // scrape renders again rather than keep a half-old text.
+    const std::uint64_t now = routes.generation();
+    {
+      std::lock_guard lock(mutex_);
+      if (text_ && generation_ == now) return text_;
+    }
+    auto text = std::make_shared<const std::string>(RenderExposition(routes.cached_collectables));
+    std::lock_guard lock(mutex_);
+    if (!text_ || now >= generation_) {
+      text_ = text;
+      generation_ = now;
+    }
+    return text;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::shared_ptr<const std::string> text_;
+  std::uint64_t generation_ = 0;
+};
+
+std::string MetricsBody(const ExporterRoutes& routes, RenderedRegistry& registry) {
+  std::string body;
+  if (!routes.cached_collectables.empty()) body = *registry.Text(routes);
+  body += RenderExposition(routes.collectables);
+  return body;
+}
+
 }  // namespace
 
 HttpServer::Handler MakeExporterHandler(ExporterRoutes routes) {
@@ -60,11 +97,12 @@ HttpServer::Handler MakeExporterHandler(ExporterRoutes routes) {
                     "than /healthz, e.g. /metrics");
   }
   auto shared = std::make_shared<const ExporterRoutes>(std::move(routes));
-  return [shared](const HttpRequest& request) -> HttpResponse {
+  auto rendered = std::make_shared<RenderedRegistry>();
+  return [shared, rendered](const HttpRequest& request) -> HttpResponse {
     const ExporterRoutes& r = *shared;
     // Exact matches only: "/metrics/", "/../metrics" and the like are not the metrics.
     if (request.path == r.telemetry_path) {
-      HttpResponse response = Text(200, RenderExposition(r.collectables));
+      HttpResponse response = Text(200, MetricsBody(r, *rendered));
       response.content_type = std::string(kExpositionContentType);
       return response;
     }

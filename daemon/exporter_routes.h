@@ -2,6 +2,7 @@
 // rest. No path ever reaches the filesystem.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -22,6 +23,14 @@ struct ExporterRoutes {
   std::function<HealthState()> health;       // unset: always healthy
   std::function<std::string()> status_line;  // one line on the landing page; unset: none
   std::string version;                       // shown on the landing page
+  // Collectables whose values change only when `generation()` does (the registry: only
+  // Metrics writes it; see Metrics::Generation). Their text is rendered once per change
+  // and served from a cache in between, ahead of `collectables`, which are rendered on
+  // every scrape (process_* metrics change all the time). Rendering the registry is most
+  // of a scrape's cost (docs/performance.md) and it changes once per probe, not per
+  // scrape. Without `generation` they are rendered on every scrape too.
+  Collectables cached_collectables;
+  std::function<std::uint64_t()> generation;
 };
 
 // Throws HttpError when telemetry_path is not an absolute path other than "/healthz".

@@ -41,6 +41,19 @@ double UnixNow() {
       .count();
 }
 
+// Bumps the generation when the method that holds it returns, after its last write (early
+// returns included), so a reader that saw the new generation also sees the writes.
+class ChangeMark {
+ public:
+  explicit ChangeMark(std::atomic<std::uint64_t>& generation) : generation_(generation) {}
+  ~ChangeMark() { generation_.fetch_add(1, std::memory_order_release); }
+  ChangeMark(const ChangeMark&) = delete;
+  ChangeMark& operator=(const ChangeMark&) = delete;
+
+ private:
+  std::atomic<std::uint64_t>& generation_;
+};
+
 template <typename Builder>
 auto& Register(Builder&& builder, prometheus::Registry& registry, const char* name,
                const char* help) {
@@ -168,6 +181,7 @@ Metrics::Metrics(prometheus::Registry& registry)
 Metrics::~Metrics() = default;
 
 void Metrics::SetBuildInfo() {
+  const ChangeMark mark(generation_);
   build_info_
       .Add({{"version", kVersion},
             {"build_type", kBuildType},
@@ -177,6 +191,7 @@ void Metrics::SetBuildInfo() {
 }
 
 void Metrics::SetDevice(const probes::DeviceInfo& device) {
+  const ChangeMark mark(generation_);
   const std::string gpu = Gpu(device.index);
   device_info_
       .Add({{"gpu", gpu},
@@ -204,6 +219,7 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
 }
 
 void Metrics::RecordLinkPath(int gpu_index, const probes::LinkPath& path) {
+  const ChangeMark mark(generation_);
   const std::string gpu = Gpu(gpu_index);
   // An integrated GPU has no PCIe path: publish nothing rather than zeros that read as x0.
   if (!path.pcie || path.links.empty()) return;
@@ -225,6 +241,7 @@ void Metrics::RecordLinkPath(int gpu_index, const probes::LinkPath& path) {
 
 void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::ProbeSample& sample,
                            double anchor_bytes_per_s) {
+  const ChangeMark mark(generation_);
   const std::string gpu = Gpu(device.index);
   const std::string mode = Mode(sample.spec.mode);
   const ProbeResult result = ResultOf(sample.status);
@@ -272,12 +289,14 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
 }
 
 void Metrics::RecordSkipped(int gpu_index, TransferMode mode, ProbeResult result) {
+  const ChangeMark mark(generation_);
   probe_runs_
       .Add({{"gpu", Gpu(gpu_index)}, {"mode", Mode(mode)}, {"result", std::string(ToString(result))}})
       .Increment();
 }
 
 void Metrics::RecordHealth(const DeviceHealth& health) {
+  const ChangeMark mark(generation_);
   const std::string gpu = Gpu(health.gpu);
   if (health.band.Known()) {
     expected_.Add({{"gpu", gpu}, {"bound", "lower"}}).Set(health.band.lower_bytes_per_s);
@@ -303,6 +322,7 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
 }
 
 void Metrics::RecordCycle(double wall_seconds, CycleResult result) {
+  const ChangeMark mark(generation_);
   cycle_duration_.Add({}).Set(wall_seconds);
   cycles_.Add({{"result", std::string(ToString(result))}}).Increment();
   std::map<int, double> device_s;
@@ -315,15 +335,18 @@ void Metrics::RecordCycle(double wall_seconds, CycleResult result) {
 }
 
 void Metrics::RecordConfigReload(bool ok, double unix_seconds) {
+  const ChangeMark mark(generation_);
   reload_ok_.Add({}).Set(ok ? 1 : 0);
   if (ok) reload_timestamp_.Add({}).Set(unix_seconds);
 }
 
 void Metrics::RecordStateWrite(bool ok) {
+  const ChangeMark mark(generation_);
   if (!ok) state_write_errors_.Add({}).Increment();
 }
 
 void Metrics::RecordTextfileWrite(bool ok) {
+  const ChangeMark mark(generation_);
   if (!ok) textfile_write_errors_.Add({}).Increment();
 }
 

@@ -6,6 +6,7 @@
 // RecordHealth, then RecordCycle. All methods are thread-safe (prometheus-cpp metrics are).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -80,6 +81,11 @@ class Metrics {
   // A node_exporter textfile write (xferd_textfile_write_errors_total counts failures).
   void RecordTextfileWrite(bool ok);
 
+  // Changes after every write to the registry's values (by the methods above, after they
+  // wrote), so text rendered at generation g is current while Generation() == g: /metrics
+  // serves the registry's text from a cache in between (exporter_routes.h).
+  std::uint64_t Generation() const { return generation_.load(std::memory_order_acquire); }
+
  private:
   using SeriesKey = std::tuple<int, probes::TransferMode, probes::Direction, std::uint64_t>;
 
@@ -106,6 +112,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& textfile_write_errors_;
   prometheus::Family<prometheus::Gauge>& device_info_;
   prometheus::Family<prometheus::Gauge>& build_info_;
+
+  std::atomic<std::uint64_t> generation_{0};
 
   std::mutex mutex_;  // guards the maps below
   std::map<SeriesKey, prometheus::Histogram*> histograms_;

@@ -363,7 +363,11 @@ int Service::Run(const sigset_t& signals) {
 
   ExporterRoutes routes;
   routes.telemetry_path = config->telemetry_path;
-  routes.collectables = {registry_, process_metrics_};
+  // Only metrics_ writes the registry, and it changes once per probe, not per scrape: its
+  // text is rendered once per change (Metrics::Generation); process_* is read per scrape.
+  routes.cached_collectables = {registry_};
+  routes.generation = [this] { return metrics_.Generation(); };
+  routes.collectables = {process_metrics_};
   routes.health = [this] { return Healthz(); };
   routes.status_line = [this] { return health_.Summary(); };
   routes.version = kVersion;

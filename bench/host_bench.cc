@@ -1,0 +1,230 @@
+// Google Benchmark of the daemon's hot host paths, on simulated GPUs (no device time):
+//   - recording one default cycle's samples into the metrics (what the probe thread does
+//     after each probe), for 1, 8 and 64 GPUs;
+//   - the health update of a cycle (HealthTracker::Observe + Metrics::RecordHealth);
+//   - rendering /metrics in full (prometheus-cpp's TextSerializer over the registry plus
+//     the procfs process metrics), with the bytes and series of the exposition as
+//     counters; and a scrape as `xferd run` answers it, the registry's text cached;
+//   - the process metrics alone (procfs reads on every scrape).
+//
+//   build-bench/bench/xferd_bench_host [--benchmark_filter=...] [--benchmark_format=json]
+//
+// Figures and how to read them: docs/performance.md.
+#include <benchmark/benchmark.h>
+
+#include <prometheus/registry.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/config.h"
+#include "daemon/exporter_routes.h"
+#include "daemon/exposition.h"
+#include "daemon/health.h"
+#include "daemon/metrics.h"
+#include "daemon/process_metrics.h"
+#include "daemon/scheduler.h"
+#include "xferd/probes/sim_backend.h"
+
+namespace xferd::daemon {
+namespace {
+
+// One cycle of one GPU as the scheduler hands it to the service.
+struct GpuCycle {
+  probes::DeviceInfo device;
+  probes::LinkPath link_path;
+  std::vector<probes::ProbeSample> samples;
+};
+
+// `gpus` simulated GPUs with the default config, their default-cycle samples taken from
+// the simulated device at time_scale 0 (the durations are the simulated ones; nothing
+// sleeps), and a registry already holding `warm_cycles` cycles, so every series the
+// daemon exports in steady state (baselines included) exists.
+class SimulatedFleet {
+ public:
+  SimulatedFleet(int gpus, int warm_cycles)
+      : backend_(Options(gpus)), health_(config_), metrics_(*registry_) {
+    metrics_.SetBuildInfo();
+    const auto plan = PlanProbes(config_);
+    for (const auto& device : backend_.Devices()) {
+      metrics_.SetDevice(device);
+      GpuCycle cycle{device, backend_.ReadLinkPath(device.index), {}};
+      for (const auto& spec : plan) cycle.samples.push_back(backend_.Run(device.index, spec));
+      cycles_.push_back(std::move(cycle));
+    }
+    for (int i = 0; i < warm_cycles; ++i) {
+      RecordSamples();
+      ObserveHealth();
+    }
+  }
+
+  // What the scheduler's callbacks do during one cycle.
+  void RecordSamples() {
+    for (const auto& c : cycles_) {
+      metrics_.RecordLinkPath(c.device.index, c.link_path);
+      for (const auto& s : c.samples) {
+        metrics_.RecordSample(c.device, s,
+                              health_.Baseline(c.device.uuid, s.spec.mode, s.spec.direction,
+                                               s.spec.size_bytes));
+      }
+    }
+    metrics_.RecordCycle(0.5, CycleResult::kOk);
+  }
+
+  // What the service does after a cycle, per GPU.
+  void ObserveHealth() {
+    for (const auto& c : cycles_) {
+      CycleObservation obs;
+      obs.device = c.device;
+      obs.link_path = c.link_path;
+      obs.samples = c.samples;
+      metrics_.RecordHealth(health_.Observe(obs));
+    }
+  }
+
+  std::size_t SamplesPerCycle() const {
+    std::size_t n = 0;
+    for (const auto& c : cycles_) n += c.samples.size();
+    return n;
+  }
+  std::size_t DurationsPerCycle() const {
+    std::size_t n = 0;
+    for (const auto& c : cycles_)
+      for (const auto& s : c.samples) n += s.durations_s.size();
+    return n;
+  }
+
+  Collectables Served() const { return {registry_, process_metrics_}; }
+  // The routes `xferd run` serves: the registry cached per change, process_* per scrape.
+  ExporterRoutes Routes() {
+    ExporterRoutes routes;
+    routes.cached_collectables = {registry_};
+    routes.generation = [this] { return metrics_.Generation(); };
+    routes.collectables = {process_metrics_};
+    return routes;
+  }
+  Collectables RegistryOnly() const { return {registry_}; }
+
+ private:
+  static probes::SimOptions Options(int gpus) {
+    probes::SimOptions o;
+    o.devices = gpus;
+    o.time_scale = 0;
+    return o;
+  }
+
+  Config config_;
+  probes::SimBackend backend_;
+  HealthTracker health_;
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  std::shared_ptr<ProcessMetrics> process_metrics_ = std::make_shared<ProcessMetrics>();
+  Metrics metrics_;
+  std::vector<GpuCycle> cycles_;
+};
+
+// Series (sample lines) in a text exposition.
+std::size_t CountSeries(std::string_view text) {
+  std::size_t series = 0;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    if (end > pos && text[pos] != '#') ++series;
+    pos = end + 1;
+  }
+  return series;
+}
+
+// Enough warm cycles for every baseline to be learned (kMinBaselineCycles) and exported.
+constexpr int kWarmCycles = kMinBaselineCycles + 2;
+
+void BM_RecordCycle(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  SimulatedFleet fleet(gpus, kWarmCycles);
+  for (auto _ : state) fleet.RecordSamples();
+  state.counters["samples"] = static_cast<double>(fleet.SamplesPerCycle());
+  state.counters["observations"] = static_cast<double>(fleet.DurationsPerCycle());
+  state.counters["cycles/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_RecordCycle)->Arg(1)->Arg(8)->Arg(64)->ArgName("gpus")->Unit(benchmark::kMicrosecond);
+
+void BM_HealthCycle(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  SimulatedFleet fleet(gpus, kWarmCycles);
+  for (auto _ : state) fleet.ObserveHealth();
+  state.counters["samples"] = static_cast<double>(fleet.SamplesPerCycle());
+}
+BENCHMARK(BM_HealthCycle)->Arg(1)->Arg(8)->Arg(64)->ArgName("gpus")->Unit(benchmark::kMicrosecond);
+
+// One scrape's body, as the /metrics handler renders it (registry + process metrics).
+void BM_RenderMetrics(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  SimulatedFleet fleet(gpus, kWarmCycles);
+  const Collectables served = fleet.Served();
+  std::string body;
+  for (auto _ : state) {
+    body = RenderExposition(served);
+    benchmark::DoNotOptimize(body.data());
+  }
+  const auto series = static_cast<double>(CountSeries(body));
+  state.counters["bytes"] = static_cast<double>(body.size());
+  state.counters["series"] = series;
+  state.counters["bytes_per_gpu"] = static_cast<double>(body.size()) / gpus;
+  state.counters["series_per_gpu"] = series / gpus;
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                          static_cast<std::int64_t>(body.size()));
+}
+BENCHMARK(BM_RenderMetrics)->Arg(1)->Arg(8)->Arg(64)->ArgName("gpus")->Unit(benchmark::kMicrosecond);
+
+// A scrape as `xferd run` answers it between cycles: the /metrics handler with the
+// registry's text cached and process_* read fresh (no HTTP; that is http_compare.sh's).
+void BM_MetricsHandler(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  SimulatedFleet fleet(gpus, kWarmCycles);
+  const HttpServer::Handler handler = MakeExporterHandler(fleet.Routes());
+  const HttpRequest request{"GET", "/metrics", ""};
+  std::size_t bytes = 0;
+  for (auto _ : state) {
+    HttpResponse response = handler(request);
+    bytes = response.body.size();
+    benchmark::DoNotOptimize(response.body.data());
+  }
+  state.counters["bytes"] = static_cast<double>(bytes);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                          static_cast<std::int64_t>(bytes));
+}
+BENCHMARK(BM_MetricsHandler)->Arg(1)->Arg(8)->Arg(64)->ArgName("gpus")->Unit(benchmark::kMicrosecond);
+
+// The registry alone: what the cache saves on every scrape between changes.
+void BM_RenderRegistry(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  SimulatedFleet fleet(gpus, kWarmCycles);
+  const Collectables registry = fleet.RegistryOnly();
+  std::string body;
+  for (auto _ : state) {
+    body = RenderExposition(registry);
+    benchmark::DoNotOptimize(body.data());
+  }
+  state.counters["bytes"] = static_cast<double>(body.size());
+  state.counters["series"] = static_cast<double>(CountSeries(body));
+}
+BENCHMARK(BM_RenderRegistry)->Arg(1)->Arg(8)->Arg(64)->ArgName("gpus")->Unit(benchmark::kMicrosecond);
+
+// procfs reads of the process_* metrics: paid on every scrape, independent of GPUs.
+void BM_ProcessMetrics(benchmark::State& state) {
+  ProcessMetrics process;
+  std::size_t families = 0;
+  for (auto _ : state) {
+    auto collected = process.Collect();
+    families = collected.size();
+    benchmark::DoNotOptimize(collected.data());
+  }
+  state.counters["families"] = static_cast<double>(families);
+}
+BENCHMARK(BM_ProcessMetrics)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace xferd::daemon
