@@ -1,5 +1,6 @@
 """The .deb built by CPack: its contents and control data, and (as root, on a throwaway
 machine such as CI) a real dpkg install, `xferd version` from it, and removal."""
+import fcntl
 import os
 import re
 import subprocess
@@ -104,6 +105,14 @@ def dpkg(*args, timeout=300):
 def test_dpkg_install_run_remove(deb):
     if os.geteuid() != 0:
         pytest.skip("dpkg -i needs root: CI runs this as root on a throwaway machine")
+    # Several build directories on one machine (plain and sanitizer builds, parallel CI
+    # jobs) must not install and remove the package under each other.
+    with open("/run/lock/xferd-package-test.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        install_run_remove(deb)
+
+
+def install_run_remove(deb):
     if subprocess.run(["dpkg-query", "-W", "xferd"], capture_output=True).returncode == 0:
         pytest.skip("an xferd package is already installed here; not replacing it")
     r = dpkg("-i", str(deb))
