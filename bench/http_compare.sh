@@ -193,19 +193,26 @@ wait_http "$ng_url" 30
 cmp -s <(curl -fsS "$ng_url") "$out/scrape_served.prom" || {
   echo "http_compare.sh: nginx does not serve the scrape's bytes" >&2; exit 70; }
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# CPU ticks (user + system) of processes and their children (nginx's workers).
+ticks() {
+  local total=0 pid
+  for pid in "$@" $(for p in "$@"; do cat "/proc/$p/task/$p/children" 2>/dev/null; done); do
+    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$total"
+}
 for target in xferd nginx node_exporter; do
   case $target in
-    xferd) url=$main_url ;;
-    nginx) url=$ng_url ;;
-    node_exporter) url=$ne_url ;;
+    xferd) url=$main_url; pid=$main_pid ;;
+    nginx) url=$ng_url; pid=$ng_pid ;;
+    node_exporter) url=$ne_url; pid=$ne_pid ;;
   esac
   say "wrk $target: ${wrk_s}s, $wrk_threads threads, $wrk_conns connections (after 3 s warm-up)"
   wrk -t"$wrk_threads" -c"$wrk_conns" -d3s "$url" >/dev/null
-  t0=$(ticks "$main_pid")
+  t0=$(ticks "$pid")
   wrk -t"$wrk_threads" -c"$wrk_conns" -d"${wrk_s}s" --latency "$url" >"$out/wrk_$target.txt"
-  t1=$(ticks "$main_pid")
-  echo "xferd_cpu_ticks_during_run $((t1 - t0))" >>"$out/wrk_$target.txt"
+  t1=$(ticks "$pid")
+  echo "server_cpu_ticks_during_run $((t1 - t0))" >>"$out/wrk_$target.txt"
   grep -E "Requests/sec|    50%|    99%" "$out/wrk_$target.txt" >&2
 done
 stop_pid "$ng_pid"
@@ -254,7 +261,10 @@ def wrk(name):
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
     r["socket_errors"] = errors.group(1) if errors else "none"
     r["non_2xx"] = int(non2xx.group(1)) if non2xx else 0
-    r["xferd_cpu_s_during_run"] = int(re.search(r"xferd_cpu_ticks_during_run (-?\d+)", text).group(1)) / os.sysconf("SC_CLK_TCK")
+    r["server_cpu_s"] = int(re.search(r"server_cpu_ticks_during_run (-?\d+)", text).group(1)) / os.sysconf("SC_CLK_TCK")
+    requests = int(re.search(r"(\d+) requests in", text).group(1))
+    r["requests"] = requests
+    r["server_cpu_us_per_request"] = 1e6 * r["server_cpu_s"] / requests if requests else None
     return r
 
 def exposition(path, gpus):
@@ -310,15 +320,15 @@ lines = [f"xferd /metrics beside its peers ({res['date_utc']}; {m['nproc']} core
          f"{m['mem_total_kib'] // 1024} MiB; load {m['load_start']} at start, {m['load_end']} at end)",
          f"wrk -t{res['wrk']['threads']} -c{res['wrk']['connections']} -d{res['wrk']['seconds']}s --latency; "
          f"{res['wrk']['served_bytes']} bytes per response", "",
-         f"{'server':<15} {'req/s':>10} {'p50 ms':>9} {'p99 ms':>9}  errors"]
+         f"{'server':<15} {'req/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'CPU us/req':>11}  errors"]
 for name in ("xferd", "nginx", "node_exporter"):
     w = res["wrk"][name]
-    lines.append(f"{name:<15} {w['requests_per_s']:>10.0f} {w['p50_ms']:>9.3f} {w['p99_ms']:>9.3f}  "
-                 f"socket: {w['socket_errors']}; non-2xx: {w['non_2xx']}")
+    lines.append(f"{name:<15} {w['requests_per_s']:>10.0f} {w['p50_ms']:>9.3f} {w['p99_ms']:>9.3f} "
+                 f"{w['server_cpu_us_per_request']:>11.0f}  socket: {w['socket_errors']}; non-2xx: {w['non_2xx']}")
 r = res["ratios"]
 lines += ["", f"xferd/nginx: throughput {r['xferd_over_nginx_throughput']:.2f}x, p99 {r['xferd_over_nginx_p99']:.2f}x",
           f"xferd/node_exporter: throughput {r['xferd_over_node_exporter_throughput']:.1f}x, p99 {r['xferd_over_node_exporter_p99']:.2f}x",
-          f"xferd CPU during its wrk run: {x['xferd_cpu_s_during_run']:.2f} s over {res['wrk']['seconds']} s", ""]
+          "CPU us/req: the server's user+system CPU time over the run / requests served", ""]
 i = res["idle"]
 lines += [f"idle {i['seconds']} s, {i['cycles']} cycles, no scrapes: CPU {i['cpu_s']:.2f} s = "
           f"{i['cpu_percent_of_core']:.3f} % of a core; VmRSS {i['vm_rss_kib'] / 1024:.1f} MiB "

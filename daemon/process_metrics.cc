@@ -1,8 +1,10 @@
 #include "daemon/process_metrics.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -11,12 +13,25 @@
 namespace xferd::daemon {
 namespace {
 
+// Plain read(2): these files are small and read on every scrape, where the setup of an
+// ifstream and a stringstream cost more than the read itself.
 std::optional<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      close(fd);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return text;
 }
 
 prometheus::MetricFamily One(std::string name, std::string help, prometheus::MetricType type,
@@ -133,7 +148,13 @@ std::vector<prometheus::MetricFamily> ProcessMetrics::Collect() const {
         out.push_back(One("process_virtual_memory_bytes", "Virtual memory size in bytes.",
                           MetricType::Gauge, *vsize));
       }
-      if (const auto boot = BootTime(proc_root_); boot && start) {
+      std::optional<double> boot;
+      {
+        std::lock_guard lock(boot_time_mutex_);
+        if (!boot_time_) boot_time_ = BootTime(proc_root_);
+        boot = boot_time_;
+      }
+      if (boot && start) {
         out.push_back(One("process_start_time_seconds",
                           "Start time of the process since unix epoch in seconds.",
                           MetricType::Gauge, *boot + *start / ticks));

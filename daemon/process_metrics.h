@@ -3,6 +3,8 @@
 #pragma once
 
 #include <filesystem>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,10 @@ class ProcessMetrics : public prometheus::Collectable {
  private:
   std::filesystem::path proc_root_;
   std::string pid_;
+  // The boot time (/proc/stat btime) does not change, and /proc/stat grows with the CPU and
+  // interrupt count: it is read until read once, not on every scrape.
+  mutable std::mutex boot_time_mutex_;
+  mutable std::optional<double> boot_time_;
 };
 
 }  // namespace xferd::daemon
