@@ -44,9 +44,12 @@ int main(int argc, char** argv) {
   std::size_t size = 64ull << 20;
   int iterations = 20, warmup = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--size")) size = std::strtoull(argv[i + 1], nullptr, 0);
-    else if (!std::strcmp(argv[i], "--iterations")) iterations = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--size"))
+      size = std::strtoull(argv[i + 1], nullptr, 0);
+    else if (!std::strcmp(argv[i], "--iterations"))
+      iterations = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--warmup"))
+      warmup = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: %s [--size BYTES] [--iterations N] [--warmup N]\n", argv[0]);
       return 64;
@@ -97,13 +100,14 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("{\"device\": \"%s\", \"size_bytes\": %zu, \"iterations\": %d, \"results\": [", prop.name,
-              size, iterations);
+  std::printf("{\"device\": \"%s\", \"size_bytes\": %zu, \"iterations\": %d, \"results\": [",
+              prop.name, size, iterations);
   for (std::size_t r = 0; r < results.size(); ++r) {
     const Result& x = results[r];
-    std::printf("%s\n  {\"mode\": \"%s\", \"direction\": \"%s\", \"clock\": \"%s\", "
-                "\"median_bytes_per_s\": %.6e, \"samples_s\": [",
-                r ? "," : "", x.mode, x.direction, x.clock, size / Median(x.seconds));
+    std::printf(
+        "%s\n  {\"mode\": \"%s\", \"direction\": \"%s\", \"clock\": \"%s\", "
+        "\"median_bytes_per_s\": %.6e, \"samples_s\": [",
+        r ? "," : "", x.mode, x.direction, x.clock, size / Median(x.seconds));
     for (std::size_t i = 0; i < x.seconds.size(); ++i)
       std::printf("%s%.9f", i ? ", " : "", x.seconds[i]);
     std::printf("]}");

@@ -10,9 +10,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -28,16 +28,25 @@ int main(int argc, char** argv) {
   double interval_s = 60;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--cycles") cycles = std::atoi(argv[i + 1]);
-    else if (flag == "--sets") sets = std::atoi(argv[i + 1]);
-    else if (flag == "--full-cycles") full_cycles = std::atoi(argv[i + 1]);
-    else if (flag == "--iterations") iterations = std::atoi(argv[i + 1]);
-    else if (flag == "--warmup") warmup = std::atoi(argv[i + 1]);
-    else if (flag == "--size") size = ParseSize(argv[i + 1]).value_or(0);
-    else if (flag == "--interval-s") interval_s = std::atof(argv[i + 1]);
+    if (flag == "--cycles")
+      cycles = std::atoi(argv[i + 1]);
+    else if (flag == "--sets")
+      sets = std::atoi(argv[i + 1]);
+    else if (flag == "--full-cycles")
+      full_cycles = std::atoi(argv[i + 1]);
+    else if (flag == "--iterations")
+      iterations = std::atoi(argv[i + 1]);
+    else if (flag == "--warmup")
+      warmup = std::atoi(argv[i + 1]);
+    else if (flag == "--size")
+      size = ParseSize(argv[i + 1]).value_or(0);
+    else if (flag == "--interval-s")
+      interval_s = std::atof(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: %s [--cycles N] [--full-cycles N] [--size 64MiB] "
-                   "[--iterations N] [--warmup N] [--interval-s S]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--cycles N] [--full-cycles N] [--size 64MiB] "
+                   "[--iterations N] [--warmup N] [--interval-s S]\n",
+                   argv[0]);
       return 64;
     }
   }
@@ -107,7 +116,8 @@ int main(int argc, char** argv) {
     out["modes"][key] = {{"median_bytes_per_s", Median(values)},
                          {"device_time_s_median", Median(device_times[key])}};
   }
-  out["device_memory_held_bytes"] = static_cast<long long>(free_before) - static_cast<long long>(free_after);
+  out["device_memory_held_bytes"] =
+      static_cast<long long>(free_before) - static_cast<long long>(free_after);
 
   for (int set = 0; set < sets; ++set) {
     std::vector<double> pinned_h2d, pinned_device_s;

@@ -22,7 +22,9 @@
 
 namespace xferd::probes {
 
-bool CudaBackendBuilt() { return true; }
+bool CudaBackendBuilt() {
+  return true;
+}
 
 namespace {
 
@@ -58,7 +60,8 @@ struct ProbeAbort {
 };
 
 void Check(cudaError_t e, const char* call) {
-  if (e != cudaSuccess) throw ProbeAbort{ProbeStatus::kError, std::string(call) + " failed: " + CudaErrorText(e)};
+  if (e != cudaSuccess)
+    throw ProbeAbort{ProbeStatus::kError, std::string(call) + " failed: " + CudaErrorText(e)};
 }
 
 // cudaMemPrefetchAsync took a device ordinal until CUDA 13, a cudaMemLocation since.
@@ -138,7 +141,11 @@ class ProbeRun {
  public:
   ProbeRun(DeviceState& state, const CudaOptions& options, const ProbeSpec& spec,
            std::stop_token stop, ProbeSample& sample)
-      : s_(state), options_(options), spec_(spec), stop_(std::move(stop)), sample_(sample),
+      : s_(state),
+        options_(options),
+        spec_(spec),
+        stop_(std::move(stop)),
+        sample_(sample),
         n_(spec.size_bytes) {}
 
   void Execute();
@@ -171,8 +178,10 @@ class ProbeRun {
   }
   void PoisonHost(void* ptr, int round, bool last) {
     // The last transfer is checked in full, so all of it is poisoned; the others sparsely.
-    if (last) std::memset(ptr, kPoisonByte, n_);
-    else cuda::SparsePoison(ptr, n_, kStaticSalt, round);
+    if (last)
+      std::memset(ptr, kPoisonByte, n_);
+    else
+      cuda::SparsePoison(ptr, n_, kStaticSalt, round);
   }
   void EnsureHostPattern(HostBuffer& b) {
     if (b.pattern_bytes >= n_) return;
@@ -209,13 +218,14 @@ void ProbeRun::Await(cudaEvent_t event, bool spin) {
       throw ProbeAbort{ProbeStatus::kTimeout,
                        "did not finish within its " + std::to_string(spec_.deadline.count()) +
                            " ms deadline (" + std::to_string(done_) + " of " +
-                           std::to_string(spec_.warmup + spec_.iterations) +
-                           " transfers done)"};
+                           std::to_string(spec_.warmup + spec_.iterations) + " transfers done)"};
     }
     // Spin where the wall clock is the measurement; otherwise events carry the timing
     // and a short sleep keeps the probe off the CPU.
-    if (spin) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (spin)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 
@@ -261,8 +271,8 @@ void ProbeRun::ExpectDeviceChecksum(std::uint64_t expected, const char* where, i
   }
 }
 
-void ProbeRun::CheckHostDestination(HostBuffer& b, std::uint64_t held_before, int round,
-                                    bool last, const char* where) {
+void ProbeRun::CheckHostDestination(HostBuffer& b, std::uint64_t held_before, int round, bool last,
+                                    const char* where) {
   if (options_.corrupt_transfers) static_cast<unsigned char*>(b.ptr)[n_ / 2] ^= 0xFF;
   if (!cuda::SparseCheck(b.ptr, n_, kStaticSalt, round))
     Corrupted(where, round, "does not hold the pattern at a sampled word");
@@ -280,12 +290,9 @@ double ProbeRun::Transfer(int round, bool last) {
     case TransferMode::kPinned:
       if (spec_.direction == Direction::kBidirectional) return Bidirectional(round, last);
       return h2d ? CopyH2D(round) : CopyD2H(round, last);
-    case TransferMode::kPinnedAsync:
-      return h2d ? ChunkedH2D(round) : ChunkedD2H(round, last);
-    case TransferMode::kZeroCopy:
-      return h2d ? ZeroCopyH2D(round) : ZeroCopyD2H(round, last);
-    case TransferMode::kManaged:
-      return h2d ? ManagedH2D(round, false) : ManagedD2H(round, false);
+    case TransferMode::kPinnedAsync: return h2d ? ChunkedH2D(round) : ChunkedD2H(round, last);
+    case TransferMode::kZeroCopy: return h2d ? ZeroCopyH2D(round) : ZeroCopyD2H(round, last);
+    case TransferMode::kManaged: return h2d ? ManagedH2D(round, false) : ManagedD2H(round, false);
     case TransferMode::kManagedPrefetch:
       return h2d ? ManagedH2D(round, true) : ManagedD2H(round, true);
   }
@@ -377,13 +384,13 @@ double ProbeRun::Bidirectional(int round, bool last) {
   Check(cudaStreamWaitEvent(Stream(1), s_.start, 0), "cudaStreamWaitEvent");
   Check(cudaMemcpyAsync(dev_dst, s_.pinned.ptr, n_, cudaMemcpyHostToDevice, Stream(0)),
         "cudaMemcpyAsync (h2d)");
-  Check(cudaMemcpyAsync(host_dst.ptr, s_.device_source.ptr, n_, cudaMemcpyDeviceToHost,
-                        Stream(1)),
+  Check(cudaMemcpyAsync(host_dst.ptr, s_.device_source.ptr, n_, cudaMemcpyDeviceToHost, Stream(1)),
         "cudaMemcpyAsync (d2h)");
   Record(s_.stop, 0);
   Record(s_.stop_b, 1);
   Check(cudaStreamWaitEvent(Stream(0), s_.stop_b, 0), "cudaStreamWaitEvent");
-  if (options_.corrupt_transfers) Check(cuda::LaunchFlipByte(dev_dst, n_ / 2, Stream()), "flip kernel");
+  if (options_.corrupt_transfers)
+    Check(cuda::LaunchFlipByte(dev_dst, n_ / 2, Stream()), "flip kernel");
   EnqueueDeviceCheck(dev_dst, false);
   Check(cudaMemcpyAsync(s_.host_result, s_.device_result, sizeof(std::uint64_t),
                         cudaMemcpyDeviceToHost, Stream()),
@@ -414,8 +421,8 @@ void ProbeRun::EnqueueChunkedCopies(void* dst, const void* src, cudaMemcpyKind k
     if (compute_rounds > 0 && !to_device)
       Check(cuda::LaunchCompute(device_chunk, len, compute_rounds, s_.blocks, stream),
             "compute kernel");
-    Check(cudaMemcpyAsync(static_cast<char*>(dst) + offset,
-                          static_cast<const char*>(src) + offset, len, kind, stream),
+    Check(cudaMemcpyAsync(static_cast<char*>(dst) + offset, static_cast<const char*>(src) + offset,
+                          len, kind, stream),
           "cudaMemcpyAsync");
     if (compute_rounds > 0 && to_device)
       Check(cuda::LaunchCompute(device_chunk, len, compute_rounds, s_.blocks, stream),
@@ -621,8 +628,10 @@ double ProbeRun::OverlapRatio(double copy_s) {
   for (int rep = 0; rep < 3; ++rep) {
     kernel.push_back(TimeChunkedCompute(dev.ptr, rounds));
     Record(s_.start);
-    if (h2d) EnqueueChunkedCopies(dev.ptr, s_.pinned.ptr, cudaMemcpyHostToDevice, rounds);
-    else EnqueueChunkedCopies(s_.pinned.ptr, dev.ptr, cudaMemcpyDeviceToHost, rounds);
+    if (h2d)
+      EnqueueChunkedCopies(dev.ptr, s_.pinned.ptr, cudaMemcpyHostToDevice, rounds);
+    else
+      EnqueueChunkedCopies(s_.pinned.ptr, dev.ptr, cudaMemcpyDeviceToHost, rounds);
     Record(s_.stop);
     Await(s_.stop, false);
     pipelined.push_back(Elapsed(s_.start, s_.stop));
@@ -678,7 +687,8 @@ CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
     std::memcpy(uuid, prop.uuid.bytes, 16);
     info.uuid = cuda::FormatGpuUuid(uuid);
     char bus[32] = {};
-    if (cudaDeviceGetPCIBusId(bus, sizeof(bus), i) == cudaSuccess) info.pci_bus_id = cuda::NormalizeBusId(bus);
+    if (cudaDeviceGetPCIBusId(bus, sizeof(bus), i) == cudaSuccess)
+      info.pci_bus_id = cuda::NormalizeBusId(bus);
     info.cc_major = prop.major;
     info.cc_minor = prop.minor;
     info.driver_version = driver_version;
@@ -772,10 +782,9 @@ class Provisioner {
 
   void Prepare(const ProbeSpec& spec) {
     if (!s_.ready) Basics();
-    const int streams_needed =
-        spec.mode == TransferMode::kPinnedAsync ? spec.streams
-        : spec.direction == Direction::kBidirectional ? 2
-                                                      : 1;
+    const int streams_needed = spec.mode == TransferMode::kPinnedAsync       ? spec.streams
+                               : spec.direction == Direction::kBidirectional ? 2
+                                                                             : 1;
     while (static_cast<int>(s_.streams.size()) < streams_needed) AddStream();
     const bool h2d = spec.direction != Direction::kD2H;
     const bool d2h = spec.direction != Direction::kH2D;
@@ -786,11 +795,10 @@ class Provisioner {
       case TransferMode::kPinned:
       case TransferMode::kPinnedAsync:
         Pinned(s_.pinned, "pinned");
-        if (spec.direction == Direction::kBidirectional) Pinned(s_.pinned_second, "pinned bidirectional");
+        if (spec.direction == Direction::kBidirectional)
+          Pinned(s_.pinned_second, "pinned bidirectional");
         break;
-      case TransferMode::kZeroCopy:
-        Pinned(s_.mapped, "zero_copy", cudaHostAllocMapped);
-        break;
+      case TransferMode::kZeroCopy: Pinned(s_.mapped, "zero_copy", cudaHostAllocMapped); break;
       case TransferMode::kManaged:
       case TransferMode::kManagedPrefetch:
         if (s_.managed == nullptr) {
@@ -813,7 +821,8 @@ class Provisioner {
     Check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
     for (cudaEvent_t* e : {&s_.begin, &s_.start, &s_.stop, &s_.stop_b, &s_.end})
       Check(cudaEventCreate(e), "cudaEventCreate");
-    Check(cudaMalloc(reinterpret_cast<void**>(&s_.device_result), sizeof(std::uint64_t)), "cudaMalloc");
+    Check(cudaMalloc(reinterpret_cast<void**>(&s_.device_result), sizeof(std::uint64_t)),
+          "cudaMalloc");
     Check(cudaMallocHost(reinterpret_cast<void**>(&s_.host_result), sizeof(std::uint64_t)),
           "cudaMallocHost");
     const LinkPath path = probes::ReadLinkPath(options_.sysfs_root, BusId());
@@ -870,13 +879,13 @@ class Provisioner {
     if (b.ptr != nullptr) return;
     const std::uint64_t bytes = options_.max_size_bytes;
     if (s_.pinned_bytes + bytes > options_.pinned_cap_bytes) {
-      throw ProbeAbort{
-          ProbeStatus::kError,
-          std::string("the ") + what + " probe needs " + Mib(bytes) +
-              " more pinned host memory, over the cap of " + Mib(options_.pinned_cap_bytes) +
-              " (" + Mib(s_.pinned_bytes) + " already held; " + cuda::MemlockLimitText() +
-              "): raise probe.pinned_cap to at least " + Mib(s_.pinned_bytes + bytes) +
-              " or lower the largest probe size"};
+      throw ProbeAbort{ProbeStatus::kError,
+                       std::string("the ") + what + " probe needs " + Mib(bytes) +
+                           " more pinned host memory, over the cap of " +
+                           Mib(options_.pinned_cap_bytes) + " (" + Mib(s_.pinned_bytes) +
+                           " already held; " + cuda::MemlockLimitText() +
+                           "): raise probe.pinned_cap to at least " + Mib(s_.pinned_bytes + bytes) +
+                           " or lower the largest probe size"};
     }
     cuda::ScopedMemoryPolicy policy(s_.numa_node);
     if (cudaError_t e = cudaHostAlloc(&b.ptr, bytes, flags); e != cudaSuccess) {
@@ -905,8 +914,10 @@ void DrainUnfinishedWork(DeviceState& s, const ProbeSpec& spec, std::stop_token 
     bool idle = true;
     for (cudaStream_t stream : s.streams) {
       const cudaError_t e = cudaStreamQuery(stream);
-      if (e == cudaErrorNotReady) idle = false;
-      else Check(e, "cudaStreamQuery");
+      if (e == cudaErrorNotReady)
+        idle = false;
+      else
+        Check(e, "cudaStreamQuery");
     }
     if (idle) break;
     if (stop.stop_requested()) throw ProbeAbort{ProbeStatus::kError, "cancelled"};
@@ -925,7 +936,8 @@ std::string ValidateSpec(const ProbeSpec& spec, const CudaOptions& options) {
     return std::string("mode ") + std::string(ToString(spec.mode)) + " has no direction " +
            std::string(ToString(spec.direction)) + " (only pinned runs both ways at once)";
   }
-  if (spec.size_bytes == 0) return "a probe of 0 bytes measures nothing: give a size of 1 KiB or more";
+  if (spec.size_bytes == 0)
+    return "a probe of 0 bytes measures nothing: give a size of 1 KiB or more";
   if (spec.size_bytes > options.max_size_bytes) {
     return "size " + FormatSize(spec.size_bytes) + " is larger than the " +
            FormatSize(options.max_size_bytes) +

@@ -36,8 +36,10 @@ std::string ParseProcDriverVersion(std::string_view text) {
     bool shaped = std::isdigit(static_cast<unsigned char>(token.front())) &&
                   std::isdigit(static_cast<unsigned char>(token.back()));
     for (char c : token) {
-      if (c == '.') ++dots;
-      else if (!std::isdigit(static_cast<unsigned char>(c))) shaped = false;
+      if (c == '.')
+        ++dots;
+      else if (!std::isdigit(static_cast<unsigned char>(c)))
+        shaped = false;
     }
     if (shaped && dots >= 1 && dots <= 2) return token;
   }

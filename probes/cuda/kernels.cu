@@ -33,9 +33,8 @@ __device__ std::uint64_t TailChecksum(const unsigned char* tail, std::uint32_t t
 }
 
 template <bool kUncached>
-__global__ void ChecksumKernel(const uint4* data, std::uint64_t units,
-                               const unsigned char* tail, std::uint32_t tail_bytes,
-                               std::uint64_t* result) {
+__global__ void ChecksumKernel(const uint4* data, std::uint64_t units, const unsigned char* tail,
+                               std::uint32_t tail_bytes, std::uint64_t* result) {
   std::uint64_t acc = 0;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t k = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
@@ -49,8 +48,7 @@ __global__ void ChecksumKernel(const uint4* data, std::uint64_t units,
 }
 
 __global__ void FillKernel(uint4* data, std::uint64_t units, unsigned char* tail,
-                           std::uint32_t tail_bytes, std::uint64_t salt,
-                           std::uint64_t* checksum) {
+                           std::uint32_t tail_bytes, std::uint64_t salt, std::uint64_t* checksum) {
   std::uint64_t acc = 0;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t k = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
@@ -105,8 +103,8 @@ cudaError_t LaunchChecksum(const void* data, std::uint64_t bytes, bool uncached,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchFill(void* data, std::uint64_t bytes, std::uint64_t salt,
-                       std::uint64_t* checksum, int blocks, cudaStream_t stream) {
+cudaError_t LaunchFill(void* data, std::uint64_t bytes, std::uint64_t salt, std::uint64_t* checksum,
+                       int blocks, cudaStream_t stream) {
   const std::uint64_t units = bytes / 16;
   auto* tail = static_cast<unsigned char*>(data) + units * 16;
   FillKernel<<<GridFor(units, blocks), kThreads, 0, stream>>>(
@@ -123,8 +121,8 @@ cudaError_t LaunchFlipByte(void* data, std::uint64_t offset, cudaStream_t stream
 cudaError_t LaunchCompute(void* data, std::uint64_t bytes, int rounds, int blocks,
                           cudaStream_t stream) {
   const std::uint64_t words = bytes / 8;
-  ComputeKernel<<<GridFor(words, blocks), kThreads, 0, stream>>>(
-      static_cast<std::uint64_t*>(data), words, rounds);
+  ComputeKernel<<<GridFor(words, blocks), kThreads, 0, stream>>>(static_cast<std::uint64_t*>(data),
+                                                                 words, rounds);
   return cudaGetLastError();
 }
 

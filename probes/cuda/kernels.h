@@ -16,8 +16,8 @@ cudaError_t LaunchChecksum(const void* data, std::uint64_t bytes, bool uncached,
 
 // Write the pattern with `salt` over `bytes` at `data` with 16-byte stores; when
 // `checksum` is not null, also add the checksum of what was written to it.
-cudaError_t LaunchFill(void* data, std::uint64_t bytes, std::uint64_t salt,
-                       std::uint64_t* checksum, int blocks, cudaStream_t stream);
+cudaError_t LaunchFill(void* data, std::uint64_t bytes, std::uint64_t salt, std::uint64_t* checksum,
+                       int blocks, cudaStream_t stream);
 
 // Invert one byte: the corrupted-copy test hook.
 cudaError_t LaunchFlipByte(void* data, std::uint64_t offset, cudaStream_t stream);

@@ -1,5 +1,7 @@
 // The CUDA backend on a real GPU. Without a driver or GPU every test skips and says why,
 // except the one that checks that "no GPU" is reported the way users are promised.
+#include "xferd/probes/cuda_backend.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -8,7 +10,6 @@
 #include <stop_token>
 #include <string>
 
-#include "xferd/probes/cuda_backend.h"
 #include "xferd/probes/stats.h"
 
 namespace xferd::probes {
@@ -17,8 +18,8 @@ namespace {
 constexpr std::uint64_t kMiB = 1ull << 20;
 
 std::string Describe(const ProbeSample& s) {
-  return std::string(ToString(s.spec.mode)) + " " + std::string(ToString(s.spec.direction)) +
-         " " + FormatSize(s.spec.size_bytes) + ": " + std::string(ToString(s.status)) +
+  return std::string(ToString(s.spec.mode)) + " " + std::string(ToString(s.spec.direction)) + " " +
+         FormatSize(s.spec.size_bytes) + ": " + std::string(ToString(s.status)) +
          (s.message.empty() ? "" : " (" + s.message + ")");
 }
 
@@ -46,8 +47,8 @@ class CudaBackendTest : public ::testing::Test {
   std::string skip_reason_;
 };
 
-#define MAKE_OR_SKIP(var, options)                                          \
-  auto var = Make(options);                                                 \
+#define MAKE_OR_SKIP(var, options) \
+  auto var = Make(options);        \
   if (!(var)) GTEST_SKIP() << "no NVIDIA driver / GPU: " << skip_reason_
 
 TEST_F(CudaBackendTest, NoGpuIsReportedWithTheCauseAndTheWayOut) {
@@ -56,8 +57,8 @@ TEST_F(CudaBackendTest, NoGpuIsReportedWithTheCauseAndTheWayOut) {
     ASSERT_FALSE(backend->Devices().empty()) << "a backend with no devices must not be made";
   } catch (const NoDeviceError& e) {
     const std::string message = e.what();
-    const char* cause = CudaBackendBuilt() ? "no NVIDIA driver / GPU found"
-                                           : "built without the CUDA backend";
+    const char* cause =
+        CudaBackendBuilt() ? "no NVIDIA driver / GPU found" : "built without the CUDA backend";
     EXPECT_NE(message.find(cause), std::string::npos) << message;
     EXPECT_NE(message.find("--simulate"), std::string::npos) << message;
   }
@@ -77,8 +78,8 @@ TEST_F(CudaBackendTest, DevicesSayWhoTheyAre) {
         d.uuid, std::regex("GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")))
         << d.uuid;
     if (!d.integrated) {
-      EXPECT_TRUE(std::regex_match(d.pci_bus_id,
-                                   std::regex("[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\\.[0-7]")))
+      EXPECT_TRUE(
+          std::regex_match(d.pci_bus_id, std::regex("[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\\.[0-7]")))
           << d.pci_bus_id;
     }
     EXPECT_FALSE(d.name.empty());
@@ -103,8 +104,7 @@ TEST_F(CudaBackendTest, EveryModeAndDirectionGivesAResult) {
     ASSERT_EQ(s.status, ProbeStatus::kOk) << Describe(s);
     ASSERT_EQ(s.durations_s.size(), 5u) << Describe(s);
     for (double d : s.durations_s) EXPECT_GT(d, 0) << Describe(s);
-    EXPECT_EQ(s.bytes_per_transfer,
-              direction == Direction::kBidirectional ? 32 * kMiB : 16 * kMiB);
+    EXPECT_EQ(s.bytes_per_transfer, direction == Direction::kBidirectional ? 32 * kMiB : 16 * kMiB);
     EXPECT_GT(s.device_time_s, 0) << Describe(s);
     if (mode == TransferMode::kPinnedAsync) {
       ASSERT_TRUE(s.overlap_ratio.has_value()) << Describe(s);
@@ -147,9 +147,10 @@ TEST_F(CudaBackendTest, BandwidthOfLinkBoundModesFitsTheLink) {
   }
   if (link <= 0) {
     link = PcieBytesPerSecond(5, 16);
-    std::printf("NOTE: the GPU reports no PCIe link (%s); assuming Gen5 x16 (%.1f GB/s), the "
-                "H200 test machine's link\n",
-                path.note.c_str(), link / 1e9);
+    std::printf(
+        "NOTE: the GPU reports no PCIe link (%s); assuming Gen5 x16 (%.1f GB/s), the "
+        "H200 test machine's link\n",
+        path.note.c_str(), link / 1e9);
   }
   for (const auto& [mode, direction] : AllModeDirections()) {
     if (!caps.Supports(mode)) continue;
@@ -188,8 +189,8 @@ TEST_F(CudaBackendTest, MissingCapabilitiesSkipModesWithAReason) {
   options.hide_can_map_host_memory = true;
   MAKE_OR_SKIP(backend, options);
   const Capabilities caps = backend->GetCapabilities(0);
-  for (TransferMode mode : {TransferMode::kManaged, TransferMode::kManagedPrefetch,
-                            TransferMode::kZeroCopy}) {
+  for (TransferMode mode :
+       {TransferMode::kManaged, TransferMode::kManagedPrefetch, TransferMode::kZeroCopy}) {
     ASSERT_FALSE(caps.Supports(mode)) << ToString(mode);
     const std::string reason = caps.unsupported.at(mode);
     EXPECT_NE(reason.find(mode == TransferMode::kZeroCopy ? "canMapHostMemory"
@@ -224,8 +225,8 @@ TEST_F(CudaBackendTest, AStopRequestCancelsTheProbe) {
   MAKE_OR_SKIP(backend, CudaOptions{});
   std::stop_source source;
   source.request_stop();
-  const ProbeSample s =
-      backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, 16 * kMiB, 100), source.get_token());
+  const ProbeSample s = backend->Run(
+      0, Spec(TransferMode::kPinned, Direction::kH2D, 16 * kMiB, 100), source.get_token());
   EXPECT_EQ(s.status, ProbeStatus::kError);
   EXPECT_EQ(s.message, "cancelled");
 }
@@ -237,7 +238,8 @@ TEST_F(CudaBackendTest, ThePinnedCapIsEnforcedWithAnActionableMessage) {
   MAKE_OR_SKIP(backend, options);
   EXPECT_EQ(backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
             ProbeStatus::kOk);
-  const ProbeSample s = backend->Run(0, Spec(TransferMode::kPinned, Direction::kBidirectional, kMiB));
+  const ProbeSample s =
+      backend->Run(0, Spec(TransferMode::kPinned, Direction::kBidirectional, kMiB));
   EXPECT_EQ(s.status, ProbeStatus::kError);
   EXPECT_NE(s.message.find("pinned_cap"), std::string::npos) << s.message;
   EXPECT_NE(s.message.find("RLIMIT_MEMLOCK"), std::string::npos) << s.message;

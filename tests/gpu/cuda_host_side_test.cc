@@ -75,17 +75,20 @@ TEST(CudaHostSide, DriverVersionFromProc) {
 TEST(CudaHostSide, MemoryPolicyIsSetForTheScopeAndRestored) {
   int mode = -1;
   unsigned long mask[16] = {};
-  ASSERT_EQ(syscall(SYS_get_mempolicy, &mode, mask, 16 * 8 * sizeof(unsigned long), nullptr, 0UL), 0)
+  ASSERT_EQ(syscall(SYS_get_mempolicy, &mode, mask, 16 * 8 * sizeof(unsigned long), nullptr, 0UL),
+            0)
       << "no NUMA support in this kernel";
   const int before = mode;
   {
     ScopedMemoryPolicy policy(0);
     if (!policy.note().empty()) GTEST_SKIP() << "the kernel refused: " << policy.note();
-    ASSERT_EQ(syscall(SYS_get_mempolicy, &mode, mask, 16 * 8 * sizeof(unsigned long), nullptr, 0UL), 0);
+    ASSERT_EQ(syscall(SYS_get_mempolicy, &mode, mask, 16 * 8 * sizeof(unsigned long), nullptr, 0UL),
+              0);
     EXPECT_EQ(mode, 1 /* MPOL_PREFERRED */);
     EXPECT_EQ(mask[0] & 1UL, 1UL);
   }
-  ASSERT_EQ(syscall(SYS_get_mempolicy, &mode, mask, 16 * 8 * sizeof(unsigned long), nullptr, 0UL), 0);
+  ASSERT_EQ(syscall(SYS_get_mempolicy, &mode, mask, 16 * 8 * sizeof(unsigned long), nullptr, 0UL),
+            0);
   EXPECT_EQ(mode, before);
   ScopedMemoryPolicy untouched(-1);
   EXPECT_TRUE(untouched.note().empty());
