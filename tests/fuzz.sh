@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Fuzz the config parser: build the libFuzzer target with clang (ASan + UBSan) and run it
-# for a bounded time. Exits non-zero on a finding; the crashing input is kept under
+# Fuzz the config loaders: build the libFuzzer targets with clang (ASan + UBSan) and run
+# them for a bounded time: the TOML config parser for two thirds of it, the web-config YAML
+# loader for the rest. Exits non-zero on a finding; the input is kept under
 # $FUZZ_BUILD_DIR/fuzz-artifacts/ and can be replayed with: <fuzzer> <file>.
 #
-#   ./tests/fuzz.sh [SECONDS]     default 60
+#   ./tests/fuzz.sh [SECONDS]     total, default 60
 #
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), JOBS (default: number of cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${1:-60}
-[[ $seconds =~ ^[0-9]+$ ]] || { echo "fuzz.sh: SECONDS must be a whole number, got '$seconds'" >&2; exit 64; }
+[[ $seconds =~ ^[0-9]+$ && $seconds -ge 3 ]] ||
+  { echo "fuzz.sh: SECONDS must be a whole number >= 3, got '$seconds'" >&2; exit 64; }
 dir=${FUZZ_BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-$(nproc)}
 
@@ -18,18 +20,24 @@ mkdir -p "$dir"
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DXFERD_FUZZ=ON -DXFERD_SANITIZE=address -DXFERD_CUDA=OFF -DXFERD_TESTS=OFF -DXFERD_BENCH=OFF \
   >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
-cmake --build "$dir" -j "$jobs" --target config_fuzzer
+cmake --build "$dir" -j "$jobs" --target config_fuzzer web_config_fuzzer
 
-# The seeds stay as they are: libFuzzer grows a scratch copy.
-corpus=$(mktemp -d)
-trap 'rm -rf "$corpus"' EXIT
-cp deploy/xferd.toml "$corpus/"
-cp tests/data/bad-configs/*.toml "$corpus/"
 artifacts="$dir/fuzz-artifacts"
 mkdir -p "$artifacts"
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
 
-echo "fuzz.sh: fuzzing the config parser for ${seconds}s (seeds: $(ls "$corpus" | wc -l) files)"
-"$dir/fuzz/config_fuzzer" "$corpus" -dict=fuzz/config.dict -max_total_time="$seconds" \
-  -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-  -artifact_prefix="$artifacts/"
+fuzz() {  # TARGET SECONDS SEED... : the seeds stay as they are, libFuzzer grows a copy
+  local target=$1 time=$2; shift 2
+  mkdir -p "$scratch/$target"
+  cp "$@" "$scratch/$target/"
+  echo "fuzz.sh: $target for ${time}s ($# seeds)"
+  "$dir/fuzz/$target" "$scratch/$target" -max_total_time="$time" -max_len=8192 -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/" "${dict[@]}"
+}
+
+dict=(-dict=fuzz/config.dict)
+fuzz config_fuzzer $((seconds * 2 / 3)) deploy/xferd.toml tests/data/bad-configs/*.toml
+dict=()
+fuzz web_config_fuzzer $((seconds - seconds * 2 / 3)) tests/data/web-configs/*.yml
 echo "fuzz.sh: no findings in ${seconds}s"
