@@ -302,6 +302,7 @@ struct HttpServer::Impl {
   std::mutex users_mutex;
   std::shared_ptr<const std::map<std::string, std::string>> users;
 
+  std::mutex bcrypt_mutex;
   std::mutex cache_mutex;
   std::set<std::string> verified;   // SHA-256(user, password, hash) of recent successes
   std::deque<std::string> verified_order;
@@ -323,16 +324,24 @@ struct HttpServer::Impl {
     return users;
   }
 
-  bool Authenticate(const std::string& user, const std::string& password) {
+  enum class Verdict { kAllowed, kDenied, kBusy };
+
+  // Successful logins are cached, so a scraper pays bcrypt once. Uncached checks run one
+  // at a time (a try-lock, not a queue): a flood of wrong passwords can hold at most one
+  // of the server threads, and cached scrapes keep being served on the others.
+  Verdict Authenticate(const std::string& user, const std::string& password) {
     const auto current = Users();
     const auto it = current->find(user);
     const std::string& hash = it == current->end() ? std::string(kDummyHash) : it->second;
     const std::string key = Sha256(user + '\0' + password + '\0' + hash);
     {
       std::lock_guard lock(cache_mutex);
-      if (it != current->end() && verified.count(key) != 0) return true;
+      if (it != current->end() && verified.count(key) != 0) return Verdict::kAllowed;
     }
+    std::unique_lock bcrypt(bcrypt_mutex, std::try_to_lock);
+    if (!bcrypt.owns_lock()) return Verdict::kBusy;
     const bool ok = VerifyPasswordHash(password, hash) && it != current->end();
+    bcrypt.unlock();
     if (ok) {
       std::lock_guard lock(cache_mutex);
       if (verified.insert(key).second) {
@@ -343,7 +352,7 @@ struct HttpServer::Impl {
         }
       }
     }
-    return ok;
+    return ok ? Verdict::kAllowed : Verdict::kDenied;
   }
 
   void ReapSlowConnections() {
@@ -487,15 +496,21 @@ struct HttpServer::Impl {
       if (!users->empty()) {
         char* password = nullptr;
         char* user = MHD_basic_auth_get_username_password(connection, &password);
-        const bool ok = user != nullptr && password != nullptr &&
-                        self->Authenticate(user, password);
+        const Verdict verdict = user != nullptr && password != nullptr
+                                    ? self->Authenticate(user, password)
+                                    : Verdict::kDenied;
         if (user != nullptr) request.user = user;
         if (password != nullptr) {
           std::memset(password, 0, std::strlen(password));
           MHD_free(password);
         }
         if (user != nullptr) MHD_free(user);
-        if (!ok) {
+        if (verdict == Verdict::kBusy) {
+          HttpResponse busy{503, "text/plain; charset=utf-8",
+                            "Busy checking other credentials; retry\n", {{"Retry-After", "1"}}};
+          return Queue(connection, busy, false);
+        }
+        if (verdict == Verdict::kDenied) {
           HttpResponse denied{401, "text/plain; charset=utf-8", "Unauthorized\n", {}};
           return Queue(connection, denied, true);
         }

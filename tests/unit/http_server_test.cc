@@ -448,6 +448,44 @@ TEST(HttpServer, BasicAuthGuardsEveryPath) {
   EXPECT_EQ(Get(port, "/metrics", "POST", BasicAuth("prometheus", kTestPassword)).status, 405);
 }
 
+// Wrong passwords cost a bcrypt each (tens to hundreds of ms); a flood of them must not
+// starve a scraper whose login is already verified.
+TEST(HttpServer, PasswordGuessingFloodDoesNotStarveVerifiedScrapes) {
+  HttpServerOptions options;
+  options.web.basic_auth_users["prometheus"] = kTestHash;
+  Exporter exporter(options);
+  const auto port = exporter.port();
+  const std::string good = BasicAuth("prometheus", kTestPassword);
+  ASSERT_EQ(Get(port, "/metrics", "GET", good).status, 200);  // now cached
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> denied{0}, busy{0}, other{0};
+  std::vector<std::thread> attackers;
+  for (int i = 0; i < 4; ++i) {
+    attackers.emplace_back([&, i] {
+      for (int n = 0; !stop; ++n) {
+        const int status = Get(port, "/metrics", "GET",
+                               BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
+                               .status;
+        if (status == 401) ++denied;
+        else if (status == 503) ++busy;
+        else ++other;
+      }
+    });
+  }
+  std::vector<int> scrapes;
+  for (int i = 0; i < 10; ++i) {
+    scrapes.push_back(Get(port, "/metrics", "GET", good).status);
+    std::this_thread::sleep_for(100ms);
+  }
+  stop = true;
+  for (auto& t : attackers) t.join();
+  EXPECT_EQ(std::count(scrapes.begin(), scrapes.end(), 200), 10);
+  EXPECT_GT(denied, 0);  // guesses are checked, one at a time
+  EXPECT_GT(busy, 0);    // and the rest told to come back instead of queueing
+  EXPECT_EQ(other, 0);
+}
+
 TEST(HttpServer, ReloadedUsersTakeEffectAndForgetCachedLogins) {
   HttpServerOptions options;
   options.web.basic_auth_users["prometheus"] = kTestHash;
