@@ -174,3 +174,22 @@ def test_port_in_use_is_a_clear_error(tmp_path):
         assert first.get("/healthz")[0] in (200, 503)
     finally:
         first.stop()
+
+
+def test_only_tls_1_2_and_1_3_are_offered(tls_daemon):
+    """exporter-toolkit's default minimum: TLS 1.2. The client is allowed old versions
+    (SECLEVEL=0) so that a refusal comes from the server."""
+    def handshake(version):
+        p = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{tls_daemon.port}",
+                            f"-{version}", "-cipher", "DEFAULT@SECLEVEL=0",
+                            "-CAfile", str(tls_daemon.cert)],
+                           input="", capture_output=True, text=True, timeout=20)
+        return p.returncode, p.stdout + p.stderr
+
+    rc, out = handshake("tls1_1")
+    assert rc != 0 and "Cipher is (NONE)" in out, out
+    assert "no protocols available" not in out  # the client did offer TLS 1.1
+    for version, name in [("tls1_2", "TLSv1.2"), ("tls1_3", "TLSv1.3")]:
+        rc, out = handshake(version)
+        assert rc == 0 and f"New, {name}, Cipher is" in out, out
+    assert tls_daemon.alive()
