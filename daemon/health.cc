@@ -186,6 +186,12 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::Expec
 
 }  // namespace
 
+std::vector<Diagnosis> DiagnoseOnce(const Config& config, const CycleObservation& observation) {
+  Config once = config;
+  once.consecutive_bad = 1;
+  return HealthTracker(once).Observe(observation).diagnoses;
+}
+
 std::string_view ToString(DiagnosisCause cause) {
   switch (cause) {
     case DiagnosisCause::kLinkDowntrained: return "link_downtrained";
@@ -351,9 +357,13 @@ DeviceHealth HealthTracker::Observe(const CycleObservation& obs) {
     degraded = degraded || state.health.degraded;
   }
   for (const Key& key : observed_keys) observed.push_back(&device.series.at(key).health);
+  std::map<std::pair<TransferMode, Direction>, bool> before;
+  for (const PairVerdict& v : device.last.verdicts) before[{v.mode, v.direction}] = v.degraded;
   device.last.verdicts.clear();
   for (const auto& [pair, degraded] : pairs) {
-    device.last.verdicts.push_back({pair.first, pair.second, degraded});
+    auto it = before.find(pair);
+    const bool was = it != before.end() && it->second;
+    device.last.verdicts.push_back({pair.first, pair.second, degraded, degraded != was});
   }
   device.last.diagnoses = Diagnose(obs, band, observed, config_.drift_fraction);
   return device.last;

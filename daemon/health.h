@@ -98,6 +98,7 @@ struct PairVerdict {
   probes::TransferMode mode = probes::TransferMode::kPinned;
   probes::Direction direction = probes::Direction::kH2D;
   bool degraded = false;
+  bool changed = false;  // flipped in the cycle just observed: worth a log line with advice
 };
 
 struct DeviceHealth {
@@ -121,6 +122,10 @@ std::string SeriesKey(probes::TransferMode mode, probes::Direction direction,
 // band of its narrowest PCIe link with the config's fractions.
 probes::ExpectedBand ResolveBand(const Config& config, const probes::DeviceInfo& device,
                                  const probes::LinkPath& path);
+
+// The causes one cycle shows without any history (no baseline): for one-shot runs such as
+// `xferd probe`, whose table can print each cause's detail and advice.
+std::vector<Diagnosis> DiagnoseOnce(const Config& config, const CycleObservation& observation);
 
 // Thread-safe: Observe from the probe loop, Summary/Devices from anywhere.
 class HealthTracker {

@@ -153,6 +153,39 @@ TEST(Verdict, FlipsAfterExactlyKBadCyclesAndBackAfterKGood) {
   }
 }
 
+TEST(Verdict, ChangedMarksTheCycleItFlipsIn) {
+  HealthTracker h(TestConfig(2));
+  auto changed = [](const DeviceHealth& d) {
+    for (const auto& v : d.verdicts) {
+      if (v.mode == TransferMode::kPinned && v.direction == Direction::kH2D) return v.changed;
+    }
+    return false;
+  };
+  EXPECT_FALSE(changed(h.Observe(PinnedCycle(24.0))));  // first sight, healthy: no news
+  EXPECT_FALSE(changed(h.Observe(PinnedCycle(10.0))));
+  EXPECT_TRUE(changed(h.Observe(PinnedCycle(10.0))));   // now degraded
+  EXPECT_FALSE(changed(h.Observe(PinnedCycle(10.0))));  // still degraded
+  EXPECT_FALSE(changed(h.Observe(PinnedCycle(24.0))));
+  EXPECT_TRUE(changed(h.Observe(PinnedCycle(24.0))));   // recovered
+}
+
+TEST(Diagnosis, DiagnoseOnceJudgesASingleRun) {
+  auto obs = Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 10.0),
+                    Sample(TransferMode::kPageable, Direction::kH2D, 8.0)});
+  obs.link_path.iommu_type = "DMA-FQ";
+  const auto causes = DiagnoseOnce(TestConfig(5), obs);
+  std::vector<std::string> names;
+  for (const auto& d : causes) {
+    names.emplace_back(ToString(d.cause));
+    EXPECT_FALSE(d.advice.empty());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"iommu_translating", "pinned_pageable_ratio",
+                                             "below_band"}));
+  EXPECT_TRUE(DiagnoseOnce(TestConfig(), Cycle({Sample(TransferMode::kPinned, Direction::kH2D,
+                                                       24.0)}))
+                  .empty());
+}
+
 TEST(Verdict, ASingleBadCycleOrAnInterruptedStreakDoesNotFlip) {
   HealthTracker h(TestConfig(3));
   for (int i = 0; i < 6; ++i) h.Observe(PinnedCycle(24.0));
