@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -97,6 +98,12 @@ std::optional<double> MaxOpenFiles(const std::filesystem::path& limits_path) {
   return std::nullopt;
 }
 
+std::optional<double> OwnMaxOpenFiles() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  return static_cast<double>(limit.rlim_cur);
+}
+
 // Entries of /proc/PID/fd, not counting the descriptor this listing itself holds open.
 std::optional<double> OpenFds(const std::filesystem::path& fd_dir, bool self) {
   DIR* dir = opendir(fd_dir.c_str());
@@ -165,11 +172,14 @@ std::vector<prometheus::MetricFamily> ProcessMetrics::Collect() const {
       }
     }
   }
-  if (const auto fds = OpenFds(process / "fd", proc_root_ == "/proc" && pid_ == "self")) {
+  const bool self = proc_root_ == "/proc" && pid_ == "self";
+  if (const auto fds = OpenFds(process / "fd", self)) {
     out.push_back(One("process_open_fds", "Number of open file descriptors.", MetricType::Gauge,
                       *fds));
   }
-  if (const auto max = MaxOpenFiles(process / "limits")) {
+  // This process's own limit needs no file: getrlimit is one cheap call per scrape where
+  // the kernel formats all of /proc/PID/limits for a read.
+  if (const auto max = self ? OwnMaxOpenFiles() : MaxOpenFiles(process / "limits")) {
     out.push_back(One("process_max_fds", "Maximum number of open file descriptors.",
                       MetricType::Gauge, *max));
   }
