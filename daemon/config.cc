@@ -4,20 +4,20 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <toml++/toml.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <climits>
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <regex>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
-#include <yaml-cpp/yaml.h>
 
 namespace xferd::daemon {
 namespace {
@@ -42,18 +42,16 @@ const std::vector<Section>& Schema() {
       {"web", {"listen_address", "telemetry_path", "config_file"}},
       {"daemon", {"state_dir", "textfile_path", "log_level"}},
       {"probe",
-       {"interval", "jitter", "modes", "bidirectional", "sizes", "iterations", "warmup",
-        "deadline", "cycle_budget", "max_duty_cycle", "streams", "chunk", "pinned_cap",
-        "gpus"}},
+       {"interval", "jitter", "modes", "bidirectional", "sizes", "iterations", "warmup", "deadline",
+        "cycle_budget", "max_duty_cycle", "streams", "chunk", "pinned_cap", "gpus"}},
       {"busy", {"enabled", "gpu_utilization_percent", "pcie_bytes_per_second"}},
       {"health",
        {"consecutive_bad", "baseline_window", "drift_fraction", "band_lower_fraction",
         "band_upper_fraction", "band"}},
       {"health.band", {"gpu", "lower", "upper"}},
       {"simulate",
-       {"enabled", "devices", "seed", "link", "link_gen", "link_width", "integrated",
-        "time_scale", "fault", "gpu_utilization_percent", "pcie_bytes_per_second",
-        "unsupported"}},
+       {"enabled", "devices", "seed", "link", "link_gen", "link_width", "integrated", "time_scale",
+        "fault", "gpu_utilization_percent", "pcie_bytes_per_second", "unsupported"}},
       {"simulate.fault", {"kind", "device", "factor", "gen", "width", "every"}},
   };
   return kSchema;
@@ -104,9 +102,12 @@ std::string FormatNumber(double value) {
 std::string TypeName(const toml::node& node) {
   switch (node.type()) {
     case toml::node_type::string: return "a string (" + Quote(**node.as_string()) + ")";
-    case toml::node_type::integer: return "an integer (" + std::to_string(**node.as_integer()) + ")";
-    case toml::node_type::floating_point: return "a number (" + FormatNumber(**node.as_floating_point()) + ")";
-    case toml::node_type::boolean: return std::string("a boolean (") + (**node.as_boolean() ? "true" : "false") + ")";
+    case toml::node_type::integer:
+      return "an integer (" + std::to_string(**node.as_integer()) + ")";
+    case toml::node_type::floating_point:
+      return "a number (" + FormatNumber(**node.as_floating_point()) + ")";
+    case toml::node_type::boolean:
+      return std::string("a boolean (") + (**node.as_boolean() ? "true" : "false") + ")";
     case toml::node_type::array: return "an array";
     case toml::node_type::table: return "a table";
     case toml::node_type::date: return "a date";
@@ -116,7 +117,9 @@ std::string TypeName(const toml::node& node) {
   }
 }
 
-int LineOf(const toml::node& node) { return static_cast<int>(node.source().begin.line); }
+int LineOf(const toml::node& node) {
+  return static_cast<int>(node.source().begin.line);
+}
 
 }  // namespace
 
@@ -127,18 +130,24 @@ int LineOf(const toml::node& node) { return static_cast<int>(node.source().begin
 std::optional<milliseconds> ParseDuration(std::string_view text) {
   // <number><unit>, unit one of ms, s, m, h; fractions allowed ("1.5s").
   std::size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
   if (i == 0 || i == text.size()) return std::nullopt;
   double value = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + i, value);
   if (ec != std::errc() || ptr != text.data() + i || !std::isfinite(value)) return std::nullopt;
   const std::string_view unit = text.substr(i);
   double scale = 0;
-  if (unit == "ms") scale = 1;
-  else if (unit == "s") scale = 1e3;
-  else if (unit == "m") scale = 60e3;
-  else if (unit == "h") scale = 3600e3;
-  else return std::nullopt;
+  if (unit == "ms")
+    scale = 1;
+  else if (unit == "s")
+    scale = 1e3;
+  else if (unit == "m")
+    scale = 60e3;
+  else if (unit == "h")
+    scale = 3600e3;
+  else
+    return std::nullopt;
   const double ms = value * scale;
   if (ms > 365.0 * 24 * 3600e3) return std::nullopt;  // also keeps the cast below defined
   return milliseconds(static_cast<std::int64_t>(std::llround(ms)));
@@ -159,14 +168,21 @@ std::optional<double> ParseBandwidth(std::string_view text) {
   text.remove_prefix(start);
   double value = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr == text.data() || !std::isfinite(value) || value < 0) return std::nullopt;
+  if (ec != std::errc() || ptr == text.data() || !std::isfinite(value) || value < 0)
+    return std::nullopt;
   std::string_view unit(ptr, static_cast<std::size_t>(text.data() + text.size() - ptr));
   while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
   while (!unit.empty() && unit.back() == ' ') unit.remove_suffix(1);
-  static const std::pair<std::string_view, double> kUnits[] = {
-      {"", 1},           {"B/s", 1},           {"KB/s", 1e3},        {"MB/s", 1e6},
-      {"GB/s", 1e9},     {"TB/s", 1e12},       {"KiB/s", 1024.0},    {"MiB/s", 1048576.0},
-      {"GiB/s", 1073741824.0}, {"TiB/s", 1099511627776.0}};
+  static const std::pair<std::string_view, double> kUnits[] = {{"", 1},
+                                                               {"B/s", 1},
+                                                               {"KB/s", 1e3},
+                                                               {"MB/s", 1e6},
+                                                               {"GB/s", 1e9},
+                                                               {"TB/s", 1e12},
+                                                               {"KiB/s", 1024.0},
+                                                               {"MiB/s", 1048576.0},
+                                                               {"GiB/s", 1073741824.0},
+                                                               {"TiB/s", 1099511627776.0}};
   for (const auto& [name, scale] : kUnits) {
     if (unit == name) return value * scale;
   }
@@ -270,9 +286,12 @@ class TableReader {
     if (!node) return std::nullopt;
     const std::string example = std::string(key) + " = " + FormatNumber(suggestion);
     double value = 0;
-    if (const auto* f = node->as_floating_point()) value = **f;
-    else if (const auto* i = node->as_integer()) value = static_cast<double>(**i);
-    else Fail(*node, key, "must be a number, got " + TypeName(*node), "write e.g. " + example);
+    if (const auto* f = node->as_floating_point())
+      value = **f;
+    else if (const auto* i = node->as_integer())
+      value = static_cast<double>(**i);
+    else
+      Fail(*node, key, "must be a number, got " + TypeName(*node), "write e.g. " + example);
     const bool low = open_min ? !(value > min) : !(value >= min);
     if (!std::isfinite(value) || low || value > max) {
       std::string range = open_min ? "greater than " + FormatNumber(min) + " and at most "
@@ -330,7 +349,8 @@ class TableReader {
              "write e.g. " + example + " (a whole number and B, KiB, MiB or GiB)");
       }
     } else if (const auto* i = node.as_integer()) {
-      if (**i < 0) Fail(node, key, "must not be negative, got " + std::to_string(**i), "write " + example);
+      if (**i < 0)
+        Fail(node, key, "must not be negative, got " + std::to_string(**i), "write " + example);
       bytes = static_cast<std::uint64_t>(**i);
       shown = std::to_string(**i);
     } else {
@@ -349,7 +369,8 @@ class TableReader {
                                     std::string_view suggestion) const {
     const toml::node* node = Find(key);
     if (!node) return std::nullopt;
-    return SizeValue(*node, key, min, max, std::string(key) + " = \"" + std::string(suggestion) + "\"");
+    return SizeValue(*node, key, min, max,
+                     std::string(key) + " = \"" + std::string(suggestion) + "\"");
   }
 
   // `allow_zero`: 0 is a meaningful value (an idle simulated link), not a unit mistake.
@@ -363,8 +384,9 @@ class TableReader {
       const auto parsed = ParseBandwidth(**s);
       if (!parsed) {
         Fail(*node, key, "is not a bandwidth: " + Quote(**s),
-             "write e.g. " + example + " (units B/s, KB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, "
-                                       "GiB/s, TiB/s; or a number of bytes per second)");
+             "write e.g. " + example +
+                 " (units B/s, KB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, "
+                 "GiB/s, TiB/s; or a number of bytes per second)");
       }
       value = *parsed;
     } else if (const auto* f = node->as_floating_point()) {
@@ -408,11 +430,14 @@ class TableReader {
     }
     for (const auto& [k, node] : table_) {
       const std::string_view key = k.str();
-      if (section && std::find(section->keys.begin(), section->keys.end(), key) != section->keys.end()) continue;
+      if (section &&
+          std::find(section->keys.begin(), section->keys.end(), key) != section->keys.end())
+        continue;
       const int line = static_cast<int>(k.source().begin.line);
       std::string fix = Suggest(key);
       if (section_.empty()) {
-        throw ConfigError(file_, line, std::string(key), "unknown section or key at the top level", fix);
+        throw ConfigError(file_, line, std::string(key), "unknown section or key at the top level",
+                          fix);
       }
       throw ConfigError(file_, line, KeyName(key), "unknown key", fix);
     }
@@ -484,7 +509,8 @@ void CheckListenAddress(const TableReader& reader, const toml::node& node,
     const auto close = address.find(']');
     if (close == std::string::npos) bad("'[' without a closing ']'");
     host = address.substr(1, close - 1);
-    if (close + 1 >= address.size() || address[close + 1] != ':') bad("no :port after the IPv6 address");
+    if (close + 1 >= address.size() || address[close + 1] != ':')
+      bad("no :port after the IPv6 address");
     port = address.substr(close + 2);
     in6_addr v6{};
     if (inet_pton(AF_INET6, host.c_str(), &v6) != 1) bad(Quote(host) + " is not an IPv6 address");
@@ -525,7 +551,8 @@ void ReadWeb(const std::string& file, const std::filesystem::path& source, const
   if (auto v = r.String("telemetry_path", "\"/metrics\"")) {
     const toml::node& node = *r.Find("telemetry_path");
     const std::string fix = "write telemetry_path = \"/metrics\"";
-    if (v->empty() || v->front() != '/') r.Fail(node, "telemetry_path", "must start with '/', got " + Quote(*v), fix);
+    if (v->empty() || v->front() != '/')
+      r.Fail(node, "telemetry_path", "must start with '/', got " + Quote(*v), fix);
     if (*v == "/" || *v == "/healthz") {
       r.Fail(node, "telemetry_path",
              Quote(*v) + " is taken by the " + (*v == "/" ? "landing page" : "health check"), fix);
@@ -533,7 +560,8 @@ void ReadWeb(const std::string& file, const std::filesystem::path& source, const
     for (char c : *v) {
       const auto u = static_cast<unsigned char>(c);
       if (u <= 0x20 || u == 0x7f || c == '?' || c == '#' || c == '%') {
-        r.Fail(node, "telemetry_path", "must be a plain path without spaces, '?', '#' or '%', got " + Quote(*v), fix);
+        r.Fail(node, "telemetry_path",
+               "must be a plain path without spaces, '?', '#' or '%', got " + Quote(*v), fix);
       }
     }
     config.telemetry_path = *v;
@@ -554,7 +582,9 @@ void ReadDaemon(const std::string& file, const std::filesystem::path& source,
   if (!table) return;
   TableReader r(file, *table, "daemon");
   if (auto v = r.String("state_dir", "\"/var/lib/xferd\"")) {
-    if (v->empty()) r.Fail(*r.Find("state_dir"), "state_dir", "must not be empty", "write state_dir = \"/var/lib/xferd\"");
+    if (v->empty())
+      r.Fail(*r.Find("state_dir"), "state_dir", "must not be empty",
+             "write state_dir = \"/var/lib/xferd\"");
     config.state_dir = ResolveAgainst(source, *v);
   }
   if (auto v = r.String("textfile_path", "\"/var/lib/prometheus/node-exporter/xferd.prom\"")) {
@@ -570,7 +600,8 @@ void ReadDaemon(const std::string& file, const std::filesystem::path& source,
     config.textfile_path = ResolveAgainst(source, *v);
   }
   if (auto v = r.String("log_level", "\"info\"")) {
-    static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+    static const std::set<std::string> kLevels = {"trace", "debug",    "info", "warn",
+                                                  "error", "critical", "off"};
     if (!kLevels.contains(*v)) {
       r.Fail(*r.Find("log_level"), "log_level", "unknown level " + Quote(*v),
              "use one of trace, debug, info, warn, error, critical, off");
@@ -590,14 +621,14 @@ std::string ModeList() {
 }
 
 bool LooksLikeGpuId(std::string_view id) {
-  if (!id.empty() && std::all_of(id.begin(), id.end(), [](unsigned char c) { return std::isdigit(c); })) {
+  if (!id.empty() &&
+      std::all_of(id.begin(), id.end(), [](unsigned char c) { return std::isdigit(c); })) {
     return id.size() <= 4;
   }
   for (std::string_view prefix : {"GPU-", "MIG-", "SIM-"}) {
     if (id.size() > prefix.size() && id.substr(0, prefix.size()) == prefix) {
-      return std::all_of(id.begin() + static_cast<std::ptrdiff_t>(prefix.size()), id.end(), [](unsigned char c) {
-        return std::isxdigit(c) || c == '-' || c == '/';
-      });
+      return std::all_of(id.begin() + static_cast<std::ptrdiff_t>(prefix.size()), id.end(),
+                         [](unsigned char c) { return std::isxdigit(c) || c == '-' || c == '/'; });
     }
   }
   return false;
@@ -607,7 +638,9 @@ bool LooksLikeGpuId(std::string_view id) {
 std::string GpuId(const TableReader& r, const toml::node& node, std::string_view key) {
   std::string id;
   if (const auto* i = node.as_integer()) {
-    if (**i < 0 || **i > 9999) r.Fail(node, key, "GPU index must be 0 or more, got " + std::to_string(**i), "use the index nvidia-smi shows, e.g. \"0\"");
+    if (**i < 0 || **i > 9999)
+      r.Fail(node, key, "GPU index must be 0 or more, got " + std::to_string(**i),
+             "use the index nvidia-smi shows, e.g. \"0\"");
     id = std::to_string(**i);
   } else if (const auto* s = node.as_string()) {
     id = **s;
@@ -617,7 +650,8 @@ std::string GpuId(const TableReader& r, const toml::node& node, std::string_view
   }
   if (!LooksLikeGpuId(id)) {
     r.Fail(node, key, Quote(id) + " is neither a GPU index nor a UUID",
-           "write an index such as \"0\" or a UUID such as \"GPU-5c3b6a2e-...\" (nvidia-smi -L shows both)");
+           "write an index such as \"0\" or a UUID such as \"GPU-5c3b6a2e-...\" (nvidia-smi -L "
+           "shows both)");
   }
   return id;
 }
@@ -641,16 +675,20 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
       }
     }
   }
-  if (auto v = r.Duration("interval", min_interval, milliseconds(24 * 3600 * 1000), "60s")) config.interval = *v;
+  if (auto v = r.Duration("interval", min_interval, milliseconds(24 * 3600 * 1000), "60s"))
+    config.interval = *v;
   if (auto v = r.Number("jitter", 0, 0.5, false, 0.1)) config.jitter = *v;
 
   if (const toml::array* modes = r.Array("modes", false, "[\"pinned\", \"pageable\"]")) {
     config.modes.clear();
     for (const toml::node& element : *modes) {
       const auto* s = element.as_string();
-      if (!s) r.Fail(element, "modes", "each mode must be a string, got " + TypeName(element), "use names from: " + ModeList());
+      if (!s)
+        r.Fail(element, "modes", "each mode must be a string, got " + TypeName(element),
+               "use names from: " + ModeList());
       const auto mode = probes::ParseMode(**s);
-      if (!mode) r.Fail(element, "modes", "unknown mode " + Quote(**s), "use names from: " + ModeList());
+      if (!mode)
+        r.Fail(element, "modes", "unknown mode " + Quote(**s), "use names from: " + ModeList());
       if (std::find(config.modes.begin(), config.modes.end(), *mode) != config.modes.end()) {
         r.Fail(element, "modes", "mode " + Quote(**s) + " is listed twice", "list each mode once");
       }
@@ -665,7 +703,8 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
     for (const toml::node& element : *sizes) {
       const std::uint64_t bytes = r.SizeValue(element, "sizes", kKiB, kGiB, "sizes = [\"64MiB\"]");
       if (std::find(config.sizes.begin(), config.sizes.end(), bytes) != config.sizes.end()) {
-        r.Fail(element, "sizes", "size " + probes::FormatSize(bytes) + " is listed twice", "list each size once");
+        r.Fail(element, "sizes", "size " + probes::FormatSize(bytes) + " is listed twice",
+               "list each size once");
       }
       config.sizes.push_back(bytes);
     }
@@ -678,10 +717,14 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
   const bool budget_set = r.Find("cycle_budget") != nullptr;
   const bool deadline_set = r.Find("deadline") != nullptr;
   const milliseconds min_timer = simulate ? milliseconds(1) : milliseconds(10);
-  if (auto v = r.Duration("cycle_budget", min_timer, milliseconds(24 * 3600 * 1000), "30s")) config.cycle_budget = *v;
-  else config.cycle_budget = std::min(config.cycle_budget, std::max(min_timer, config.interval / 2));
-  if (auto v = r.Duration("deadline", min_timer, milliseconds(3600 * 1000), "5s")) config.probe_deadline = *v;
-  else config.probe_deadline = std::min(config.probe_deadline, config.cycle_budget);
+  if (auto v = r.Duration("cycle_budget", min_timer, milliseconds(24 * 3600 * 1000), "30s"))
+    config.cycle_budget = *v;
+  else
+    config.cycle_budget = std::min(config.cycle_budget, std::max(min_timer, config.interval / 2));
+  if (auto v = r.Duration("deadline", min_timer, milliseconds(3600 * 1000), "5s"))
+    config.probe_deadline = *v;
+  else
+    config.probe_deadline = std::min(config.probe_deadline, config.cycle_budget);
 
   if (budget_set && config.cycle_budget >= config.interval) {
     r.Fail(*r.Find("cycle_budget"), "cycle_budget",
@@ -694,13 +737,16 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
     r.Fail(*r.Find("deadline"), "deadline",
            "must be shorter than interval (" + FormatDuration(config.interval) + "), got " +
                FormatDuration(config.probe_deadline),
-           "set deadline = \"" + FormatDuration(std::min(milliseconds(5000), config.cycle_budget)) + "\" or shorter");
+           "set deadline = \"" + FormatDuration(std::min(milliseconds(5000), config.cycle_budget)) +
+               "\" or shorter");
   }
   if (deadline_set && config.probe_deadline > config.cycle_budget) {
     r.Fail(*r.Find("deadline"), "deadline",
            "one probe's deadline (" + FormatDuration(config.probe_deadline) +
-               ") is longer than the whole cycle's budget (" + FormatDuration(config.cycle_budget) + ")",
-           "set deadline = \"" + FormatDuration(config.cycle_budget) + "\" or shorter, or raise cycle_budget");
+               ") is longer than the whole cycle's budget (" + FormatDuration(config.cycle_budget) +
+               ")",
+           "set deadline = \"" + FormatDuration(config.cycle_budget) +
+               "\" or shorter, or raise cycle_budget");
   }
 
   if (auto v = r.Number("max_duty_cycle", 0, 1, true, 0.01)) config.max_duty_cycle = *v;
@@ -714,15 +760,18 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
         return m == probes::TransferMode::kPinned || m == probes::TransferMode::kPinnedAsync ||
                m == probes::TransferMode::kZeroCopy;
       });
-  const bool bidir = config.bidirectional &&
-                     std::find(config.modes.begin(), config.modes.end(), probes::TransferMode::kPinned) != config.modes.end();
+  const bool bidir =
+      config.bidirectional && std::find(config.modes.begin(), config.modes.end(),
+                                        probes::TransferMode::kPinned) != config.modes.end();
   const std::uint64_t needed = bidir ? 2 * largest : largest;
   if (pinned_used && config.pinned_cap_bytes < needed) {
     const toml::node* cap = r.Find("pinned_cap");
     const std::string problem = "pinned memory cap " + probes::FormatSize(config.pinned_cap_bytes) +
-                                " is below the " + probes::FormatSize(needed) + " the probes need (largest size " +
-                                probes::FormatSize(largest) + (bidir ? " x 2 for the bidirectional probe)" : ")");
-    const std::string fix = "set pinned_cap = \"" + probes::FormatSize(needed) + "\" or more, or use smaller sizes";
+                                " is below the " + probes::FormatSize(needed) +
+                                " the probes need (largest size " + probes::FormatSize(largest) +
+                                (bidir ? " x 2 for the bidirectional probe)" : ")");
+    const std::string fix =
+        "set pinned_cap = \"" + probes::FormatSize(needed) + "\" or more, or use smaller sizes";
     if (cap) r.Fail(*cap, "pinned_cap", problem, fix);
     r.FailAt(sizes_node ? LineOf(*sizes_node) : 0, "sizes", problem, fix);
   }
@@ -745,7 +794,8 @@ void ReadBusy(const std::string& file, const toml::table& root, Config& config) 
   if (!table) return;
   TableReader r(file, *table, "busy");
   if (auto v = r.Bool("enabled")) config.busy_detection = *v;
-  if (auto v = r.Number("gpu_utilization_percent", 0, 100, true, 50)) config.busy_gpu_utilization_percent = *v;
+  if (auto v = r.Number("gpu_utilization_percent", 0, 100, true, 50))
+    config.busy_gpu_utilization_percent = *v;
   if (auto v = r.Bandwidth("pcie_bytes_per_second", "2GB/s")) config.busy_pcie_bytes_per_s = *v;
   r.RejectUnknown();
 }
@@ -754,8 +804,10 @@ void ReadHealth(const std::string& file, const toml::table& root, Config& config
   const toml::table* table = SectionTable(file, root, "health");
   if (!table) return;
   TableReader r(file, *table, "health");
-  if (auto v = r.Integer("consecutive_bad", 1, 1000, 3)) config.consecutive_bad = static_cast<int>(*v);
-  if (auto v = r.Integer("baseline_window", 1, 10000, 20)) config.baseline_window = static_cast<int>(*v);
+  if (auto v = r.Integer("consecutive_bad", 1, 1000, 3))
+    config.consecutive_bad = static_cast<int>(*v);
+  if (auto v = r.Integer("baseline_window", 1, 10000, 20))
+    config.baseline_window = static_cast<int>(*v);
   if (auto v = r.Number("drift_fraction", 0, 1, true, 0.8)) config.drift_fraction = *v;
   if (auto v = r.Number("band_lower_fraction", 0, 1, true, 0.63)) config.band_lower_fraction = *v;
   if (auto v = r.Number("band_upper_fraction", 0, 1, true, 0.83)) config.band_upper_fraction = *v;
@@ -770,8 +822,10 @@ void ReadHealth(const std::string& file, const toml::table& root, Config& config
   if (const toml::node* bands_node = r.Find("band")) {
     const auto* bands = bands_node->as_array();
     if (!bands || !bands->is_array_of_tables()) {
-      r.Fail(*bands_node, "band", "must be a list of [[health.band]] tables, got " + TypeName(*bands_node),
-             "write each band as\n  [[health.band]]\n  gpu = \"0\"\n  lower = \"20GB/s\"\n  upper = \"26GB/s\"");
+      r.Fail(*bands_node, "band",
+             "must be a list of [[health.band]] tables, got " + TypeName(*bands_node),
+             "write each band as\n  [[health.band]]\n  gpu = \"0\"\n  lower = \"20GB/s\"\n  upper "
+             "= \"26GB/s\"");
     }
     config.bands.clear();
     for (std::size_t i = 0; i < bands->size(); ++i) {
@@ -780,15 +834,22 @@ void ReadHealth(const std::string& file, const toml::table& root, Config& config
       b.SetDisplayPrefix("health.band[" + std::to_string(i) + "]");
       BandOverride band;
       const toml::node* gpu = b.Find("gpu");
-      if (!gpu) b.FailAt(b.TableLine(), "gpu", "missing: which GPU the band is for", "add gpu = \"0\" (an index or a UUID)");
+      if (!gpu)
+        b.FailAt(b.TableLine(), "gpu", "missing: which GPU the band is for",
+                 "add gpu = \"0\" (an index or a UUID)");
       band.gpu = GpuId(b, *gpu, "gpu");
       const auto lower = b.Bandwidth("lower", "20GB/s");
       const auto upper = b.Bandwidth("upper", "26GB/s");
-      if (!lower) b.FailAt(b.TableLine(), "lower", "missing: the band's lower bound", "add lower = \"20GB/s\"");
-      if (!upper) b.FailAt(b.TableLine(), "upper", "missing: the band's upper bound", "add upper = \"26GB/s\"");
+      if (!lower)
+        b.FailAt(b.TableLine(), "lower", "missing: the band's lower bound",
+                 "add lower = \"20GB/s\"");
+      if (!upper)
+        b.FailAt(b.TableLine(), "upper", "missing: the band's upper bound",
+                 "add upper = \"26GB/s\"");
       if (*lower > *upper) {
         b.Fail(*b.Find("lower"), "lower",
-               "lower bound " + FormatBandwidth(*lower) + " is above the upper bound " + FormatBandwidth(*upper),
+               "lower bound " + FormatBandwidth(*lower) + " is above the upper bound " +
+                   FormatBandwidth(*upper),
                "swap them or correct the units");
       }
       for (const BandOverride& other : config.bands) {
@@ -807,7 +868,8 @@ void ReadHealth(const std::string& file, const toml::table& root, Config& config
 }
 
 bool ValidWidth(std::int64_t width) {
-  return width == 1 || width == 2 || width == 4 || width == 8 || width == 12 || width == 16 || width == 32;
+  return width == 1 || width == 2 || width == 4 || width == 8 || width == 12 || width == 16 ||
+         width == 32;
 }
 
 void ReadSimulate(const std::string& file, const toml::table& root, Config& config) {
@@ -819,7 +881,8 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
   if (auto v = r.Integer("seed", 0, INT64_MAX, 1)) config.sim.seed = static_cast<std::uint64_t>(*v);
   const toml::node* link = r.Find("link");
   if (link && (r.Find("link_gen") || r.Find("link_width"))) {
-    r.Fail(*link, "link", "set either link or link_gen/link_width, not both", "keep link = \"gen4x16\" and remove link_gen and link_width");
+    r.Fail(*link, "link", "set either link or link_gen/link_width, not both",
+           "keep link = \"gen4x16\" and remove link_gen and link_width");
   }
   if (auto v = r.String("link", "\"gen4x16\"")) {
     // "gen4x16": the generation and lane count the simulated GPU trained to at best.
@@ -834,14 +897,18 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
   }
   if (auto v = r.Integer("link_gen", 1, 6, 4)) config.sim.link_gen = static_cast<int>(*v);
   if (auto v = r.Integer("link_width", 1, 32, 16)) {
-    if (!ValidWidth(*v)) r.Fail(*r.Find("link_width"), "link_width", "PCIe has no x" + std::to_string(*v) + " link", "use 1, 2, 4, 8, 12, 16 or 32");
+    if (!ValidWidth(*v))
+      r.Fail(*r.Find("link_width"), "link_width", "PCIe has no x" + std::to_string(*v) + " link",
+             "use 1, 2, 4, 8, 12, 16 or 32");
     config.sim.link_width = static_cast<int>(*v);
   }
   if (auto v = r.Bool("integrated")) config.sim.integrated = *v;
   if (auto v = r.Number("time_scale", 0, 1000, false, 1)) config.sim.time_scale = *v;
   // The load the simulated GPUs report to busy detection (in place of NVML).
-  if (auto v = r.Number("gpu_utilization_percent", 0, 100, false, 90)) config.sim_gpu_utilization_percent = *v;
-  if (auto v = r.Bandwidth("pcie_bytes_per_second", "10GB/s", true)) config.sim_pcie_bytes_per_s = *v;
+  if (auto v = r.Number("gpu_utilization_percent", 0, 100, false, 90))
+    config.sim_gpu_utilization_percent = *v;
+  if (auto v = r.Bandwidth("pcie_bytes_per_second", "10GB/s", true))
+    config.sim_pcie_bytes_per_s = *v;
 
   // [simulate.unsupported]: mode = "reason", modes every simulated device cannot do.
   if (const toml::node* node = r.Find("unsupported")) {
@@ -853,7 +920,9 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
     for (const auto& [k, reason] : *modes) {
       const std::string key = "unsupported." + std::string(k.str());
       const auto mode = probes::ParseMode(k.str());
-      if (!mode) r.FailAt(static_cast<int>(k.source().begin.line), key, "unknown mode", "use names from: " + ModeList());
+      if (!mode)
+        r.FailAt(static_cast<int>(k.source().begin.line), key, "unknown mode",
+                 "use names from: " + ModeList());
       const auto* text = reason.as_string();
       if (!text || (*text)->empty()) {
         r.Fail(reason, key, "must be the reason as a non-empty string, got " + TypeName(reason),
@@ -866,7 +935,8 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
   if (const toml::node* faults_node = r.Find("fault")) {
     const auto* faults = faults_node->as_array();
     if (!faults || !faults->is_array_of_tables()) {
-      r.Fail(*faults_node, "fault", "must be a list of [[simulate.fault]] tables, got " + TypeName(*faults_node),
+      r.Fail(*faults_node, "fault",
+             "must be a list of [[simulate.fault]] tables, got " + TypeName(*faults_node),
              "write each fault as\n  [[simulate.fault]]\n  kind = \"degrade\"\n  factor = 0.5");
     }
     config.sim.faults.clear();
@@ -882,17 +952,23 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
                      probes::SimFault::Kind::kSlow, probes::SimFault::Kind::kLost}) {
         kinds += (kinds.empty() ? "" : ", ") + std::string(probes::ToString(k));
       }
-      if (!kind_text) f.FailAt(f.TableLine(), "kind", "missing: what fault to inject", "add kind = one of " + kinds);
+      if (!kind_text)
+        f.FailAt(f.TableLine(), "kind", "missing: what fault to inject",
+                 "add kind = one of " + kinds);
       const auto kind = probes::ParseSimFaultKind(*kind_text);
-      if (!kind) f.Fail(*f.Find("kind"), "kind", "unknown fault kind " + Quote(*kind_text), "use one of " + kinds);
+      if (!kind)
+        f.Fail(*f.Find("kind"), "kind", "unknown fault kind " + Quote(*kind_text),
+               "use one of " + kinds);
       fault.kind = *kind;
-      if (auto v = f.Integer("device", -1, config.sim.devices - 1, -1)) fault.device = static_cast<int>(*v);
+      if (auto v = f.Integer("device", -1, config.sim.devices - 1, -1))
+        fault.device = static_cast<int>(*v);
       // Each kind takes only its own parameters, so a misplaced one is not silently ignored.
       const auto only = [&](std::initializer_list<std::string_view> allowed) {
         for (std::string_view key : {"factor", "gen", "width", "every"}) {
           const toml::node* node = f.Find(key);
           if (node && std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-            f.Fail(*node, key, "kind " + Quote(*kind_text) + " takes no " + std::string(key), "remove it");
+            f.Fail(*node, key, "kind " + Quote(*kind_text) + " takes no " + std::string(key),
+                   "remove it");
           }
         }
       };
@@ -901,14 +977,18 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
         case Kind::kDegrade: {
           only({"factor"});
           const auto factor = f.Number("factor", 0, 1, true, 0.5);
-          if (!factor) f.FailAt(f.TableLine(), "factor", "missing: how much bandwidth is left", "add factor = 0.5 (0 < factor <= 1)");
+          if (!factor)
+            f.FailAt(f.TableLine(), "factor", "missing: how much bandwidth is left",
+                     "add factor = 0.5 (0 < factor <= 1)");
           fault.factor = *factor;
           break;
         }
         case Kind::kSlow: {
           only({"factor"});
           const auto factor = f.Number("factor", 1, 1e6, false, 10);
-          if (!factor) f.FailAt(f.TableLine(), "factor", "missing: how many times slower", "add factor = 10 (factor >= 1)");
+          if (!factor)
+            f.FailAt(f.TableLine(), "factor", "missing: how many times slower",
+                     "add factor = 10 (factor >= 1)");
           fault.factor = *factor;
           break;
         }
@@ -916,8 +996,12 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
           only({"gen", "width"});
           const auto gen = f.Integer("gen", 1, 6, 3);
           const auto width = f.Integer("width", 1, 32, 8);
-          if (!gen && !width) f.FailAt(f.TableLine(), "gen", "missing: the link it trained down to", "add gen = 3 and/or width = 8");
-          if (width && !ValidWidth(*width)) f.Fail(*f.Find("width"), "width", "PCIe has no x" + std::to_string(*width) + " link", "use 1, 2, 4, 8, 12, 16 or 32");
+          if (!gen && !width)
+            f.FailAt(f.TableLine(), "gen", "missing: the link it trained down to",
+                     "add gen = 3 and/or width = 8");
+          if (width && !ValidWidth(*width))
+            f.Fail(*f.Find("width"), "width", "PCIe has no x" + std::to_string(*width) + " link",
+                   "use 1, 2, 4, 8, 12, 16 or 32");
           fault.gen = gen ? static_cast<int>(*gen) : config.sim.link_gen;
           fault.width = width ? static_cast<int>(*width) : config.sim.link_width;
           break;
@@ -925,14 +1009,14 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
         case Kind::kErrorEvery: {
           only({"every"});
           const auto every = f.Integer("every", 1, 1000000, 3);
-          if (!every) f.FailAt(f.TableLine(), "every", "missing: every how many probes one fails", "add every = 3");
+          if (!every)
+            f.FailAt(f.TableLine(), "every", "missing: every how many probes one fails",
+                     "add every = 3");
           fault.every = static_cast<int>(*every);
           break;
         }
         case Kind::kHang:
-        case Kind::kLost:
-          only({});
-          break;
+        case Kind::kLost: only({}); break;
       }
       f.RejectUnknown();
       config.sim.faults.push_back(fault);
@@ -1022,9 +1106,12 @@ int FirstInvalidUtf8Line(std::string_view text, unsigned* byte) {
       ++i;
       continue;
     }
-    if ((c & 0xe0) == 0xc0) length = 2, min = 0x80;
-    else if ((c & 0xf0) == 0xe0) length = 3, min = 0x800;
-    else if ((c & 0xf8) == 0xf0) length = 4, min = 0x10000;
+    if ((c & 0xe0) == 0xc0)
+      length = 2, min = 0x80;
+    else if ((c & 0xf0) == 0xe0)
+      length = 3, min = 0x800;
+    else if ((c & 0xf8) == 0xf0)
+      length = 4, min = 0x10000;
     std::uint32_t code = length == 2 ? c & 0x1f : length == 3 ? c & 0x0f : c & 0x07;
     bool ok = length != 0 && i + length <= text.size();
     for (std::size_t k = 1; ok && k < length; ++k) {
@@ -1120,16 +1207,18 @@ Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
                       "/etc/xferd/xferd.toml), which spells out every default");
   }
   if (text.size() > kMaxConfigBytes) {
-    throw ConfigError(file, 0, "", "the file is " + std::to_string(text.size()) + " bytes; a config is a few KiB",
-                      "check that this is the xferd configuration (start from deploy/xferd.toml)");
+    throw ConfigError(
+        file, 0, "", "the file is " + std::to_string(text.size()) + " bytes; a config is a few KiB",
+        "check that this is the xferd configuration (start from deploy/xferd.toml)");
   }
   unsigned bad_byte = 0;
   if (const int line = FirstInvalidUtf8Line(text, &bad_byte)) {
     char byte[8];
     std::snprintf(byte, sizeof byte, "0x%02x", bad_byte);
-    throw ConfigError(file, line, KeyAtLine(text, line),
-                      std::string("not valid TOML: invalid UTF-8 (byte ") + byte + "); is this a binary file?",
-                      "save the file as UTF-8 text; start from deploy/xferd.toml");
+    throw ConfigError(
+        file, line, KeyAtLine(text, line),
+        std::string("not valid TOML: invalid UTF-8 (byte ") + byte + "); is this a binary file?",
+        "save the file as UTF-8 text; start from deploy/xferd.toml");
   }
   if (const int line = FirstNonAsciiOutsideStrings(text)) {
     throw ConfigError(file, line, KeyAtLine(text, line),
@@ -1150,7 +1239,8 @@ Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
       auto [above, above_key] = LastKeyAtOrAbove(text, line);
       if (above > 0) line = above, key = std::move(above_key);
     }
-    if (!problem.empty()) problem[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(problem[0])));
+    if (!problem.empty())
+      problem[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(problem[0])));
     throw ConfigError(file, line, key, "not valid TOML: " + problem,
                       "correct the syntax on that line (strings need \"quotes\", one key per line, "
                       "each key and [section] once; see deploy/xferd.toml)");
@@ -1177,13 +1267,17 @@ namespace {
 std::string ReadFile(const std::filesystem::path& path, std::size_t limit) {
   const std::string file = path.string();
   const auto fail = [&](int error, const std::string& fix) {
-    throw ConfigError(file, 0, "", std::string("cannot read the file: ") + std::strerror(error), fix);
+    throw ConfigError(file, 0, "", std::string("cannot read the file: ") + std::strerror(error),
+                      fix);
   };
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int error = errno;
     if (error == ENOENT) fail(error, "check the path; the example config is deploy/xferd.toml");
-    if (error == EACCES) fail(error, "make it readable by the user xferd runs as (chmod 0644, or chgrp xferd and chmod 0640)");
+    if (error == EACCES)
+      fail(
+          error,
+          "make it readable by the user xferd runs as (chmod 0644, or chgrp xferd and chmod 0640)");
     fail(error, "check the path and its permissions");
   }
   std::string text;
@@ -1194,14 +1288,17 @@ std::string ReadFile(const std::filesystem::path& path, std::size_t limit) {
       if (errno == EINTR) continue;
       const int error = errno;
       ::close(fd);
-      fail(error, error == EISDIR ? "name the file, not its directory" : "check the path and its permissions");
+      fail(error, error == EISDIR ? "name the file, not its directory"
+                                  : "check the path and its permissions");
     }
     if (n == 0) break;
     text.append(buffer, static_cast<std::size_t>(n));
     if (text.size() > limit) {
       ::close(fd);
-      throw ConfigError(file, 0, "", "the file is larger than " + std::to_string(limit) + " bytes; a config is a few KiB",
-                        "check that this is the right file");
+      throw ConfigError(
+          file, 0, "",
+          "the file is larger than " + std::to_string(limit) + " bytes; a config is a few KiB",
+          "check that this is the right file");
     }
   }
   ::close(fd);
@@ -1232,11 +1329,14 @@ Config LoadConfig(const std::filesystem::path& path) {
 
 namespace {
 
-int YamlLine(const YAML::Node& node) { return node.Mark().is_null() ? 0 : node.Mark().line + 1; }
+int YamlLine(const YAML::Node& node) {
+  return node.Mark().is_null() ? 0 : node.Mark().line + 1;
+}
 
 std::string YamlScalar(const std::string& file, const YAML::Node& node, const std::string& key) {
   if (!node.IsScalar()) {
-    throw ConfigError(file, YamlLine(node), key, "must be a single value (a string)", "write " + key.substr(key.rfind('.') + 1) + ": <value>");
+    throw ConfigError(file, YamlLine(node), key, "must be a single value (a string)",
+                      "write " + key.substr(key.rfind('.') + 1) + ": <value>");
   }
   return node.Scalar();
 }
@@ -1244,7 +1344,8 @@ std::string YamlScalar(const std::string& file, const YAML::Node& node, const st
 std::filesystem::path ReadableFile(const std::string& file, const std::filesystem::path& yaml_path,
                                    const YAML::Node& node, const std::string& key) {
   const std::string value = YamlScalar(file, node, key);
-  if (value.empty()) throw ConfigError(file, YamlLine(node), key, "must not be empty", "name the PEM file");
+  if (value.empty())
+    throw ConfigError(file, YamlLine(node), key, "must not be empty", "name the PEM file");
   const std::filesystem::path path = ResolveAgainst(yaml_path, value);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -1252,7 +1353,8 @@ std::filesystem::path ReadableFile(const std::string& file, const std::filesyste
     throw ConfigError(file, YamlLine(node), key,
                       "cannot read " + path.string() + ": " + std::strerror(error),
                       "check the path (relative paths are relative to " +
-                          (yaml_path.parent_path().empty() ? std::string(".") : yaml_path.parent_path().string()) +
+                          (yaml_path.parent_path().empty() ? std::string(".")
+                                                           : yaml_path.parent_path().string()) +
                           ") and that xferd's user can read it");
   }
   ::close(fd);
@@ -1284,7 +1386,8 @@ WebConfig LoadWebConfig(const std::filesystem::path& path) {
   // An empty file is what exporter-toolkit accepts too: plain HTTP, no auth.
   if (root.IsNull()) return web;
   if (!root.IsMap()) {
-    throw ConfigError(file, YamlLine(root), "", "must be a map of tls_server_config and basic_auth_users",
+    throw ConfigError(file, YamlLine(root), "",
+                      "must be a map of tls_server_config and basic_auth_users",
                       "see docs/configuration.md for the format");
   }
   try {
@@ -1294,7 +1397,9 @@ WebConfig LoadWebConfig(const std::filesystem::path& path) {
       const int line = YamlLine(entry.first);
       if (key == "tls_server_config") {
         if (value.IsNull()) continue;
-        if (!value.IsMap()) throw ConfigError(file, line, key, "must be a map with cert_file and key_file", "indent cert_file: and key_file: under it");
+        if (!value.IsMap())
+          throw ConfigError(file, line, key, "must be a map with cert_file and key_file",
+                            "indent cert_file: and key_file: under it");
         for (const auto& tls : value) {
           const std::string tls_key = tls.first.Scalar();
           const std::string name = key + "." + tls_key;
@@ -1310,48 +1415,58 @@ WebConfig LoadWebConfig(const std::filesystem::path& path) {
         }
         if (web.cert_file.empty() != web.key_file.empty()) {
           throw ConfigError(file, line, key + (web.cert_file.empty() ? ".cert_file" : ".key_file"),
-                            "TLS needs both cert_file and key_file", "add the missing one, or remove tls_server_config for plain HTTP");
+                            "TLS needs both cert_file and key_file",
+                            "add the missing one, or remove tls_server_config for plain HTTP");
         }
       } else if (key == "basic_auth_users") {
         if (value.IsNull()) continue;
-        if (!value.IsMap()) throw ConfigError(file, line, key, "must be a map of user: bcrypt-hash", "write one line per user, e.g.  prometheus: $2y$10$...");
+        if (!value.IsMap())
+          throw ConfigError(file, line, key, "must be a map of user: bcrypt-hash",
+                            "write one line per user, e.g.  prometheus: $2y$10$...");
         for (const auto& user : value) {
           const std::string name = user.first.Scalar();
           const std::string full = key + "." + name;
           if (name.empty() || name.find(':') != std::string::npos) {
-            throw ConfigError(file, YamlLine(user.first), full, "a user name must be non-empty and hold no ':'", "rename the user");
+            throw ConfigError(file, YamlLine(user.first), full,
+                              "a user name must be non-empty and hold no ':'", "rename the user");
           }
           const std::string hash = YamlScalar(file, user.second, full);
           int cost = 0;
           if (!IsBcrypt(hash, &cost)) {
             throw ConfigError(file, YamlLine(user.second), full,
-                              "not a bcrypt hash (a plain-text password?); passwords are stored only as bcrypt hashes",
-                              "generate one with: htpasswd -nBC 10 \"\" | tr -d ':\\n'  and paste it (quoted) as the value");
+                              "not a bcrypt hash (a plain-text password?); passwords are stored "
+                              "only as bcrypt hashes",
+                              "generate one with: htpasswd -nBC 10 \"\" | tr -d ':\\n'  and paste "
+                              "it (quoted) as the value");
           }
           if (cost < 4 || cost > 31) {
-            throw ConfigError(file, YamlLine(user.second), full, "bcrypt cost " + std::to_string(cost) + " is outside 4..31",
+            throw ConfigError(file, YamlLine(user.second), full,
+                              "bcrypt cost " + std::to_string(cost) + " is outside 4..31",
                               "generate a new hash with: htpasswd -nBC 10 \"\" | tr -d ':\\n'");
           }
           if (!web.basic_auth_users.emplace(name, hash).second) {
-            throw ConfigError(file, YamlLine(user.first), full, "user listed twice", "keep one entry per user");
+            throw ConfigError(file, YamlLine(user.first), full, "user listed twice",
+                              "keep one entry per user");
           }
         }
       } else if (key == "http_server_config") {
         // Rejected rather than ignored: an operator who asked for headers or HTTP/2 must
         // not believe they are in effect.
-        throw ConfigError(file, line, key, "not supported by xferd (HTTP/2 and custom headers are not implemented)",
+        throw ConfigError(file, line, key,
+                          "not supported by xferd (HTTP/2 and custom headers are not implemented)",
                           "remove the http_server_config block");
       } else {
         std::string fix = "remove it; xferd reads tls_server_config and basic_auth_users";
-        for (std::string_view known : {"tls_server_config", "basic_auth_users", "http_server_config"}) {
+        for (std::string_view known :
+             {"tls_server_config", "basic_auth_users", "http_server_config"}) {
           if (EditDistance(key, known) <= 3) fix = "did you mean " + std::string(known) + "?";
         }
         throw ConfigError(file, line, key, "unknown key", fix);
       }
     }
   } catch (const YAML::Exception& e) {
-    throw ConfigError(file, e.mark.is_null() ? 0 : e.mark.line + 1, "", "unexpected structure: " + e.msg,
-                      "see docs/configuration.md for the format");
+    throw ConfigError(file, e.mark.is_null() ? 0 : e.mark.line + 1, "",
+                      "unexpected structure: " + e.msg, "see docs/configuration.md for the format");
   }
   return web;
 }

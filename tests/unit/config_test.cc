@@ -2,7 +2,9 @@
 // through the real binary, and the exporter-toolkit web config.
 #include "daemon/config.h"
 
+#include <gmock/gmock.h>
 #include <grp.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,9 +12,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace xferd::daemon {
 namespace {
@@ -33,7 +32,8 @@ class TempDir {
     if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
     path_ = pattern;
     // Traversable by the unprivileged user the unreadable-file test runs as.
-    std::filesystem::permissions(path_, std::filesystem::perms::owner_all | std::filesystem::perms::group_exec |
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_all |
+                                            std::filesystem::perms::group_exec |
                                             std::filesystem::perms::others_exec);
   }
   ~TempDir() { std::filesystem::remove_all(path_); }
@@ -73,7 +73,8 @@ RunResult RunXferd(const std::vector<std::string>& args, bool as_nobody = false)
     if (!out || !err) _exit(120);
     dup2(fileno(out), 1);
     dup2(fileno(err), 2);
-    if (as_nobody && (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0)) _exit(121);
+    if (as_nobody && (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
+      _exit(121);
     std::vector<char*> argv;
     std::string binary = XFERD_BINARY;
     argv.push_back(binary.data());
@@ -92,7 +93,9 @@ RunResult RunXferd(const std::vector<std::string>& args, bool as_nobody = false)
   return result;
 }
 
-Config Parse(const std::string& text) { return ParseConfig(text, "test.toml"); }
+Config Parse(const std::string& text) {
+  return ParseConfig(text, "test.toml");
+}
 
 // The ConfigError ParseConfig throws for `text`; fails the test when none is thrown.
 ConfigError ErrorOf(const std::string& text) {
@@ -170,9 +173,9 @@ TEST(Config, ShippedExampleSpellsOutEveryDefault) {
 // Every key commented out in the example (band, fault, web config) is valid when enabled.
 TEST(Config, ShippedExampleWithCommentedBlocksEnabled) {
   std::string text = ReadAll(kExample);
-  for (const char* line : {"# [[health.band]]", "# gpu = \"0\"", "# lower = \"20GB/s\"", "# upper = \"26GB/s\"",
-                           "# [[simulate.fault]]", "# kind = \"degrade\"", "# device = 0", "# factor = 0.5",
-                           "# unsupported = {"}) {
+  for (const char* line : {"# [[health.band]]", "# gpu = \"0\"", "# lower = \"20GB/s\"",
+                           "# upper = \"26GB/s\"", "# [[simulate.fault]]", "# kind = \"degrade\"",
+                           "# device = 0", "# factor = 0.5", "# unsupported = {"}) {
     const auto at = text.find(line);
     ASSERT_NE(at, std::string::npos) << line;
     text.erase(at, 2);
@@ -182,7 +185,8 @@ TEST(Config, ShippedExampleWithCommentedBlocksEnabled) {
   EXPECT_EQ(c.bands[0].lower_bytes_per_s, 20e9);
   ASSERT_EQ(c.sim.faults.size(), 1u);
   EXPECT_EQ(c.sim.faults[0].kind, probes::SimFault::Kind::kDegrade);
-  EXPECT_EQ(c.sim.unsupported.at(probes::TransferMode::kManaged), "no concurrentManagedAccess (simulated)");
+  EXPECT_EQ(c.sim.unsupported.at(probes::TransferMode::kManaged),
+            "no concurrentManagedAccess (simulated)");
 }
 
 TEST(Config, EveryKeyOverrides) {
@@ -283,7 +287,8 @@ device = 2
   EXPECT_EQ(c.streams, 8);
   EXPECT_EQ(c.chunk_bytes, 256u << 10);
   EXPECT_EQ(c.pinned_cap_bytes, 1ull << 30);
-  EXPECT_EQ(c.gpus, (std::vector<std::string>{"0", "1", "GPU-5c3b6a2e-1f0d-4c4e-9a7b-0123456789ab"}));
+  EXPECT_EQ(c.gpus,
+            (std::vector<std::string>{"0", "1", "GPU-5c3b6a2e-1f0d-4c4e-9a7b-0123456789ab"}));
   EXPECT_FALSE(c.busy_detection);
   EXPECT_EQ(c.busy_gpu_utilization_percent, 90.5);
   EXPECT_EQ(c.busy_pcie_bytes_per_s, 2.5 * (1ull << 30));
@@ -336,7 +341,8 @@ TEST(Config, ShortIntervalScalesUnsetBudgetAndDeadline) {
 }
 
 TEST(Config, SimulatedDeviceMayProbeFast) {
-  const Config c = Parse("[simulate]\nenabled = true\ntime_scale = 0\n[probe]\ninterval = \"20ms\"\n");
+  const Config c =
+      Parse("[simulate]\nenabled = true\ntime_scale = 0\n[probe]\ninterval = \"20ms\"\n");
   EXPECT_EQ(c.interval, milliseconds(20));
   EXPECT_LT(c.cycle_budget, c.interval);
   EXPECT_LE(c.probe_deadline, c.cycle_budget);
@@ -345,12 +351,13 @@ TEST(Config, SimulatedDeviceMayProbeFast) {
 }
 
 TEST(Config, ListenAddressForms) {
-  for (const char* good : {":9742", ":0", "127.0.0.1:9742", "localhost:65535", "[::1]:9742", "[::]:0",
-                           "node-1.example.com:80"}) {
-    EXPECT_EQ(Parse(std::string("[web]\nlisten_address = \"") + good + "\"\n").listen_address, good);
+  for (const char* good : {":9742", ":0", "127.0.0.1:9742", "localhost:65535", "[::1]:9742",
+                           "[::]:0", "node-1.example.com:80"}) {
+    EXPECT_EQ(Parse(std::string("[web]\nlisten_address = \"") + good + "\"\n").listen_address,
+              good);
   }
-  for (const char* bad : {"9742", ":", ":65536", ":-1", "[::1]9742", "[::1:9742", "::1:9742", "a b:80",
-                          "[fe80::zz]:80", ":123456"}) {
+  for (const char* bad : {"9742", ":", ":65536", ":-1", "[::1]9742", "[::1:9742", "::1:9742",
+                          "a b:80", "[fe80::zz]:80", ":123456"}) {
     const ConfigError e = ErrorOf(std::string("[web]\nlisten_address = \"") + bad + "\"\n");
     EXPECT_EQ(e.key(), "web.listen_address") << bad;
     EXPECT_EQ(e.line(), 2) << bad;
@@ -384,13 +391,15 @@ TEST(ConfigValidation, MessageNamesFileLineKeyProblemAndFix) {
   EXPECT_EQ(e.file(), "test.toml");
   EXPECT_EQ(e.line(), 3);
   EXPECT_EQ(e.key(), "probe.interval");
-  EXPECT_THAT(e.what(), StartsWith("test.toml:3: probe.interval: must be at least 1s, got \"10ms\""));
+  EXPECT_THAT(e.what(),
+              StartsWith("test.toml:3: probe.interval: must be at least 1s, got \"10ms\""));
   EXPECT_THAT(e.what(), HasSubstr("; fix: set interval = \"60s\" or longer"));
 }
 
 TEST(ConfigValidation, UnknownKeySuggestsClosest) {
   EXPECT_THAT(ErrorOf("[probe]\niteration = 5\n").what(), HasSubstr("did you mean iterations?"));
-  EXPECT_THAT(ErrorOf("[daemon]\nlisten_address = \":1\"\n").what(), HasSubstr("listen_address belongs in [web]"));
+  EXPECT_THAT(ErrorOf("[daemon]\nlisten_address = \":1\"\n").what(),
+              HasSubstr("listen_address belongs in [web]"));
   EXPECT_THAT(ErrorOf("[helth]\n").what(), HasSubstr("did you mean [health]?"));
   const ConfigError e = ErrorOf("[simulate]\n[[simulate.fault]]\nkind = \"lost\"\ndevise = 0\n");
   EXPECT_EQ(e.key(), "simulate.fault[0].devise");
@@ -399,8 +408,10 @@ TEST(ConfigValidation, UnknownKeySuggestsClosest) {
 }
 
 TEST(ConfigValidation, WrongTypesSayWhatWasFound) {
-  EXPECT_THAT(ErrorOf("[probe]\niterations = \"20\"\n").what(), HasSubstr("must be an integer, got a string (\"20\")"));
-  EXPECT_THAT(ErrorOf("[busy]\nenabled = 1\n").what(), HasSubstr("must be true or false, got an integer (1)"));
+  EXPECT_THAT(ErrorOf("[probe]\niterations = \"20\"\n").what(),
+              HasSubstr("must be an integer, got a string (\"20\")"));
+  EXPECT_THAT(ErrorOf("[busy]\nenabled = 1\n").what(),
+              HasSubstr("must be true or false, got an integer (1)"));
   EXPECT_THAT(ErrorOf("[probe]\ninterval = 1979-05-27\n").what(), HasSubstr("got a date"));
   EXPECT_THAT(ErrorOf("[probe]\nmodes = [1]\n").what(), HasSubstr("each mode must be a string"));
 }
@@ -433,34 +444,45 @@ TEST(ConfigValidation, Ranges) {
 
 TEST(ConfigValidation, PinnedCapMustHoldLargestSize) {
   EXPECT_EQ(ErrorOf("[probe]\nsizes = [\"1GiB\"]\n").key(), "probe.sizes");  // default cap 512MiB
-  EXPECT_NO_THROW(Parse("[probe]\nsizes = [\"256MiB\"]\n"));                  // x2 for bidirectional
+  EXPECT_NO_THROW(Parse("[probe]\nsizes = [\"256MiB\"]\n"));                 // x2 for bidirectional
   EXPECT_NO_THROW(Parse("[probe]\nsizes = [\"512MiB\"]\nbidirectional = false\n"));
   // Modes without pinned host buffers need no pinned memory.
   EXPECT_NO_THROW(Parse("[probe]\nsizes = [\"1GiB\"]\nmodes = [\"pageable\", \"managed\"]\n"));
 }
 
 TEST(ConfigValidation, TelemetryPath) {
-  for (const char* bad : {"\"\"", "\"/\"", "\"/healthz\"", "\"metrics\"", "\"/a b\"", "\"/m?x=1\""}) {
-    EXPECT_EQ(ErrorOf(std::string("[web]\ntelemetry_path = ") + bad + "\n").key(), "web.telemetry_path") << bad;
+  for (const char* bad :
+       {"\"\"", "\"/\"", "\"/healthz\"", "\"metrics\"", "\"/a b\"", "\"/m?x=1\""}) {
+    EXPECT_EQ(ErrorOf(std::string("[web]\ntelemetry_path = ") + bad + "\n").key(),
+              "web.telemetry_path")
+        << bad;
   }
 }
 
 TEST(ConfigValidation, Bands) {
-  EXPECT_EQ(ErrorOf("[[health.band]]\nlower = \"1GB/s\"\nupper = \"2GB/s\"\n").key(), "health.band[0].gpu");
-  EXPECT_EQ(ErrorOf("[[health.band]]\ngpu = \"0\"\nupper = \"2GB/s\"\n").key(), "health.band[0].lower");
-  EXPECT_EQ(ErrorOf("[[health.band]]\ngpu = \"0\"\nlower = \"1GB/s\"\nupper = \"2GB/s\"\nmid = 1\n").key(),
+  EXPECT_EQ(ErrorOf("[[health.band]]\nlower = \"1GB/s\"\nupper = \"2GB/s\"\n").key(),
+            "health.band[0].gpu");
+  EXPECT_EQ(ErrorOf("[[health.band]]\ngpu = \"0\"\nupper = \"2GB/s\"\n").key(),
+            "health.band[0].lower");
+  EXPECT_EQ(ErrorOf("[[health.band]]\ngpu = \"0\"\nlower = \"1GB/s\"\nupper = \"2GB/s\"\nmid = 1\n")
+                .key(),
             "health.band[0].mid");
-  EXPECT_EQ(ErrorOf("[[health.band]]\ngpu = \"0\"\nlower = true\nupper = \"2GB/s\"\n").key(), "health.band[0].lower");
+  EXPECT_EQ(ErrorOf("[[health.band]]\ngpu = \"0\"\nlower = true\nupper = \"2GB/s\"\n").key(),
+            "health.band[0].lower");
 }
 
 TEST(ConfigValidation, SimulatedFaults) {
   EXPECT_EQ(ErrorOf("[[simulate.fault]]\nfactor = 0.5\n").key(), "simulate.fault[0].kind");
   EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"degrade\"\n").key(), "simulate.fault[0].factor");
-  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"slow\"\nfactor = 0.5\n").key(), "simulate.fault[0].factor");
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"slow\"\nfactor = 0.5\n").key(),
+            "simulate.fault[0].factor");
   EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"downtrain\"\n").key(), "simulate.fault[0].gen");
-  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"downtrain\"\nwidth = 5\n").key(), "simulate.fault[0].width");
-  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"error_every\"\nevery = 0\n").key(), "simulate.fault[0].every");
-  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"lost\"\nevery = 2\n").key(), "simulate.fault[0].every");
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"downtrain\"\nwidth = 5\n").key(),
+            "simulate.fault[0].width");
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"error_every\"\nevery = 0\n").key(),
+            "simulate.fault[0].every");
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"lost\"\nevery = 2\n").key(),
+            "simulate.fault[0].every");
   EXPECT_EQ(ErrorOf("[simulate]\nfault = 3\n").key(), "simulate.fault");
 }
 
@@ -468,10 +490,13 @@ TEST(ConfigValidation, SimulatedUnsupportedModesAndLoad) {
   const ConfigError mode = ErrorOf("[simulate]\nunsupported = { zero_cpy = \"x\" }\n");
   EXPECT_EQ(mode.key(), "simulate.unsupported.zero_cpy");
   EXPECT_EQ(mode.line(), 2);
-  EXPECT_EQ(ErrorOf("[simulate.unsupported]\nmanaged = \"\"\n").key(), "simulate.unsupported.managed");
+  EXPECT_EQ(ErrorOf("[simulate.unsupported]\nmanaged = \"\"\n").key(),
+            "simulate.unsupported.managed");
   EXPECT_EQ(ErrorOf("[simulate]\nunsupported = [\"managed\"]\n").key(), "simulate.unsupported");
-  EXPECT_EQ(ErrorOf("[simulate]\ngpu_utilization_percent = 101\n").key(), "simulate.gpu_utilization_percent");
-  EXPECT_EQ(ErrorOf("[simulate]\npcie_bytes_per_second = \"1Gb/s\"\n").key(), "simulate.pcie_bytes_per_second");
+  EXPECT_EQ(ErrorOf("[simulate]\ngpu_utilization_percent = 101\n").key(),
+            "simulate.gpu_utilization_percent");
+  EXPECT_EQ(ErrorOf("[simulate]\npcie_bytes_per_second = \"1Gb/s\"\n").key(),
+            "simulate.pcie_bytes_per_second");
 }
 
 TEST(ConfigValidation, EmptyAndOversizedFiles) {
@@ -505,9 +530,12 @@ TEST(ConfigValidation, SyntaxErrorsNameTheLineAndKey) {
 // toml++ 3.3 reaches __builtin_unreachable() on some non-ASCII characters outside strings
 // (found by fuzz/config_fuzzer); they are rejected before it sees them.
 TEST(ConfigValidation, NonAsciiOnlyInsideStringsAndComments) {
-  EXPECT_NO_THROW(Parse("# caf\xc3\xa9 \xc2\xa4\n[daemon]\nstate_dir = \"/var/lib/caf\xc3\xa9 \\\" \xc2\xa4\"\n"
-                        "log_level = 'info' # \xc2\xa4\n"));
-  EXPECT_NO_THROW(Parse("[daemon]\nstate_dir = \"\"\"\n/x\xc2\xa4\n\"\"\"\ntextfile_path = '''\n/\xc2\xa4.prom'''\n"));
+  EXPECT_NO_THROW(
+      Parse("# caf\xc3\xa9 \xc2\xa4\n[daemon]\nstate_dir = \"/var/lib/caf\xc3\xa9 \\\" \xc2\xa4\"\n"
+            "log_level = 'info' # \xc2\xa4\n"));
+  EXPECT_NO_THROW(
+      Parse("[daemon]\nstate_dir = \"\"\"\n/x\xc2\xa4\n\"\"\"\ntextfile_path = "
+            "'''\n/\xc2\xa4.prom'''\n"));
   const ConfigError nbsp = ErrorOf("[probe]\niterations = 20\xc2\xa0\n");
   EXPECT_EQ(nbsp.line(), 2);
   EXPECT_EQ(nbsp.key(), "probe.iterations");
@@ -517,8 +545,9 @@ TEST(ConfigValidation, NonAsciiOnlyInsideStringsAndComments) {
   // A quote opens a string only where TOML allows one; an escape is never non-ASCII.
   EXPECT_EQ(ErrorOf("k = 5\"\"\"\"4\"iB \xcc\xab\n").line(), 1);
   EXPECT_EQ(ErrorOf("\n[daemon]\nstate_dir = \"\"\"a\\\xc2\xa4\"\"\"\n").line(), 3);
-  const Config c = Parse("[probe]\nmodes = [\n  \"pinned\", # \xc2\xa4\n  'pageable',\n]\n"
-                         "[daemon]\nstate_dir = \"\"\"/a\xc2\xa4\"\"\"\"\ntextfile_path = '/\xc2\xa4.prom'\n");
+  const Config c = Parse(
+      "[probe]\nmodes = [\n  \"pinned\", # \xc2\xa4\n  'pageable',\n]\n"
+      "[daemon]\nstate_dir = \"\"\"/a\xc2\xa4\"\"\"\"\ntextfile_path = '/\xc2\xa4.prom'\n");
   EXPECT_EQ(c.modes.size(), 2u);
   EXPECT_EQ(c.state_dir, "/a\xc2\xa4\"");
 }
@@ -568,7 +597,8 @@ TEST(BadConfigCorpus, EveryFileIsListedAndThereAreAtLeastThirty) {
     if (entry.path().filename() == "expected.txt") continue;
     ++files;
     const auto name = entry.path().filename().string();
-    EXPECT_TRUE(std::any_of(corpus.begin(), corpus.end(), [&](const BadConfig& b) { return b.file == name; }))
+    EXPECT_TRUE(std::any_of(corpus.begin(), corpus.end(),
+                            [&](const BadConfig& b) { return b.file == name; }))
         << name << " has no line in expected.txt";
   }
   EXPECT_EQ(files, corpus.size());
@@ -596,7 +626,8 @@ TEST(BadConfigCorpus, UnreadableFileExit78WithErrnoText) {
   // Root reads anything: check as an unprivileged user, as the daemon runs.
   const RunResult r = RunXferd({"check-config", file.string()}, geteuid() == 0);
   EXPECT_EQ(r.exit_code, 78) << r.err;
-  EXPECT_THAT(r.err, StartsWith(file.string() + ": cannot read the file: Permission denied; fix: "));
+  EXPECT_THAT(r.err,
+              StartsWith(file.string() + ": cannot read the file: Permission denied; fix: "));
 }
 
 TEST(CheckConfig, ShippedExamplePassesWithSummary) {
@@ -632,10 +663,11 @@ class WebConfigTest : public ::testing::Test {
 };
 
 TEST_F(WebConfigTest, TlsAndUsersWithRelativePaths) {
-  const auto file = dir_.Write("web.yml", std::string("# exporter-toolkit format\ntls_server_config:\n"
-                                                      "  cert_file: server.crt\n  key_file: ") +
-                                              (dir_.path() / "server.key").string() +
-                                              "\nbasic_auth_users:\n  prometheus: '" + kHash + "'\n");
+  const auto file =
+      dir_.Write("web.yml", std::string("# exporter-toolkit format\ntls_server_config:\n"
+                                        "  cert_file: server.crt\n  key_file: ") +
+                                (dir_.path() / "server.key").string() +
+                                "\nbasic_auth_users:\n  prometheus: '" + kHash + "'\n");
   const WebConfig web = LoadWebConfig(file);
   EXPECT_TRUE(web.TlsEnabled());
   EXPECT_TRUE(web.AuthEnabled());
@@ -657,19 +689,25 @@ TEST_F(WebConfigTest, PlainTextPasswordIsRejectedWithHtpasswdFix) {
   EXPECT_THAT(e.what(), HasSubstr("not a bcrypt hash"));
   EXPECT_THAT(e.what(), HasSubstr("htpasswd -nBC 10 \"\" | tr -d ':\\n'"));
   // A truncated hash and an unsupported variant are no better.
-  EXPECT_EQ(WebErrorOf(std::string("basic_auth_users:\n  bob: '") + std::string(kHash).substr(0, 40) + "'\n").line(), 2);
+  EXPECT_EQ(WebErrorOf(std::string("basic_auth_users:\n  bob: '") +
+                       std::string(kHash).substr(0, 40) + "'\n")
+                .line(),
+            2);
   EXPECT_EQ(WebErrorOf("basic_auth_users:\n  bob: '$1$abc$def'\n").key(), "basic_auth_users.bob");
 }
 
 TEST_F(WebConfigTest, MissingCertFileNamesPathAndLine) {
-  const ConfigError e = WebErrorOf("tls_server_config:\n  cert_file: nope.crt\n  key_file: server.key\n");
+  const ConfigError e =
+      WebErrorOf("tls_server_config:\n  cert_file: nope.crt\n  key_file: server.key\n");
   EXPECT_EQ(e.key(), "tls_server_config.cert_file");
   EXPECT_EQ(e.line(), 2);
-  EXPECT_THAT(e.what(), HasSubstr((dir_.path() / "nope.crt").string() + ": No such file or directory"));
+  EXPECT_THAT(e.what(),
+              HasSubstr((dir_.path() / "nope.crt").string() + ": No such file or directory"));
 }
 
 TEST_F(WebConfigTest, CertWithoutKeyIsRejected) {
-  EXPECT_EQ(WebErrorOf("tls_server_config:\n  cert_file: server.crt\n").key(), "tls_server_config.key_file");
+  EXPECT_EQ(WebErrorOf("tls_server_config:\n  cert_file: server.crt\n").key(),
+            "tls_server_config.key_file");
 }
 
 TEST_F(WebConfigTest, UnknownAndUnsupportedKeysAreRejected) {
@@ -693,8 +731,10 @@ TEST_F(WebConfigTest, InvalidYamlNamesTheLine) {
 }
 
 TEST_F(WebConfigTest, LoadConfigReadsTheWebConfigAndCheckConfigReportsIt) {
-  dir_.Write("web.yml", std::string("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
-                                    "basic_auth_users:\n  prometheus: '") + kHash + "'\n");
+  dir_.Write("web.yml",
+             std::string("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+                         "basic_auth_users:\n  prometheus: '") +
+                 kHash + "'\n");
   const auto file = dir_.Write("xferd.toml", "[web]\nconfig_file = \"web.yml\"\n");
   const Config c = LoadConfig(file);
   EXPECT_EQ(c.web_config_file, dir_.path() / "web.yml");
@@ -706,7 +746,8 @@ TEST_F(WebConfigTest, LoadConfigReadsTheWebConfigAndCheckConfigReportsIt) {
   dir_.Write("web.yml", "basic_auth_users:\n  prometheus: plaintext\n");
   const RunResult bad = RunXferd({"check-config", file.string()});
   EXPECT_EQ(bad.exit_code, 78);
-  EXPECT_THAT(bad.err, StartsWith((dir_.path() / "web.yml").string() + ":2: basic_auth_users.prometheus: "));
+  EXPECT_THAT(bad.err,
+              StartsWith((dir_.path() / "web.yml").string() + ":2: basic_auth_users.prometheus: "));
 }
 
 }  // namespace
