@@ -62,6 +62,7 @@ def test_hung_probe_stops_watchdog_pings_while_metrics_answer(notified):
     listener, make = notified
     d = make(sim_config(interval="2s")).start()  # deadline = 1 s (half the interval)
     listener.wait_for("READY=1")
+    time.sleep(1.2)  # a few pings at the 0.5 s cadence before the hang
     t_hang = time.monotonic()
     d.write_config(sim_config(interval="2s", faults=[{"kind": "hang"}]))
     d.signal(signal.SIGHUP)
