@@ -70,6 +70,21 @@ std::vector<probes::ProbeSpec> PlanProbes(const Config& config) {
   return plan;
 }
 
+bool IsHeadline(const probes::ProbeSpec& spec, const Config& config) {
+  if (spec.direction == probes::Direction::kBidirectional || config.modes.empty()) return false;
+  const bool pinned = std::find(config.modes.begin(), config.modes.end(),
+                                probes::TransferMode::kPinned) != config.modes.end();
+  return spec.mode == (pinned ? probes::TransferMode::kPinned : config.modes.front());
+}
+
+namespace {
+
+double AllowanceCapacity(const Config& config) {
+  return config.max_duty_cycle * duration<double>(kAllowanceWindow).count();
+}
+
+}  // namespace
+
 milliseconds StallGrace(milliseconds deadline) {
   // A backend should answer kTimeout at its deadline; this much later it is not answering
   // at all. Generous, because a false stall gets the service restarted.
@@ -85,7 +100,49 @@ Scheduler::Scheduler(probes::TransferBackend& backend, std::vector<probes::Devic
       callbacks_(std::move(callbacks)),
       rng_(seed),
       config_(config),
-      busy_(std::move(busy)) {}
+      busy_(std::move(busy)) {
+  // Full from the start: the first cycle (before READY) measures every probe.
+  for (const auto& device : devices_) {
+    allowances_[device.index] = {AllowanceCapacity(config_), clock_.Now(), {}};
+  }
+}
+
+std::optional<double> Scheduler::Allowance(int device) const {
+  std::lock_guard lock(mutex_);
+  auto it = allowances_.find(device);
+  if (it == allowances_.end()) return std::nullopt;
+  return it->second.balance_s;
+}
+
+void Scheduler::Refill(DeviceAllowance& allowance, const Config& config, SteadyTime now) const {
+  if (now > allowance.refilled_at) {
+    allowance.balance_s +=
+        config.max_duty_cycle * duration<double>(now - allowance.refilled_at).count();
+    allowance.refilled_at = now;
+  }
+  // Also shrinks a fuller balance at once after a reload to a smaller cap.
+  allowance.balance_s = std::min(allowance.balance_s, AllowanceCapacity(config));
+}
+
+std::vector<probes::ProbeSpec> Scheduler::Order(const std::vector<probes::ProbeSpec>& plan,
+                                                const Config& config,
+                                                const DeviceAllowance& allowance) const {
+  std::vector<probes::ProbeSpec> ordered;
+  std::vector<std::pair<std::optional<SteadyTime>, probes::ProbeSpec>> rotating;
+  for (const auto& spec : plan) {
+    if (IsHeadline(spec, config)) {
+      ordered.push_back(spec);
+      continue;
+    }
+    auto it = allowance.probes.find({spec.mode, spec.direction, spec.size_bytes});
+    rotating.emplace_back(it == allowance.probes.end() ? std::nullopt : it->second.last_run, spec);
+  }
+  // Stalest first; never run sorts before any time (nullopt < value); ties keep plan order.
+  std::stable_sort(rotating.begin(), rotating.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [_, spec] : rotating) ordered.push_back(std::move(spec));
+  return ordered;
+}
 
 void Scheduler::Reconfigure(const Config& config, std::unique_ptr<BusyDetector> busy) {
   std::lock_guard lock(mutex_);
@@ -133,7 +190,7 @@ void Scheduler::Run(std::stop_token stop) {
     CycleReport report = RunCycle(config, busy.get(), stop);
     if (stop.stop_requested()) break;
     const SteadyTime end = clock_.Now();
-    next = NextStart(config, start, report.device_s);
+    next = NextStart(config, start);
     report.next_in = duration_cast<milliseconds>(next - end);
     {
       std::lock_guard lock(mutex_);
@@ -145,15 +202,39 @@ void Scheduler::Run(std::stop_token stop) {
   }
 }
 
-SteadyTime Scheduler::NextStart(const Config& config, SteadyTime cycle_start, double device_s) {
+SteadyTime Scheduler::NextStart(const Config& config, SteadyTime cycle_start) {
   const SteadyTime now = clock_.Now();
-  // Duty-cycle cap: D seconds of device time buy D / max_duty_cycle of wall time.
   SteadyTime floor = std::max(now, cycle_start);
-  if (config.max_duty_cycle > 0 && device_s > 0) {
-    floor = std::max(floor, cycle_start + duration_cast<SteadyTime::duration>(
-                                              duration<double>(device_s / config.max_duty_cycle)));
-  }
   std::lock_guard lock(mutex_);
+  // A GPU in debt (its headline probes, or a probe dearer than estimated, overdrew the
+  // allowance) waits until the refill has paid it back: that keeps the duty-cycle cap.
+  double debt_s = 0;
+  int debtor = -1;
+  for (auto& [index, allowance] : allowances_) {
+    Refill(allowance, config, now);
+    if (-allowance.balance_s > debt_s) {
+      debt_s = -allowance.balance_s;
+      debtor = index;
+    }
+  }
+  if (debt_s > 0 && config.max_duty_cycle > 0) {
+    const auto wait = duration<double>(debt_s / config.max_duty_cycle);
+    floor = std::max(floor, now + duration_cast<SteadyTime::duration>(wait));
+    const DeviceAllowance& allowance = allowances_[debtor];
+    const double per_interval = config.max_duty_cycle * duration<double>(config.interval).count();
+    if (!overdraw_warned_ && allowance.headline_s > per_interval) {
+      overdraw_warned_ = true;
+      spdlog::warn("gpu {}: the headline probes (pinned h2d/d2h) alone took {:.3f} s of device "
+                   "time, more than max_duty_cycle {:g} allows per {:.0f} s interval ({:.3f} s); "
+                   "cycles are spaced about {:.0f} s apart to keep the cap. Raise "
+                   "probe.max_duty_cycle to {:.4f} or probe smaller sizes to keep the interval "
+                   "(said once)",
+                   debtor, allowance.headline_s, config.max_duty_cycle,
+                   duration<double>(config.interval).count(), per_interval,
+                   allowance.headline_s / config.max_duty_cycle,
+                   allowance.headline_s / duration<double>(config.interval).count());
+    }
+  }
   const auto interval = duration_cast<SteadyTime::duration>(config.interval);
   // Cycles sit on a grid (origin + k x interval), each a random fraction of the interval
   // late, so the average rate is the interval's and a fleet started together drifts apart.
@@ -201,8 +282,35 @@ CycleReport Scheduler::RunCycle(const Config& config, BusyDetector* busy, std::s
       }
     }
     bool link_read = false;
-    for (const auto& spec : plan) {
+    std::vector<probes::ProbeSpec> ordered;
+    {
+      std::lock_guard lock(mutex_);
+      DeviceAllowance& allowance = allowances_[device.index];
+      Refill(allowance, config, clock_.Now());
+      allowance.headline_s = 0;
+      ordered = Order(plan, config, allowance);
+    }
+    for (std::size_t i = 0; i < ordered.size(); ++i) {
+      const probes::ProbeSpec& spec = ordered[i];
       if (stop.stop_requested()) break;
+      const bool headline = IsHeadline(spec, config);
+      if (!headline) {
+        std::lock_guard lock(mutex_);
+        DeviceAllowance& allowance = allowances_[device.index];
+        Refill(allowance, config, clock_.Now());
+        auto it = allowance.probes.find({spec.mode, spec.direction, spec.size_bytes});
+        // Unknown cost: run it and learn. A probe dearer than the whole allowance runs when
+        // the allowance is full, or it would never run at all.
+        const bool fits = it == allowance.probes.end() || !it->second.last_run ||
+                          it->second.cost_s <= allowance.balance_s ||
+                          allowance.balance_s >= AllowanceCapacity(config);
+        if (!fits) {
+          // Strict order: the stalest saves up instead of being starved by cheaper ones.
+          dc.held_back = static_cast<int>(ordered.size() - i);
+          report.held_back += dc.held_back;
+          break;
+        }
+      }
       if (clock_.Now() - start >= config.cycle_budget) {
         ++dc.skipped_budget;
         ++report.skipped_budget;
@@ -236,7 +344,15 @@ CycleReport Scheduler::RunCycle(const Config& config, BusyDetector* busy, std::s
       }
       // Device time cannot exceed the wall time the call took (the call waits for the
       // device); a simulated device running faster than real time reports more.
-      report.device_s += sample.device_time_s > 0 ? std::min(sample.device_time_s, elapsed) : elapsed;
+      const double cost = sample.device_time_s > 0 ? std::min(sample.device_time_s, elapsed) : elapsed;
+      report.device_s += cost;
+      {
+        std::lock_guard lock(mutex_);
+        DeviceAllowance& allowance = allowances_[device.index];
+        allowance.balance_s -= cost;
+        allowance.probes[{spec.mode, spec.direction, spec.size_bytes}] = {probe_start, cost};
+        if (headline) allowance.headline_s += cost;
+      }
       switch (sample.status) {
         case probes::ProbeStatus::kOk: ++report.ok; break;
         case probes::ProbeStatus::kError:
@@ -265,6 +381,10 @@ CycleReport Scheduler::RunCycle(const Config& config, BusyDetector* busy, std::s
     if (!link_read && !stop.stop_requested()) {
       dc.link_path = backend_.ReadLinkPath(device.index);
       if (callbacks_.on_link_path) callbacks_.on_link_path(device, dc.link_path);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      dc.allowance_s = allowances_[device.index].balance_s;
     }
     report.devices.push_back(std::move(dc));
   }

@@ -1,6 +1,12 @@
 // The probe loop: cycles at the configured interval with random jitter, never overlapping,
-// within a per-cycle time budget and a duty-cycle cap, skipping GPUs that are busy, and
-// telling the service how far it got so the systemd watchdog is only fed while it moves.
+// within a per-cycle time budget and a device-time allowance, skipping GPUs that are busy,
+// and telling the service how far it got so the systemd watchdog is only fed while it moves.
+//
+// The allowance (per GPU, a token bucket of device seconds) keeps the GPU time spent
+// probing near max_duty_cycle without thinning out the headline: it refills at
+// max_duty_cycle x wall time, holds at most max_duty_cycle x kAllowanceWindow and starts
+// full. Each cycle the headline probes (pinned h2d and d2h of every size) always run; the
+// others rotate, stalest first, each only while its last measured cost fits the balance.
 //
 // One probe thread calls Run(); results come out through the callbacks on that thread.
 // Reconfigure, CheckStall and the counters may be used from any thread.
@@ -11,12 +17,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <stop_token>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "daemon/busy_detector.h"
@@ -50,6 +58,8 @@ struct DeviceCycle {
   bool skipped_busy = false;                 // busy: none of its probes ran
   probes::LinkPath link_path;                // read right after a probe (link trained)
   int skipped_budget = 0;                    // probes not started: the budget ran out
+  int held_back = 0;      // rotating probes left for a later cycle: the allowance was short
+  double allowance_s = 0;  // the device-time allowance left after this cycle (may be < 0)
 };
 
 struct CycleReport {
@@ -59,6 +69,7 @@ struct CycleReport {
   double device_s = 0;  // device time of its probes (what the duty cycle counts)
   std::vector<DeviceCycle> devices;
   int ok = 0, errors = 0, timeouts = 0, unsupported = 0, skipped_busy = 0, skipped_budget = 0;
+  int held_back = 0;  // summed over GPUs: not an error, the rotation reaches them later
   bool over_budget = false;
   std::chrono::milliseconds next_in{0};  // until the next cycle starts
 };
@@ -91,6 +102,15 @@ std::vector<probes::DeviceInfo> SelectDevices(const std::vector<probes::DeviceIn
 // mode h2d then d2h, then pinned bidirectional when enabled.
 std::vector<probes::ProbeSpec> PlanProbes(const Config& config);
 
+// The probes that run every cycle whatever the allowance: pinned h2d and d2h of each size
+// when pinned is configured, else the first configured mode's pair.
+bool IsHeadline(const probes::ProbeSpec& spec, const Config& config);
+
+// The allowance holds at most max_duty_cycle x this much device time: enough to save up
+// for the dearest probe at any sane duty cycle (1.5 s at the default 0.0025), little
+// enough that a long idle spell does not buy a burst much over the cap.
+inline constexpr std::chrono::minutes kAllowanceWindow{10};
+
 // A probe is stalled when it runs this long past its deadline without returning.
 std::chrono::milliseconds StallGrace(std::chrono::milliseconds deadline);
 
@@ -115,9 +135,31 @@ class Scheduler {
   // When the last whole cycle ended (steady clock); nullopt before the first.
   std::optional<SteadyTime> LastCycleEnd() const;
 
+  // The device-time allowance of GPU `device` in seconds, as of its last refill (at each
+  // cycle's start and end); nullopt for a GPU this scheduler does not probe.
+  std::optional<double> Allowance(int device) const;
+
  private:
+  // What the rotation knows about one probe of one GPU.
+  struct ProbeRecord {
+    std::optional<SteadyTime> last_run;  // when it last ran (any outcome); never = stalest
+    double cost_s = 0;                   // device time it took then
+  };
+  using ProbeKey = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
+  struct DeviceAllowance {
+    double balance_s = 0;
+    SteadyTime refilled_at{};
+    std::map<ProbeKey, ProbeRecord> probes;
+    double headline_s = 0;  // device time of the headline probes in the last cycle
+  };
+
   CycleReport RunCycle(const Config& config, BusyDetector* busy, std::stop_token stop);
-  SteadyTime NextStart(const Config& config, SteadyTime cycle_start, double device_s);
+  SteadyTime NextStart(const Config& config, SteadyTime cycle_start);
+  // Adds max_duty_cycle x the time since the last refill, up to the window's capacity.
+  void Refill(DeviceAllowance& allowance, const Config& config, SteadyTime now) const;
+  // The cycle's probes for one GPU: headline first, then the rest stalest first.
+  std::vector<probes::ProbeSpec> Order(const std::vector<probes::ProbeSpec>& plan,
+                                       const Config& config, const DeviceAllowance& allowance) const;
 
   probes::TransferBackend& backend_;
   std::vector<probes::DeviceInfo> devices_;
@@ -138,6 +180,8 @@ class Scheduler {
   SteadyTime probe_started_{};
   std::uint64_t probe_serial_ = 0, stall_reported_serial_ = 0;
   std::optional<SteadyTime> last_cycle_end_;
+  std::map<int, DeviceAllowance> allowances_;  // per GPU index
+  bool overdraw_warned_ = false;         // the headline-overdraw warning is said once
 
   std::atomic<std::uint64_t> cycles_completed_{0};
 };

@@ -1,5 +1,5 @@
-// The probe loop with a fake clock and a fake backend: spacing, jitter, duty cap, budget,
-// busy skips, deadlines and stalls, all without sleeping.
+// The probe loop with a fake clock and a fake backend: spacing, jitter, the device-time
+// allowance and its rotation, budget, busy skips, deadlines and stalls, all without sleeping.
 #include "daemon/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -48,13 +48,21 @@ class FakeBackend final : public probes::TransferBackend {
   probes::ProbeSample Run(int device, const probes::ProbeSpec& spec, std::stop_token) override {
     ++runs;
     runs_per_device[device]++;
-    clock_.Advance(probe_wall);
+    if (device == 0) ran.push_back(spec);
+    double device_time = device_time_s;
+    auto wall = std::chrono::duration_cast<std::chrono::nanoseconds>(probe_wall);
+    if (auto it = cost.find({spec.mode, spec.direction}); it != cost.end()) {
+      // A fixed cost per probe, as on a real GPU: the call takes that long too.
+      device_time = it->second;
+      wall = std::chrono::nanoseconds(static_cast<std::int64_t>(device_time * 1e9));
+    }
+    clock_.Advance(wall);
     probes::ProbeSample s;
     s.spec = spec;
     s.status = status;
     s.bytes_per_transfer = spec.size_bytes;
     s.durations_s.assign(spec.iterations, 0.001);
-    s.device_time_s = device_time_s;
+    s.device_time_s = device_time;
     return s;
   }
   FakeClock& clock_;
@@ -64,6 +72,8 @@ class FakeBackend final : public probes::TransferBackend {
   int runs = 0;
   std::map<int, int> runs_per_device;
   mutable int link_reads = 0;
+  std::map<std::pair<probes::TransferMode, probes::Direction>, double> cost;  // device s
+  std::vector<probes::ProbeSpec> ran;  // GPU 0's probes, in the order they ran
 };
 
 class FixedBusy final : public BusyDetector {
@@ -97,19 +107,25 @@ struct Harness {
   std::stop_source stop;
   int stop_after = 5;
   int skipped_busy_calls = 0;
+  std::function<void(Scheduler&, const CycleReport&)> after_cycle;
+  std::vector<std::size_t> ran_before_cycle;  // backend.ran.size() at each cycle's end
 
   void Run(const Config& config, std::unique_ptr<BusyDetector> busy = nullptr,
            std::uint64_t seed = 1) {
     SchedulerCallbacks cb;
     cb.on_skipped_busy = [&](const auto&, const auto&) { ++skipped_busy_calls; };
+    Scheduler* self = nullptr;
     cb.on_cycle = [&](const CycleReport& r) {
       reports.push_back(r);
+      ran_before_cycle.push_back(backend.ran.size());
+      if (after_cycle) after_cycle(*self, r);
       if (static_cast<int>(reports.size()) >= stop_after) stop.request_stop();
     };
     cb.on_probe = [&](const auto&, const auto&) {
       if (starts.size() < reports.size() + 1) starts.push_back(clock.Now());
     };
     Scheduler s(backend, backend.Devices(), config, std::move(busy), clock, seed, cb);
+    self = &s;
     s.Run(stop.get_token());
   }
 };
@@ -183,18 +199,158 @@ TEST(Scheduler, JitterDelaysStartsWithinItsFractionAndDiffersBySeed) {
   EXPECT_GT(*std::max_element(a.begin(), a.end()) - *std::min_element(a.begin(), a.end()), 0.1);
 }
 
-TEST(Scheduler, DutyCycleCapSpacesCycles) {
+// The default probe set with the per-probe device times measured on an H200 at 64 MiB
+// (docs/gpu-results.md), at the default 0.25 % duty cycle and a 60 s interval.
+Config H200Config() {
+  Config c;
+  c.interval = 60s;
+  c.jitter = 0;
+  c.max_duty_cycle = 0.0025;
+  c.cycle_budget = 30s;
+  c.probe_deadline = 5s;
+  return c;
+}
+
+void SetH200Costs(FakeBackend& b) {
+  using M = probes::TransferMode;
+  using D = probes::Direction;
+  b.cost = {{{M::kPinned, D::kH2D}, 0.028},         {{M::kPinned, D::kD2H}, 0.027},
+            {{M::kPinned, D::kBidirectional}, 0.032}, {{M::kPinnedAsync, D::kH2D}, 0.043},
+            {{M::kPinnedAsync, D::kD2H}, 0.039},    {{M::kZeroCopy, D::kH2D}, 0.029},
+            {{M::kZeroCopy, D::kD2H}, 0.029},       {{M::kPageable, D::kH2D}, 0.175},
+            {{M::kPageable, D::kD2H}, 0.175},       {{M::kManaged, D::kH2D}, 0.38},
+            {{M::kManaged, D::kD2H}, 0.38},         {{M::kManagedPrefetch, D::kH2D}, 0.185},
+            {{M::kManagedPrefetch, D::kD2H}, 0.185}};
+}
+
+// Cycle numbers (0-based) in which GPU 0 ran a probe of `mode` and `direction`.
+std::vector<int> CyclesThatRan(const Harness& h, probes::TransferMode mode, probes::Direction direction) {
+  std::vector<int> cycles;
+  for (std::size_t c = 0; c < h.ran_before_cycle.size(); ++c) {
+    const std::size_t from = c == 0 ? 0 : h.ran_before_cycle[c - 1];
+    for (std::size_t i = from; i < h.ran_before_cycle[c]; ++i) {
+      if (h.backend.ran[i].mode == mode && h.backend.ran[i].direction == direction) {
+        cycles.push_back(static_cast<int>(c));
+      }
+    }
+  }
+  return cycles;
+}
+
+double TotalDevice(const Harness& h) {
+  double total = 0;
+  for (const auto& r : h.reports) total += r.device_s;
+  return total;
+}
+
+TEST(Scheduler, HeadlineProbesRunEveryCycleAndTheRestRotateStalestFirst) {
+  Harness h;
+  SetH200Costs(h.backend);
+  h.stop_after = 120;
+  h.Run(H200Config());
+  ASSERT_EQ(h.reports.size(), 120u);
+  using M = probes::TransferMode;
+  using D = probes::Direction;
+  EXPECT_EQ(CyclesThatRan(h, M::kPinned, D::kH2D).size(), 120u);
+  EXPECT_EQ(CyclesThatRan(h, M::kPinned, D::kD2H).size(), 120u);
+  // The first cycle measures everything (the allowance starts full, every cost unknown).
+  EXPECT_EQ(h.reports[0].devices[0].samples.size(), 13u);
+  EXPECT_EQ(h.reports[0].held_back, 0);
+  // Then the rest is held back, not counted as errors or skips.
+  EXPECT_GT(h.reports[1].held_back, 0);
+  EXPECT_EQ(h.reports[1].skipped_budget, 0);
+  EXPECT_EQ(h.reports[1].errors, 0);
+  // Each cycle's headline runs first, the rest after.
+  EXPECT_EQ(h.reports[5].devices[0].samples[0].spec.mode, M::kPinned);
+  EXPECT_EQ(h.reports[5].devices[0].samples[1].spec.mode, M::kPinned);
+  // Every other probe keeps running: a full rotation costs (1.732 - 0.055) s at
+  // (0.150 - 0.055) s a minute, about 18 minutes; none waits much longer than that.
+  const std::vector<std::pair<M, D>> rotating = {
+      {M::kPinned, D::kBidirectional}, {M::kPinnedAsync, D::kH2D}, {M::kPinnedAsync, D::kD2H},
+      {M::kZeroCopy, D::kH2D},         {M::kZeroCopy, D::kD2H},    {M::kPageable, D::kH2D},
+      {M::kPageable, D::kD2H},         {M::kManaged, D::kH2D},     {M::kManaged, D::kD2H},
+      {M::kManagedPrefetch, D::kH2D},  {M::kManagedPrefetch, D::kD2H}};
+  for (const auto& [mode, direction] : rotating) {
+    const auto cycles = CyclesThatRan(h, mode, direction);
+    SCOPED_TRACE(std::string(probes::ToString(mode)) + " " + std::string(probes::ToString(direction)));
+    ASSERT_GE(cycles.size(), 5u);  // 120 minutes, a rotation every ~18
+    for (std::size_t i = 1; i < cycles.size(); ++i) EXPECT_LE(cycles[i] - cycles[i - 1], 22);
+    EXPECT_LE(119 - cycles.back(), 22);
+  }
+  // The dearest probe (managed, 0.38 s) is not starved by the cheap ones.
+  EXPECT_GE(CyclesThatRan(h, M::kManaged, D::kH2D).size(),
+            CyclesThatRan(h, M::kZeroCopy, D::kH2D).size() - 1);
+}
+
+TEST(Scheduler, DeviceTimeStaysWithinTheDutyCycleOverALongSpan) {
+  for (bool reload_every_cycle : {false, true}) {
+    SCOPED_TRACE(reload_every_cycle ? "with a reload every cycle" : "no reloads");
+    Harness h;
+    SetH200Costs(h.backend);
+    h.stop_after = 60;
+    const Config c = H200Config();
+    const SteadyTime t0 = h.clock.Now();
+    std::optional<SteadyTime> next_start;
+    h.after_cycle = [&](Scheduler& s, const CycleReport& r) {
+      next_start = h.clock.Now() + r.next_in;
+      // A reload (SIGHUP) must not hand out a fresh allowance.
+      if (reload_every_cycle) s.Reconfigure(c, nullptr);
+    };
+    h.Run(c);
+    ASSERT_TRUE(next_start);
+    const double span = std::chrono::duration<double>(*next_start - t0).count();
+    EXPECT_GE(span, 59 * 60.0);
+    const double capacity = c.max_duty_cycle * 600;
+    // Per GPU: both fake GPUs probe alike, so half the cycle's total.
+    EXPECT_LE(TotalDevice(h) / 2, c.max_duty_cycle * span + capacity + 1e-9);
+    // And it is not far under either: the rotation uses what it is given.
+    EXPECT_GE(TotalDevice(h) / 2, c.max_duty_cycle * span * 0.8);
+  }
+}
+
+TEST(Scheduler, HeadlineOverdrawDelaysTheNextCycle) {
   Harness h;
   Config c = SmallConfig();
-  c.max_duty_cycle = 0.01;
+  c.modes = {probes::TransferMode::kPinned};
+  c.bidirectional = false;
+  c.max_duty_cycle = 0.001;  // 0.01 s per 10 s interval, 0.6 s of allowance
   h.backend.probe_wall = 20ms;
-  h.backend.device_time_s = 0.02;  // 10 probes -> 0.2 s of device time per cycle
+  h.backend.device_time_s = 0.02;  // headline: 0.04 s a cycle, four intervals' worth
+  h.stop_after = 40;
   h.Run(c);
-  // 0.2 s / 0.01 = 20 s: the 10 s slot is dropped, the next slot at 20 s is used.
-  for (size_t i = 1; i < h.starts.size(); ++i) {
-    EXPECT_GE(h.starts[i] - h.starts[i - 1], std::chrono::duration_cast<SteadyTime::duration>(20s));
+  // The full allowance first keeps the interval: 0.6 s / (0.04 - 0.01) s = 20 cycles.
+  EXPECT_EQ(h.starts[1] - h.starts[0], std::chrono::duration_cast<SteadyTime::duration>(10s));
+  // Then each cycle waits until the debt is repaid: 0.04 s / 0.001 = 40 s apart.
+  for (std::size_t i = 30; i < h.starts.size(); ++i) {
+    EXPECT_GE(h.starts[i] - h.starts[i - 1], std::chrono::duration_cast<SteadyTime::duration>(39s));
   }
-  EXPECT_NEAR(h.reports[0].device_s, 0.2, 1e-9);
+  const double span = std::chrono::duration<double>(h.clock.Now() + h.reports.back().next_in -
+                                                    h.starts[0]).count();
+  EXPECT_LE(TotalDevice(h) / 2, c.max_duty_cycle * span + c.max_duty_cycle * 600 + 1e-9);
+  // Never a probe held back: these are the headline.
+  for (const auto& r : h.reports) EXPECT_EQ(r.held_back, 0);
+}
+
+TEST(Scheduler, ReloadToASmallerDutyCycleShrinksTheAllowance) {
+  Harness h;
+  SetH200Costs(h.backend);
+  Config generous = H200Config();
+  generous.max_duty_cycle = 1.0;
+  Config tight = H200Config();
+  std::vector<double> allowance;
+  h.after_cycle = [&](Scheduler& s, const CycleReport& r) {
+    allowance.push_back(*s.Allowance(0));
+    if (r.number == 3) s.Reconfigure(tight, nullptr);
+  };
+  h.stop_after = 6;
+  h.Run(generous);
+  // Everything ran while generous; after the reload the balance is at most the new cap.
+  EXPECT_EQ(h.reports[2].held_back, 0);
+  EXPECT_GT(allowance[2], 100.0);
+  for (std::size_t i = 3; i < allowance.size(); ++i) EXPECT_LE(allowance[i], 0.0025 * 600 + 1e-9);
+  int held = 0;
+  for (std::size_t i = 3; i < h.reports.size(); ++i) held += h.reports[i].held_back;
+  EXPECT_GT(held, 0);
 }
 
 TEST(Scheduler, DeviceTimeIsCappedByTheWallTimeOfTheCall) {
