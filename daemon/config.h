@@ -56,7 +56,7 @@ struct Config {
   int warmup = 2;
   std::chrono::milliseconds probe_deadline{5000};   // one probe
   std::chrono::milliseconds cycle_budget{30000};    // one cycle, all GPUs
-  double max_duty_cycle = 0.01;  // device time / wall time; cycles are spaced to keep it
+  double max_duty_cycle = 0.0025;  // device time / wall time: the per-GPU allowance's refill
   int streams = 4;
   std::uint64_t chunk_bytes = 1ull << 20;
   std::uint64_t pinned_cap_bytes = 512ull << 20;

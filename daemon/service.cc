@@ -251,10 +251,11 @@ void Service::OnCycle(const CycleReport& report) {
                           ? report.device_s / (report.wall_s + report.next_in.count() / 1e3)
                           : 0;
   spdlog::info("cycle {}: {} ok, {} error, {} timeout, {} unsupported, {} skipped busy, {} over "
-               "budget; {:.3f} s wall, {:.3f} s device, duty {:.4f}; next in {:.1f} s; {}",
+               "budget, {} held back (allowance); {:.3f} s wall, {:.3f} s device, duty {:.4f}; "
+               "next in {:.1f} s; {}",
                report.number, report.ok, report.errors, report.timeouts, report.unsupported,
-               report.skipped_busy, report.skipped_budget, report.wall_s, report.device_s, duty,
-               report.next_in.count() / 1e3, summary);
+               report.skipped_busy, report.skipped_budget, report.held_back, report.wall_s,
+               report.device_s, duty, report.next_in.count() / 1e3, summary);
   std::lock_guard lock(status_mutex_);
   status_ = fmt::format("cycle {}: {}", report.number, summary);
 }
