@@ -4,8 +4,16 @@
 //     iterations): the coefficient of variation of their medians, per set;
 //   - `--full-cycles` default cycles (every mode both ways plus pinned bidirectional): the
 //     GPU time of one (sum of device_time_s) and the duty cycle at `--interval-s`;
-//   - the device memory the backend holds (cudaMemGetInfo before it ran and after).
-// Prints one JSON document on stdout.
+//   - the device memory the backend holds (cudaMemGetInfo before it ran and after);
+//   - what the default config costs per minute under the scheduler's device-time allowance
+//     (`--max-duty-cycle`, default 0.0025), worked out from the measured per-probe costs
+//     (running the real scheduler for many real minutes would be too slow):
+//       headline H = pinned h2d + d2h (run every cycle), full cycle F, interval I, duty d.
+//       H <= d x I: each cycle spends H plus what the allowance refilled, d x I - H, on the
+//         rotation, so min(F, d x I) per interval; a full rotation of the rest takes
+//         (F - H) / (d x I - H) intervals.
+//       H > d x I: the headline overdraws, cycles are spaced H / d apart: d x 60 s a minute.
+// Prints one JSON document on stdout and "default cycle GPU time per minute: X ms" on stderr.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -26,6 +34,7 @@ int main(int argc, char** argv) {
   int cycles = 30, sets = 3, full_cycles = 3, iterations = 20, warmup = 2;
   std::uint64_t size = 64ull << 20;
   double interval_s = 60;
+  double max_duty_cycle = 0.0025;  // the daemon's default
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--cycles")
@@ -42,16 +51,21 @@ int main(int argc, char** argv) {
       size = ParseSize(argv[i + 1]).value_or(0);
     else if (flag == "--interval-s")
       interval_s = std::atof(argv[i + 1]);
+    else if (flag == "--max-duty-cycle")
+      max_duty_cycle = std::atof(argv[i + 1]);
     else {
       std::fprintf(stderr,
                    "usage: %s [--cycles N] [--full-cycles N] [--size 64MiB] "
-                   "[--iterations N] [--warmup N] [--interval-s S]\n",
+                   "[--iterations N] [--warmup N] [--interval-s S] [--max-duty-cycle D]\n",
                    argv[0]);
       return 64;
     }
   }
-  if (size == 0 || cycles < 2 || sets < 1 || full_cycles < 1 || iterations < 1) {
-    std::fprintf(stderr, "xferd_probe_cycles: need a size, >= 2 cycles, >= 1 full cycle\n");
+  if (size == 0 || cycles < 2 || sets < 1 || full_cycles < 1 || iterations < 1 ||
+      !(interval_s > 0) || !(max_duty_cycle > 0) || max_duty_cycle > 1) {
+    std::fprintf(stderr,
+                 "xferd_probe_cycles: need a size, >= 2 cycles, >= 1 full cycle, an interval "
+                 "> 0 and 0 < max duty cycle <= 1\n");
     return 64;
   }
 
@@ -115,6 +129,31 @@ int main(int argc, char** argv) {
   for (auto& [key, values] : medians) {
     out["modes"][key] = {{"median_bytes_per_s", Median(values)},
                          {"device_time_s_median", Median(device_times[key])}};
+  }
+  {
+    // The steady state under the allowance (see the top of this file for the arithmetic).
+    const double full = Median(cycle_device_s);
+    const double headline = Median(device_times["pinned h2d"]) + Median(device_times["pinned d2h"]);
+    const double refill = max_duty_cycle * interval_s;  // allowance earned per interval
+    auto& sched = out["scheduled"];
+    sched["max_duty_cycle"] = max_duty_cycle;
+    sched["interval_s"] = interval_s;
+    sched["headline_device_time_s"] = headline;
+    sched["full_cycle_device_time_s"] = full;
+    double per_minute_s = 0;
+    if (headline >= refill) {
+      per_minute_s = max_duty_cycle * 60;
+      sched["cycles_spaced_s"] = headline / max_duty_cycle;
+    } else {
+      per_minute_s = std::min(full, refill) * 60 / interval_s;
+      sched["full_rotation_minutes"] =
+          refill >= full ? interval_s / 60
+                         : (full - headline) / (refill - headline) * interval_s / 60;
+    }
+    sched["device_time_per_minute_s"] = per_minute_s;
+    std::fprintf(stderr, "default cycle GPU time per minute: %.1f ms (max_duty_cycle %g, "
+                 "interval %g s: headline %.1f ms every cycle, full cycle %.1f ms)\n",
+                 per_minute_s * 1e3, max_duty_cycle, interval_s, headline * 1e3, full * 1e3);
   }
   out["device_memory_held_bytes"] =
       static_cast<long long>(free_before) - static_cast<long long>(free_after);

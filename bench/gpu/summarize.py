@@ -104,6 +104,15 @@ def main(out):
         lines.append(f"default cycle GPU time: {1e3 * (d.get('device_time_s_median') or 0):.1f} ms "
                      f"(cycles: {', '.join(f'{1e3 * x:.1f}' for x in d.get('device_time_s', []))} ms); "
                      f"duty cycle at {d.get('interval_s')} s: {100 * (d.get('duty_cycle') or 0):.3f} %")
+        sched = cycles.get("scheduled") or {}
+        if sched:
+            summary["scheduled"] = sched
+            rotation = (f"a full rotation every {sched['full_rotation_minutes']:.1f} min"
+                        if "full_rotation_minutes" in sched
+                        else f"headline overdraws: cycles {sched.get('cycles_spaced_s', 0):.0f} s apart")
+            lines.append(f"default cycle GPU time per minute: {1e3 * sched['device_time_per_minute_s']:.1f} ms "
+                         f"(max_duty_cycle {sched['max_duty_cycle']}, interval {sched['interval_s']} s; "
+                         f"headline {1e3 * sched['headline_device_time_s']:.1f} ms every cycle, {rotation})")
         per_mode = {k: v.get("device_time_s_median") for k, v in cycles.get("modes", {}).items()}
         lines.append("  GPU ms per probe: " + ", ".join(
             f"{k} {1e3 * v:.1f}" for k, v in sorted(per_mode.items(), key=lambda kv: -kv[1])))
