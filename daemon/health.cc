@@ -42,10 +42,20 @@ std::string PairName(TransferMode mode, Direction direction) {
   return std::string(probes::ToString(mode)) + " " + std::string(probes::ToString(direction));
 }
 
+// What the band (per direction) is compared with: both directions at once count the bytes
+// of both, so half of it (as `xferd probe` judges it).
+double PerDirection(const SeriesHealth& s) {
+  return s.direction == Direction::kBidirectional ? s.median_bytes_per_s / 2 : s.median_bytes_per_s;
+}
+
+std::string BandReading(const SeriesHealth& s) {
+  return GBps(PerDirection(s)) + (s.direction == Direction::kBidirectional ? " per direction" : "");
+}
+
 // The series judged worst for a headline: below band first, then the largest shortfall.
 double Shortfall(const SeriesHealth& s, const probes::ExpectedBand& band) {
   if (s.below_band && band.lower_bytes_per_s > 0) {
-    return 1.0 + (1.0 - s.median_bytes_per_s / band.lower_bytes_per_s);
+    return 1.0 + (1.0 - PerDirection(s) / band.lower_bytes_per_s);
   }
   if (s.below_baseline && s.baseline_bytes_per_s > 0) {
     return 1.0 - s.median_bytes_per_s / s.baseline_bytes_per_s;
@@ -65,16 +75,15 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::Expec
   for (const SeriesHealth* s : observed) {
     if (s->below_band) {
       low = true;
-      if (!worst_band || s->median_bytes_per_s / band.lower_bytes_per_s <
-                             worst_band->median_bytes_per_s / band.lower_bytes_per_s) {
+      if (!worst_band || PerDirection(*s) < PerDirection(*worst_band)) {
         worst_band = s;
       }
     }
     if (s->below_baseline) {
       low = true;
-      if (!worst_baseline || s->median_bytes_per_s / s->baseline_bytes_per_s <
-                                 worst_baseline->median_bytes_per_s /
-                                     worst_baseline->baseline_bytes_per_s) {
+      if (!worst_baseline ||
+          s->median_bytes_per_s / s->baseline_bytes_per_s <
+              worst_baseline->median_bytes_per_s / worst_baseline->baseline_bytes_per_s) {
         worst_baseline = s;
       }
     }
@@ -94,7 +103,8 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::Expec
     for (const auto& d : downtrained) detail += (detail.empty() ? "" : "; ") + d;
     out.push_back({DiagnosisCause::kLinkDowntrained, detail,
                    "A PCIe link on the GPU's path runs below its maximum: compare LnkSta with "
-                   "LnkCap in `lspci -vv -s " + first_bdf +
+                   "LnkCap in `lspci -vv -s " +
+                       first_bdf +
                        "`, reseat the card or riser, check the slot and the BIOS PCIe speed "
                        "setting."});
   }
@@ -107,13 +117,13 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::Expec
   }
   if (path.numa_node >= 0 && host_node >= 0 && path.numa_node != host_node) {
     const std::string gpu_node = std::to_string(path.numa_node);
-    out.push_back({DiagnosisCause::kNumaRemote,
-                   "GPU on node " + gpu_node + ", host buffers on node " +
-                       std::to_string(host_node),
-                   "Host memory is on another NUMA node than the GPU, so copies cross the "
-                   "socket link: bind the workload and xferd to node " +
-                       gpu_node + " (numactl --cpunodebind=" + gpu_node + " --membind=" +
-                       gpu_node + ", or CPUAffinity=/NUMAPolicy= in the unit)."});
+    out.push_back(
+        {DiagnosisCause::kNumaRemote,
+         "GPU on node " + gpu_node + ", host buffers on node " + std::to_string(host_node),
+         "Host memory is on another NUMA node than the GPU, so copies cross the "
+         "socket link: bind the workload and xferd to node " +
+             gpu_node + " (numactl --cpunodebind=" + gpu_node + " --membind=" + gpu_node +
+             ", or CPUAffinity=/NUMAPolicy= in the unit)."});
   }
 
   if (low && (path.iommu_type == "DMA" || path.iommu_type == "DMA-FQ")) {
@@ -165,8 +175,7 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::Expec
   if (worst_band) {
     out.push_back({DiagnosisCause::kBelowBand,
                    PairName(worst_band->mode, worst_band->direction) + " " +
-                       GBps(worst_band->median_bytes_per_s) + " < " +
-                       GBps(band.lower_bytes_per_s) + " band",
+                       BandReading(*worst_band) + " < " + GBps(band.lower_bytes_per_s) + " band",
                    "A link-bound copy is below what the link should carry (" + band.source +
                        "): see the other causes; check `nvidia-smi -q -d PERFORMANCE` for "
                        "throttling and `lspci -vv` for the link."});
@@ -236,10 +245,10 @@ void HealthTracker::Reconfigure(const Config& config) {
   config_ = config;
   const auto window = static_cast<std::size_t>(std::max(1, config_.baseline_window));
   auto configured = [&](const SeriesHealth& h) {
-    const bool mode = std::find(config_.modes.begin(), config_.modes.end(), h.mode) !=
-                      config_.modes.end();
-    const bool size = std::find(config_.sizes.begin(), config_.sizes.end(), h.size_bytes) !=
-                      config_.sizes.end();
+    const bool mode =
+        std::find(config_.modes.begin(), config_.modes.end(), h.mode) != config_.modes.end();
+    const bool size =
+        std::find(config_.sizes.begin(), config_.sizes.end(), h.size_bytes) != config_.sizes.end();
     const bool direction = h.direction != Direction::kBidirectional || config_.bidirectional;
     return mode && size && direction;
   };
@@ -321,7 +330,7 @@ DeviceHealth HealthTracker::Observe(const CycleObservation& obs) {
     const std::vector<double> learned(state.medians.begin(), state.medians.end());
     const double baseline = probes::RobustBaseline(learned);
     h.below_band = band.Known() && probes::IsLinkBound(h.mode, h.direction) &&
-                   median < band.lower_bytes_per_s;
+                   h.size_bytes >= kBandMinSizeBytes && PerDirection(h) < band.lower_bytes_per_s;
     h.below_baseline = static_cast<int>(learned.size()) >= kMinBaselineCycles &&
                        median < config_.drift_fraction * baseline;
 
@@ -410,8 +419,8 @@ std::string HealthTracker::Summary() const {
             diag.cause == DiagnosisCause::kBelowBaseline) {
           continue;  // one bad cycle is not news; the verdict decides
         }
-        notes += "; gpu" + std::to_string(d.gpu) + " " + std::string(ToString(diag.cause)) +
-                 " (" + diag.detail + ")";
+        notes += "; gpu" + std::to_string(d.gpu) + " " + std::string(ToString(diag.cause)) + " (" +
+                 diag.detail + ")";
       }
     }
     std::size_t degraded_pairs = 0;
@@ -428,19 +437,19 @@ std::string HealthTracker::Summary() const {
       if (!worst || Shortfall(s, d.band) > Shortfall(*worst, d.band)) worst = &s;
     }
     std::string line = "DEGRADED gpu" + std::to_string(d.gpu) + " " +
-                       PairName(worst->mode, worst->direction) + " " +
-                       GBps(worst->median_bytes_per_s);
+                       PairName(worst->mode, worst->direction) + " ";
     if (worst->below_band) {
-      line += " < " + GBps(d.band.lower_bytes_per_s) + " band";
+      line += BandReading(*worst) + " < " + GBps(d.band.lower_bytes_per_s) + " band";
     } else if (worst->below_baseline) {
-      line += " < baseline " + GBps(worst->baseline_bytes_per_s);
+      line += GBps(worst->median_bytes_per_s) + " < baseline " + GBps(worst->baseline_bytes_per_s);
     } else {
-      line += " (recovering)";
+      line += GBps(worst->median_bytes_per_s) + " (recovering)";
     }
     if (degraded_pairs > 1) line += " (+" + std::to_string(degraded_pairs - 1) + " more)";
     std::string likely;
     for (const Diagnosis& diag : d.diagnoses) {
-      if (diag.cause == DiagnosisCause::kBelowBand || diag.cause == DiagnosisCause::kBelowBaseline) {
+      if (diag.cause == DiagnosisCause::kBelowBand ||
+          diag.cause == DiagnosisCause::kBelowBaseline) {
         continue;
       }
       likely += (likely.empty() ? "" : ", ") + std::string(ToString(diag.cause)) + " (" +
@@ -512,7 +521,9 @@ std::string UtcStamp(std::chrono::system_clock::time_point t, const char* format
   return buf;
 }
 
-std::string Errno(int err) { return std::error_code(err, std::generic_category()).message(); }
+std::string Errno(int err) {
+  return std::error_code(err, std::generic_category()).message();
+}
 
 // Parse and check the whole document; throws std::runtime_error naming what is wrong.
 BaselineSet ParseBaselines(const nlohmann::json& doc) {
@@ -527,7 +538,8 @@ BaselineSet ParseBaselines(const nlohmann::json& doc) {
       std::vector<double> values;
       for (const auto& m : medians) {
         if (!m.is_number() || !std::isfinite(m.get<double>()) || m.get<double>() <= 0) {
-          throw std::runtime_error(uuid + "/" + key + " holds a value that is not a positive "
+          throw std::runtime_error(uuid + "/" + key +
+                                   " holds a value that is not a positive "
                                    "number");
         }
         values.push_back(m.get<double>());
@@ -584,9 +596,8 @@ StateLoad StateFile::Load(std::chrono::system_clock::time_point now) {
         persisting_ = false;
         not_persisting_reason_ = "state file from a newer xferd";
         out.outcome = StateLoad::Outcome::kFutureVersion;
-        out.message = "state file " + path_.string() + " has version " +
-                      std::to_string(version) + ", newer than this xferd understands (" +
-                      std::to_string(kStateVersion) +
+        out.message = "state file " + path_.string() + " has version " + std::to_string(version) +
+                      ", newer than this xferd understands (" + std::to_string(kStateVersion) +
                       "): keeping it untouched and learning baselines in memory only; upgrade "
                       "xferd, or move the file away to start fresh";
         return out;
@@ -613,13 +624,14 @@ StateLoad StateFile::Load(std::chrono::system_clock::time_point now) {
                   ") and could not be moved aside (" + ec.message() +
                   "); starting fresh, it will be replaced on the next write";
   } else {
-    out.message = "state file " + path_.string() + " is corrupt (" + problem +
-                  "); moved it to " + aside.string() + " and started learning afresh";
+    out.message = "state file " + path_.string() + " is corrupt (" + problem + "); moved it to " +
+                  aside.string() + " and started learning afresh";
   }
   return out;
 }
 
-StateWrite StateFile::Save(const BaselineSet& baselines, std::chrono::system_clock::time_point now) {
+StateWrite StateFile::Save(const BaselineSet& baselines,
+                           std::chrono::system_clock::time_point now) {
   namespace fs = std::filesystem;
   StateWrite out;
   if (!persisting_) {

@@ -45,9 +45,9 @@ enum class DiagnosisCause {
   kBelowBaseline,        // "below_baseline": a mode under drift_fraction x its baseline
 };
 inline constexpr std::array<DiagnosisCause, 7> kAllDiagnosisCauses = {
-    DiagnosisCause::kLinkDowntrained,     DiagnosisCause::kNumaRemote,
-    DiagnosisCause::kIommuTranslating,    DiagnosisCause::kPinnedPageableRatio,
-    DiagnosisCause::kGpuBusy,             DiagnosisCause::kBelowBand,
+    DiagnosisCause::kLinkDowntrained,  DiagnosisCause::kNumaRemote,
+    DiagnosisCause::kIommuTranslating, DiagnosisCause::kPinnedPageableRatio,
+    DiagnosisCause::kGpuBusy,          DiagnosisCause::kBelowBand,
     DiagnosisCause::kBelowBaseline};
 std::string_view ToString(DiagnosisCause cause);
 
@@ -56,6 +56,11 @@ std::string_view ToString(DiagnosisCause cause);
 // (the H200 test box shows 8.5x: see docs/health.md), and a false cause is worse than none.
 inline constexpr double kPinnedPageableRatioLow = 1.5;
 inline constexpr double kPinnedPageableRatioHigh = 10.0;
+
+// Smaller transfers are dominated by their fixed latency (a few us), not the link: they are
+// judged against their baseline only (as `xferd probe` does). At 4 MiB the floor costs
+// under 5% even on Gen5 x16.
+inline constexpr std::uint64_t kBandMinSizeBytes = 4ull << 20;
 
 // Cycles a baseline needs before drift against it counts.
 inline constexpr int kMinBaselineCycles = 5;
@@ -69,9 +74,9 @@ struct Diagnosis {
 // What one cycle saw on one GPU.
 struct CycleObservation {
   probes::DeviceInfo device;
-  probes::LinkPath link_path;  // read while probing (idle links train down)
+  probes::LinkPath link_path;                // read while probing (idle links train down)
   std::vector<probes::ProbeSample> samples;  // modes not probed this cycle are left out
-  bool busy = false;           // the busy detector said busy during the probes
+  bool busy = false;                         // the busy detector said busy during the probes
   // The node the probe's host buffers are on; -1 = take it from the samples'
   // host_numa_node (the backend's finding), else unknown.
   int host_numa_node = -1;
@@ -89,7 +94,7 @@ struct SeriesHealth {
   bool below_band = false;          // this cycle
   bool below_baseline = false;      // this cycle
   int bad_streak = 0, good_streak = 0;
-  bool degraded = false;            // the verdict, with hysteresis
+  bool degraded = false;  // the verdict, with hysteresis
   bool Bad() const { return below_band || below_baseline; }
 };
 
@@ -105,9 +110,9 @@ struct DeviceHealth {
   int gpu = 0;
   std::string uuid;
   probes::ExpectedBand band;
-  std::vector<SeriesHealth> series;        // every series seen, ordered
-  std::vector<PairVerdict> verdicts;       // every (mode, direction) seen, ordered
-  std::vector<Diagnosis> diagnoses;        // the causes that hold after the last cycle
+  std::vector<SeriesHealth> series;   // every series seen, ordered
+  std::vector<PairVerdict> verdicts;  // every (mode, direction) seen, ordered
+  std::vector<Diagnosis> diagnoses;   // the causes that hold after the last cycle
   bool Degraded() const;
   bool Has(DiagnosisCause cause) const;
 };

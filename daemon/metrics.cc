@@ -14,9 +14,9 @@ namespace xferd::daemon {
 
 namespace {
 
-using prometheus::Labels;
 using probes::Direction;
 using probes::TransferMode;
+using prometheus::Labels;
 
 constexpr std::array<ProbeResult, 5> kAllProbeResults = {
     ProbeResult::kOk, ProbeResult::kError, ProbeResult::kTimeout, ProbeResult::kSkippedBusy,
@@ -27,18 +27,23 @@ constexpr std::array<CycleResult, 4> kAllCycleResults = {
 // Bucket grid: boundaries are 2^(i/8) s. A ratio of 2^(1/8) (~1.09) bounds the error of
 // histogram_quantile's linear interpolation to ~9% while the quantile lies in a fine bucket.
 constexpr double kGridSteps = 8.0;
-constexpr int kFineBelow = 2;    // fine boundaries below the anchor: down to 0.84x
-constexpr int kFineAbove = 7;    // and above it: up to 1.83x (the slow tail lives here)
-constexpr int kCoarseBelow = 8;  // one coarse boundary at 0.5x
-constexpr int kCoarseAbove = 16; // and one at 4x
+constexpr int kFineBelow = 2;     // fine boundaries below the anchor: down to 0.84x
+constexpr int kFineAbove = 7;     // and above it: up to 1.83x (the slow tail lives here)
+constexpr int kCoarseBelow = 8;   // one coarse boundary at 0.5x
+constexpr int kCoarseAbove = 16;  // and one at 4x
 
-std::string Gpu(int index) { return std::to_string(index); }
-std::string Mode(TransferMode mode) { return std::string(probes::ToString(mode)); }
-std::string Dir(Direction direction) { return std::string(probes::ToString(direction)); }
+std::string Gpu(int index) {
+  return std::to_string(index);
+}
+std::string Mode(TransferMode mode) {
+  return std::string(probes::ToString(mode));
+}
+std::string Dir(Direction direction) {
+  return std::string(probes::ToString(direction));
+}
 
 double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // Bumps the generation when the method that holds it returns, after its last write (early
@@ -98,7 +103,8 @@ std::vector<double> DurationBuckets(double anchor_seconds) {
   const int i0 = static_cast<int>(std::lround(kGridSteps * std::log2(anchor_seconds)));
   std::vector<double> buckets;
   buckets.push_back(std::exp2((i0 - kCoarseBelow) / kGridSteps));
-  for (int i = i0 - kFineBelow; i <= i0 + kFineAbove; ++i) buckets.push_back(std::exp2(i / kGridSteps));
+  for (int i = i0 - kFineBelow; i <= i0 + kFineAbove; ++i)
+    buckets.push_back(std::exp2(i / kGridSteps));
   buckets.push_back(std::exp2((i0 + kCoarseAbove) / kGridSteps));
   return buckets;
 }
@@ -291,7 +297,9 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
 void Metrics::RecordSkipped(int gpu_index, TransferMode mode, ProbeResult result) {
   const ChangeMark mark(generation_);
   probe_runs_
-      .Add({{"gpu", Gpu(gpu_index)}, {"mode", Mode(mode)}, {"result", std::string(ToString(result))}})
+      .Add({{"gpu", Gpu(gpu_index)},
+            {"mode", Mode(mode)},
+            {"result", std::string(ToString(result))}})
       .Increment();
 }
 

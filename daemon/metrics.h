@@ -6,6 +6,12 @@
 // RecordHealth, then RecordCycle. All methods are thread-safe (prometheus-cpp metrics are).
 #pragma once
 
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -15,12 +21,6 @@
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <prometheus/counter.h>
-#include <prometheus/family.h>
-#include <prometheus/gauge.h>
-#include <prometheus/histogram.h>
-#include <prometheus/registry.h>
 
 #include "daemon/health.h"
 #include "xferd/probes/topology.h"

@@ -166,7 +166,7 @@ TEST(Verdict, ChangedMarksTheCycleItFlipsIn) {
   EXPECT_TRUE(changed(h.Observe(PinnedCycle(10.0))));   // now degraded
   EXPECT_FALSE(changed(h.Observe(PinnedCycle(10.0))));  // still degraded
   EXPECT_FALSE(changed(h.Observe(PinnedCycle(24.0))));
-  EXPECT_TRUE(changed(h.Observe(PinnedCycle(24.0))));   // recovered
+  EXPECT_TRUE(changed(h.Observe(PinnedCycle(24.0))));  // recovered
 }
 
 TEST(Diagnosis, DiagnoseOnceJudgesASingleRun) {
@@ -179,11 +179,11 @@ TEST(Diagnosis, DiagnoseOnceJudgesASingleRun) {
     names.emplace_back(ToString(d.cause));
     EXPECT_FALSE(d.advice.empty());
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"iommu_translating", "pinned_pageable_ratio",
-                                             "below_band"}));
-  EXPECT_TRUE(DiagnoseOnce(TestConfig(), Cycle({Sample(TransferMode::kPinned, Direction::kH2D,
-                                                       24.0)}))
-                  .empty());
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"iommu_translating", "pinned_pageable_ratio", "below_band"}));
+  EXPECT_TRUE(
+      DiagnoseOnce(TestConfig(), Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 24.0)}))
+          .empty());
 }
 
 TEST(Verdict, ASingleBadCycleOrAnInterruptedStreakDoesNotFlip) {
@@ -249,8 +249,8 @@ TEST(Diagnosis, HealthyDeviceHasNoCause) {
 
 TEST(Diagnosis, LinkDowntrainedNamesTheLink) {
   HealthTracker h(TestConfig());
-  DeviceHealth r = h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 10.0)},
-                                   Gen4Path(4, 16, 4, 8)));
+  DeviceHealth r = h.Observe(
+      Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 10.0)}, Gen4Path(4, 16, 4, 8)));
   ASSERT_TRUE(r.Has(DiagnosisCause::kLinkDowntrained));
   for (const auto& d : r.diagnoses) {
     if (d.cause != DiagnosisCause::kLinkDowntrained) continue;
@@ -313,10 +313,12 @@ TEST(Diagnosis, IommuTranslatingOnlyWhileBandwidthIsLow) {
 
 TEST(Diagnosis, PinnedPageableRatioOutsideItsWindow) {
   HealthTracker h(TestConfig());
-  EXPECT_FALSE(h.Observe(PinnedCycle(24.0, 8.0)).Has(DiagnosisCause::kPinnedPageableRatio));   // 3x
-  EXPECT_FALSE(h.Observe(PinnedCycle(24.0, 2.9)).Has(DiagnosisCause::kPinnedPageableRatio));   // 8.3x
-  EXPECT_TRUE(h.Observe(PinnedCycle(24.0, 1.5)).Has(DiagnosisCause::kPinnedPageableRatio));    // 16x
-  EXPECT_TRUE(h.Observe(PinnedCycle(24.0, 20.0)).Has(DiagnosisCause::kPinnedPageableRatio));   // 1.2x
+  EXPECT_FALSE(h.Observe(PinnedCycle(24.0, 8.0)).Has(DiagnosisCause::kPinnedPageableRatio));  // 3x
+  EXPECT_FALSE(
+      h.Observe(PinnedCycle(24.0, 2.9)).Has(DiagnosisCause::kPinnedPageableRatio));          // 8.3x
+  EXPECT_TRUE(h.Observe(PinnedCycle(24.0, 1.5)).Has(DiagnosisCause::kPinnedPageableRatio));  // 16x
+  EXPECT_TRUE(
+      h.Observe(PinnedCycle(24.0, 20.0)).Has(DiagnosisCause::kPinnedPageableRatio));  // 1.2x
   // Without a pageable reading there is no ratio.
   EXPECT_FALSE(h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 24.0)}))
                    .Has(DiagnosisCause::kPinnedPageableRatio));
@@ -334,6 +336,22 @@ TEST(Diagnosis, BelowBandOnlyForLinkBoundModes) {
   r = h.Observe(Cycle({Sample(TransferMode::kZeroCopy, Direction::kD2H, 12.0)}));
   ASSERT_TRUE(r.Has(DiagnosisCause::kBelowBand));
   EXPECT_EQ(r.diagnoses.back().detail, "zero_copy d2h 12.0 GB/s < 19.8 GB/s band");
+  // managed_prefetch d2h is bounded by the host populating pages, not by the link.
+  EXPECT_FALSE(h.Observe(Cycle({Sample(TransferMode::kManagedPrefetch, Direction::kD2H, 10.0)}))
+                   .Has(DiagnosisCause::kBelowBand));
+  EXPECT_TRUE(h.Observe(Cycle({Sample(TransferMode::kManagedPrefetch, Direction::kH2D, 10.0)}))
+                  .Has(DiagnosisCause::kBelowBand));
+  // Both directions at once are judged per direction: 30 GB/s summed is 15 each.
+  r = h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kBidirectional, 30.0)}));
+  ASSERT_TRUE(r.Has(DiagnosisCause::kBelowBand));
+  EXPECT_EQ(r.diagnoses.back().detail, "pinned bidir 15.0 GB/s per direction < 19.8 GB/s band");
+  EXPECT_FALSE(h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kBidirectional, 44.0)}))
+                   .Has(DiagnosisCause::kBelowBand));
+  // A 4 KiB transfer is latency-bound: never held to the band.
+  auto small = Sample(TransferMode::kPinned, Direction::kH2D, 1.0);
+  small.spec.size_bytes = 4096;
+  small.bytes_per_transfer = 4096;
+  EXPECT_FALSE(h.Observe(Cycle({small})).Has(DiagnosisCause::kBelowBand));
   // No band known (integrated, no PCIe path): nothing to hold it to.
   probes::LinkPath none;
   none.pcie = false;
@@ -375,13 +393,14 @@ TEST(Reconfigure, DroppedModesLoseTheirVerdictButKeepTheirHistory) {
 
 TEST(Restore, RestoredHistoryJudgesTheFirstCycles) {
   HealthTracker first(TestConfig(1));
-  for (int i = 0; i < 8; ++i) first.Observe(Cycle({Sample(TransferMode::kManaged, Direction::kH2D, 4.0)}));
+  for (int i = 0; i < 8; ++i)
+    first.Observe(Cycle({Sample(TransferMode::kManaged, Direction::kH2D, 4.0)}));
   const BaselineSet saved = first.Snapshot();
 
   HealthTracker second(TestConfig(1));
   second.Restore(saved);
-  EXPECT_NEAR(second.Baseline("GPU-0000-test", TransferMode::kManaged, Direction::kH2D, kSize),
-              4e9, 1e6);
+  EXPECT_NEAR(second.Baseline("GPU-0000-test", TransferMode::kManaged, Direction::kH2D, kSize), 4e9,
+              1e6);
   // A drop right after the restart is caught against the old history.
   DeviceHealth r = second.Observe(Cycle({Sample(TransferMode::kManaged, Direction::kH2D, 1.0)}));
   EXPECT_TRUE(r.Degraded());

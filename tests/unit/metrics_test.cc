@@ -5,13 +5,13 @@
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
 #include <sstream>
-#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -139,9 +139,14 @@ TEST(Metrics, HistogramP99WithinTenPercentOfExact) {
   double worst = 0;
   // Links across the plausible range: Gen3 x16 to Gen5 x16, and a downtrained x8; the
   // default 64 MiB and a latency-bound 4 KiB, whose spread is far wider.
-  struct Case { int gen, width; std::uint64_t size; };
-  for (auto [gen, width, size] : std::vector<Case>{{3, 16, 64ull << 20}, {4, 8, 64ull << 20},
-                                                   {4, 16, 64ull << 20}, {5, 16, 64ull << 20},
+  struct Case {
+    int gen, width;
+    std::uint64_t size;
+  };
+  for (auto [gen, width, size] : std::vector<Case>{{3, 16, 64ull << 20},
+                                                   {4, 8, 64ull << 20},
+                                                   {4, 16, 64ull << 20},
+                                                   {5, 16, 64ull << 20},
                                                    {4, 16, 4096}}) {
     prometheus::Registry registry;
     Metrics metrics(registry);
@@ -161,9 +166,8 @@ TEST(Metrics, HistogramP99WithinTenPercentOfExact) {
     const auto families = registry.Collect();
     for (const auto& [pair, durations] : all) {
       SCOPED_TRACE("Gen" + std::to_string(gen) + " x" + std::to_string(width) + " " +
-                   probes::FormatSize(size) + " " +
-                   std::string(probes::ToString(pair.first)) + " " +
-                   std::string(probes::ToString(pair.second)));
+                   probes::FormatSize(size) + " " + std::string(probes::ToString(pair.first)) +
+                   " " + std::string(probes::ToString(pair.second)));
       const auto* m = Find(families, "xferd_transfer_duration_seconds",
                            {{"gpu", "0"},
                             {"mode", std::string(probes::ToString(pair.first))},
@@ -180,8 +184,7 @@ TEST(Metrics, HistogramP99WithinTenPercentOfExact) {
                   0.10);
     }
   }
-  std::printf("worst p99 error of histogram_quantile against the exact p99: %.1f%%\n",
-              100 * worst);
+  std::printf("worst p99 error of histogram_quantile against the exact p99: %.1f%%\n", 100 * worst);
 }
 
 TEST(Metrics, DefaultConfigStaysWithinSeriesBudget) {
@@ -202,18 +205,29 @@ TEST(Metrics, DefaultConfigStaysWithinSeriesBudget) {
   // The arithmetic of docs/metrics.md: 290 per GPU; if this moves, update the doc.
   EXPECT_EQ(gpu0.size(), 290u) << text;
   // And every family is there.
-  for (const char* name :
-       {"xferd_transfer_duration_seconds_bucket", "xferd_transfer_duration_seconds_sum",
-        "xferd_transfer_duration_seconds_count", "xferd_bandwidth_bytes_per_second{",
-        "xferd_bandwidth_baseline_bytes_per_second{", "xferd_expected_bandwidth_bytes_per_second{",
-        "xferd_bandwidth_degraded{", "xferd_diagnosis{", "xferd_overlap_ratio{",
-        "xferd_pcie_link_generation{", "xferd_pcie_link_width{",
-        "xferd_pcie_path_narrowest_link_bytes_per_second{", "xferd_probe_runs_total{",
-        "xferd_probe_last_success_timestamp_seconds{", "xferd_probe_device_seconds_total{",
-        "xferd_cycle_device_seconds{", "xferd_device_info{", "xferd_build_info{",
-        "xferd_cycles_total{", "xferd_cycle_duration_seconds ",
-        "xferd_config_last_reload_successful ", "xferd_state_write_errors_total ",
-        "xferd_textfile_write_errors_total "}) {
+  for (const char* name : {"xferd_transfer_duration_seconds_bucket",
+                           "xferd_transfer_duration_seconds_sum",
+                           "xferd_transfer_duration_seconds_count",
+                           "xferd_bandwidth_bytes_per_second{",
+                           "xferd_bandwidth_baseline_bytes_per_second{",
+                           "xferd_expected_bandwidth_bytes_per_second{",
+                           "xferd_bandwidth_degraded{",
+                           "xferd_diagnosis{",
+                           "xferd_overlap_ratio{",
+                           "xferd_pcie_link_generation{",
+                           "xferd_pcie_link_width{",
+                           "xferd_pcie_path_narrowest_link_bytes_per_second{",
+                           "xferd_probe_runs_total{",
+                           "xferd_probe_last_success_timestamp_seconds{",
+                           "xferd_probe_device_seconds_total{",
+                           "xferd_cycle_device_seconds{",
+                           "xferd_device_info{",
+                           "xferd_build_info{",
+                           "xferd_cycles_total{",
+                           "xferd_cycle_duration_seconds ",
+                           "xferd_config_last_reload_successful ",
+                           "xferd_state_write_errors_total ",
+                           "xferd_textfile_write_errors_total "}) {
     EXPECT_FALSE(SeriesWith(text, name).empty()) << name;
   }
 }

@@ -131,9 +131,9 @@ TEST_F(StateFileTest, TrackerSurvivesARestartThroughTheFile) {
   HealthTracker after(config);
   StateFile state(dir_);
   after.Restore(state.Load(Now()).baselines);
-  EXPECT_NEAR(after.Baseline("GPU-a", probes::TransferMode::kPinned, probes::Direction::kH2D,
-                             64ull << 20),
-              24e9, 1e3);
+  EXPECT_NEAR(
+      after.Baseline("GPU-a", probes::TransferMode::kPinned, probes::Direction::kH2D, 64ull << 20),
+      24e9, 1e3);
 }
 
 TEST_F(StateFileTest, CorruptFileIsMovedAsideAndLearningStartsFresh) {
@@ -152,11 +152,12 @@ TEST_F(StateFileTest, CorruptFileIsMovedAsideAndLearningStartsFresh) {
 
 TEST_F(StateFileTest, WrongShapesAreCorruptNotCrashes) {
   for (const std::string& text : std::vector<std::string>{
-           "", std::string("\x00\x01garbage", 9), "[]", "{}", "{\"version\": \"1\", \"baselines\": {}}",
-        "{\"version\": 0, \"baselines\": {}}", "{\"version\": 1}",
-        "{\"version\": 1, \"baselines\": []}", "{\"version\": 1, \"baselines\": {\"g\": 3}}",
-        "{\"version\": 1, \"baselines\": {\"g\": {\"k\": [1, \"x\"]}}}",
-        "{\"version\": 1, \"baselines\": {\"g\": {\"k\": [-5]}}}"}) {
+           "", std::string("\x00\x01garbage", 9), "[]", "{}",
+           "{\"version\": \"1\", \"baselines\": {}}", "{\"version\": 0, \"baselines\": {}}",
+           "{\"version\": 1}", "{\"version\": 1, \"baselines\": []}",
+           "{\"version\": 1, \"baselines\": {\"g\": 3}}",
+           "{\"version\": 1, \"baselines\": {\"g\": {\"k\": [1, \"x\"]}}}",
+           "{\"version\": 1, \"baselines\": {\"g\": {\"k\": [-5]}}}"}) {
     SCOPED_TRACE(text);
     Write(text);
     StateFile state(dir_);
