@@ -224,13 +224,13 @@ SteadyTime Scheduler::NextStart(const Config& config, SteadyTime cycle_start) {
     const double per_interval = config.max_duty_cycle * duration<double>(config.interval).count();
     if (!overdraw_warned_ && allowance.headline_s > per_interval) {
       overdraw_warned_ = true;
-      spdlog::warn("gpu {}: the headline probes (pinned h2d/d2h) alone took {:.3f} s of device "
-                   "time, more than max_duty_cycle {:g} allows per {:.0f} s interval ({:.3f} s); "
+      spdlog::warn("gpu {}: the headline probes (pinned h2d/d2h) alone took {:.1f} ms of device "
+                   "time, more than max_duty_cycle {:g} allows per {:g} s interval ({:.1f} ms); "
                    "cycles are spaced about {:.0f} s apart to keep the cap. Raise "
                    "probe.max_duty_cycle to {:.4f} or probe smaller sizes to keep the interval "
                    "(said once)",
-                   debtor, allowance.headline_s, config.max_duty_cycle,
-                   duration<double>(config.interval).count(), per_interval,
+                   debtor, allowance.headline_s * 1e3, config.max_duty_cycle,
+                   duration<double>(config.interval).count(), per_interval * 1e3,
                    allowance.headline_s / config.max_duty_cycle,
                    allowance.headline_s / duration<double>(config.interval).count());
     }
