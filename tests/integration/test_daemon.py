@@ -49,10 +49,13 @@ def test_scrape_passes_promtool_and_fits_the_series_budget(daemon):
 
 
 def test_degradation_flips_the_verdict_after_k_cycles_and_back(daemon):
-    d = daemon(sim_config(consecutive_bad=3)).start().wait_ready()
+    # 4 MiB: smaller transfers are not held to the band (latency dominates them).
+    sizes = ('"4MiB"',)
+    d = daemon(sim_config(consecutive_bad=3, sizes=sizes)).start().wait_ready()
     assert d.value("xferd_bandwidth_degraded", gpu="0", mode="pinned", direction="h2d") == 0
 
-    d.write_config(sim_config(consecutive_bad=3, faults=[{"kind": "degrade", "factor": 0.4}]))
+    d.write_config(sim_config(consecutive_bad=3, sizes=sizes,
+                              faults=[{"kind": "degrade", "factor": 0.4}]))
     d.signal(signal.SIGHUP)
     d.wait_log(r"reload: configuration .* applied")
     cycles_at_reload = d.value("xferd_cycles_total", sum_all=True)
@@ -63,7 +66,7 @@ def test_degradation_flips_the_verdict_after_k_cycles_and_back(daemon):
     assert d.value("xferd_diagnosis", gpu="0", cause="below_band") == 1
     assert re.search(r"DEGRADED", d.log())
 
-    d.write_config(sim_config(consecutive_bad=3))
+    d.write_config(sim_config(consecutive_bad=3, sizes=sizes))
     d.signal(signal.SIGHUP)
     d.wait_for(lambda: d.value("xferd_bandwidth_degraded", gpu="0", mode="pinned",
                                direction="h2d") == 0, 30, "the verdict to recover")
