@@ -18,6 +18,7 @@
 #include "daemon/commands.h"
 #include "daemon/config.h"
 #include "daemon/exit_codes.h"
+#include "daemon/health.h"
 #include "xferd/probes/cuda_backend.h"
 #include "xferd/probes/sim_backend.h"
 #include "xferd/probes/stats.h"
@@ -70,6 +71,7 @@ struct DeviceReport {
   probes::LinkPath path;
   probes::ExpectedBand band;
   std::vector<Row> rows;
+  std::vector<Diagnosis> diagnoses;  // likely causes of what the rows show; usually none
 };
 
 std::string Lower(std::string text) {
@@ -295,6 +297,10 @@ DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceI
   }
   if (!link_read) report.path = backend.ReadLinkPath(info.index);
   report.band = BandFor(info, report.path, config);
+  // Judged as the daemon judges one cycle (no history, so no baseline cause); without a
+  // config file, by the defaults the daemon would use.
+  report.diagnoses = DiagnoseOnce(config != nullptr ? *config : Config{},
+                                  CycleObservation{info, report.path, samples});
   for (ProbeSample& sample : samples) {
     report.rows.push_back(Judge(std::move(sample), report.path, report.band));
   }
@@ -383,6 +389,13 @@ void PrintTable(const std::vector<DeviceReport>& reports) {
                   probes::FormatSize(s.spec.size_bytes).c_str(), gbps.c_str(), p50.c_str(),
                   p99.c_str(), p999.c_str(), pct.c_str(), row.verdict.c_str());
     }
+    if (!r.diagnoses.empty()) {
+      std::printf("\n  likely causes:\n");
+      for (const Diagnosis& d : r.diagnoses) {
+        std::printf("    %s: %s\n      %s\n", std::string(ToString(d.cause)).c_str(),
+                    d.detail.c_str(), d.advice.c_str());
+      }
+    }
     std::printf("\n");
   }
 }
@@ -405,6 +418,11 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
     nlohmann::json links = nlohmann::json::array();
     for (const auto& link : r.path.links) links.push_back(LinkJson(link));
     const probes::PcieLink* narrowest = r.path.Narrowest();
+    nlohmann::json diagnoses = nlohmann::json::array();
+    for (const Diagnosis& d : r.diagnoses) {
+      diagnoses.push_back(
+          {{"cause", ToString(d.cause)}, {"detail", d.detail}, {"advice", d.advice}});
+    }
     devices.push_back(
         {{"index", r.info.index},
          {"uuid", r.info.uuid},
@@ -426,7 +444,8 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
          {"expected_band",
           {{"lower_bytes_per_s", r.band.lower_bytes_per_s},
            {"upper_bytes_per_s", r.band.upper_bytes_per_s},
-           {"source", r.band.source}}}});
+           {"source", r.band.source}}},
+         {"diagnoses", diagnoses}});
     for (const Row& row : r.rows) {
       const ProbeSample& s = row.sample;
       const bool ok = s.status == ProbeStatus::kOk;

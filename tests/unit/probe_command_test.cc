@@ -228,6 +228,46 @@ width = 8
   }
 }
 
+TEST_F(ProbeCommand, DowntrainedLinkIsNamedAsTheLikelyCause) {
+  const fs::path config = WriteFile("downtrain.toml", R"(
+[simulate]
+time_scale = 0
+[[simulate.fault]]
+kind = "downtrain"
+gen = 3
+)");
+  const std::string args =
+      "probe --simulate --iterations 3 --mode pinned -c '" + config.string() + "'";
+  const Result table = Xferd(args);
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  for (const char* text :
+       {"likely causes:", "link_downtrained: ", "Gen3 x16, max Gen4 x16", "lspci -vv -s "}) {
+    EXPECT_NE(table.out.find(text), std::string::npos) << text << "\n" << table.out;
+  }
+
+  const Result json = Xferd(args + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto diagnoses = nlohmann::json::parse(json.out).at("devices")[0].at("diagnoses");
+  ASSERT_EQ(diagnoses.size(), 1u) << diagnoses.dump(2);
+  EXPECT_EQ(diagnoses[0].at("cause"), "link_downtrained");
+  EXPECT_NE(diagnoses[0].at("detail").get<std::string>().find("Gen3 x16, max Gen4 x16"),
+            std::string::npos)
+      << diagnoses.dump(2);
+  EXPECT_NE(diagnoses[0].at("advice").get<std::string>().find("reseat"), std::string::npos)
+      << diagnoses.dump(2);
+}
+
+TEST_F(ProbeCommand, HealthyDeviceNamesNoCause) {
+  const Result table = Xferd("probe --simulate --iterations 3");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_EQ(table.out.find("likely causes"), std::string::npos) << table.out;
+  const Result json = Xferd("probe --simulate --json --iterations 3");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto device = nlohmann::json::parse(json.out).at("devices")[0];
+  ASSERT_TRUE(device.contains("diagnoses")) << device.dump(2);
+  EXPECT_TRUE(device.at("diagnoses").empty()) << device.dump(2);
+}
+
 TEST_F(ProbeCommand, HungProbeIsCancelledAndReportedAsTimeout) {
   const fs::path config = WriteFile("hang.toml", R"(
 [probe]
