@@ -161,6 +161,7 @@ class Service {
     return config_;
   }
   void OnCycle(const CycleReport& report);  // probe thread
+  void LogVerdictChanges(const DeviceHealth& health);  // probe thread
   void Reload();                            // main thread
   HealthState Healthz() const;              // HTTP threads
   void CheckStall();                        // main thread
@@ -208,6 +209,38 @@ HealthState Service::Healthz() const {
   return {true, last ? "ok" : "starting: first probe cycle running"};
 }
 
+// One line per (mode, direction) whose verdict flipped: the figures that made it flip and
+// the likely causes with their advice, so the log says what to check, not only that.
+void Service::LogVerdictChanges(const DeviceHealth& health) {
+  for (const PairVerdict& v : health.verdicts) {
+    if (!v.changed) continue;
+    ScopedLogFields fields(std::to_string(health.gpu), std::string(probes::ToString(v.mode)));
+    std::string figures;
+    for (const SeriesHealth& s : health.series) {
+      if (s.mode != v.mode || s.direction != v.direction) continue;
+      figures += fmt::format("{}{} {:.2f} GB/s{}{}", figures.empty() ? "" : ", ",
+                             probes::FormatSize(s.size_bytes), s.median_bytes_per_s / 1e9,
+                             s.baseline_bytes_per_s > 0
+                                 ? fmt::format(" (baseline {:.2f})", s.baseline_bytes_per_s / 1e9)
+                                 : "",
+                             s.Bad() ? " low" : "");
+    }
+    if (health.band.Known()) {
+      figures += fmt::format("; band {:.2f}-{:.2f} GB/s per direction",
+                             health.band.lower_bytes_per_s / 1e9,
+                             health.band.upper_bytes_per_s / 1e9);
+    }
+    std::string causes;
+    for (const Diagnosis& d : health.diagnoses) {
+      causes += fmt::format("; likely {} ({}): {}", ToString(d.cause), d.detail, d.advice);
+    }
+    spdlog::log(v.degraded ? spdlog::level::warn : spdlog::level::info,
+                "gpu {} {} {}: verdict {} ({}){}", health.gpu, probes::ToString(v.mode),
+                probes::ToString(v.direction), v.degraded ? "DEGRADED" : "back to ok", figures,
+                causes);
+  }
+}
+
 void Service::OnCycle(const CycleReport& report) {
   const auto config = CurrentConfig();
   for (const DeviceCycle& dc : report.devices) {
@@ -216,7 +249,9 @@ void Service::OnCycle(const CycleReport& report) {
     obs.link_path = dc.link_path;
     obs.samples = dc.samples;
     obs.busy = dc.skipped_busy;
-    metrics_.RecordHealth(health_.Observe(obs));
+    const DeviceHealth health = health_.Observe(obs);
+    metrics_.RecordHealth(health);
+    LogVerdictChanges(health);
   }
   metrics_.RecordCycle(report.wall_s, ResultOfCycle(report));
 
