@@ -959,6 +959,20 @@ std::string ValidateSpec(const ProbeSpec& spec, const CudaOptions& options) {
   return "";
 }
 
+// The host buffer a mode copies to and from, touched by now. Managed memory has none that
+// stays put: asking the kernel about it would fault a migrated page back to the host.
+const void* HostBufferOf(const DeviceState& s, TransferMode mode) {
+  switch (mode) {
+    case TransferMode::kPageable: return s.pageable.ptr;
+    case TransferMode::kPinned:
+    case TransferMode::kPinnedAsync: return s.pinned.ptr;
+    case TransferMode::kZeroCopy: return s.mapped.ptr;
+    case TransferMode::kManaged:
+    case TransferMode::kManagedPrefetch: return nullptr;
+  }
+  return nullptr;
+}
+
 ProbeSample CudaBackend::Run(int device, const ProbeSpec& spec, std::stop_token stop) {
   ProbeSample sample;
   sample.spec = spec;
@@ -989,6 +1003,7 @@ ProbeSample CudaBackend::Run(int device, const ProbeSpec& spec, std::stop_token 
     Provisioner(state, options_).Prepare(spec);
     ProbeRun(state, options_, spec, stop, sample).Execute();
     sample.status = ProbeStatus::kOk;
+    sample.host_numa_node = cuda::NumaNodeOf(HostBufferOf(state, spec.mode));
   } catch (const ProbeAbort& abort) {
     sample.status = abort.status;
     sample.message = abort.message;

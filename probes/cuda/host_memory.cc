@@ -15,6 +15,8 @@ namespace {
 // From <linux/mempolicy.h>; spelled out so no libnuma header is needed.
 constexpr int kMpolDefault = 0;
 constexpr int kMpolPreferred = 1;
+constexpr unsigned long kMpolFNode = 1UL << 0;  // MPOL_F_NODE
+constexpr unsigned long kMpolFAddr = 1UL << 1;  // MPOL_F_ADDR
 constexpr unsigned long kMaxNodes = 16 * 8 * sizeof(unsigned long);
 
 constexpr std::uint64_t kPage = 4096;
@@ -62,6 +64,16 @@ ScopedMemoryPolicy::~ScopedMemoryPolicy() {
   } else {
     syscall(SYS_set_mempolicy, old_mode_, old_mask_, kMaxNodes);
   }
+}
+
+int NumaNodeOf(const void* address) {
+  if (address == nullptr) return -1;
+  int node = -1;
+  if (syscall(SYS_get_mempolicy, &node, nullptr, 0UL, const_cast<void*>(address),
+              kMpolFNode | kMpolFAddr) != 0) {
+    return -1;
+  }
+  return node >= 0 ? node : -1;
 }
 
 std::string MemlockLimitText() {

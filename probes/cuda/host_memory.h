@@ -25,6 +25,12 @@ class ScopedMemoryPolicy {
   std::string note_;
 };
 
+// The NUMA node the page at `address` is on (get_mempolicy with MPOL_F_NODE | MPOL_F_ADDR,
+// called directly: no libnuma). Touch the page first: the kernel faults an absent page in
+// to answer. -1 when the kernel cannot say: no NUMA (ENOSYS, EINVAL), or a mapping it does
+// not manage as ordinary pages (EFAULT).
+int NumaNodeOf(const void* address);
+
 // "RLIMIT_MEMLOCK is 8 MiB" or "RLIMIT_MEMLOCK is unlimited", for allocation errors.
 std::string MemlockLimitText();
 

@@ -93,8 +93,21 @@ TEST_F(CudaBackendTest, DevicesSayWhoTheyAre) {
 TEST_F(CudaBackendTest, EveryModeAndDirectionGivesAResult) {
   MAKE_OR_SKIP(backend, CudaOptions{});
   const Capabilities caps = backend->GetCapabilities(0);
+  const int gpu_node = backend->ReadLinkPath(0).numa_node;
   for (const auto& [mode, direction] : AllModeDirections()) {
     const ProbeSample s = backend->Run(0, Spec(mode, direction, 16 * kMiB));
+    std::printf("  host buffer on NUMA node %d (GPU's node %d)\n", s.host_numa_node, gpu_node);
+    EXPECT_GE(s.host_numa_node, -1) << Describe(s);
+    if (gpu_node >= 0 && s.status == ProbeStatus::kOk) {
+      if (mode == TransferMode::kPageable) {
+        // Ordinary pages, placed with the GPU's node preferred: the kernel must say so.
+        EXPECT_EQ(s.host_numa_node, gpu_node) << Describe(s);
+      } else if (s.host_numa_node != -1) {
+        // Pinned pages come from the driver's mapping, which the kernel may not report on
+        // (EFAULT: -1); when it does, they must be on the GPU's node too.
+        EXPECT_EQ(s.host_numa_node, gpu_node) << Describe(s);
+      }
+    }
     std::printf("%-40s %8.2f GB/s  device time %.2f ms\n", Describe(s).c_str(),
                 s.MedianBandwidth() / 1e9, s.device_time_s * 1e3);
     if (!caps.Supports(mode)) {
