@@ -534,6 +534,9 @@ struct HttpServer::Impl {
 
 HttpServer::HttpServer(HttpServerOptions options, Handler handler)
     : impl_(std::make_unique<Impl>()) {
+  // Create spdlog's registry here, before the server's threads can race to create it on
+  // their first log line (it is built lazily inside the shared library).
+  spdlog::default_logger_raw();
   Impl& s = *impl_;
   s.options = std::move(options);
   s.handler = std::move(handler);
