@@ -7,21 +7,7 @@ import time
 
 import pytest
 
-from xferd_harness import Daemon, sim_config
-
-
-@pytest.fixture
-def daemon(tmp_path):
-    started = []
-
-    def make(config, **kw):
-        d = Daemon(tmp_path / f"d{len(started)}", config, **kw)
-        started.append(d)
-        return d
-
-    yield make
-    for d in started:
-        d.stop()
+from xferd_harness import sim_config
 
 
 def series_of_gpu(text, gpu):

@@ -16,20 +16,6 @@ from xferd_harness import Daemon, sim_config
 BASELINE_KEY = dict(gpu="0", mode="pinned", direction="h2d", size="1MiB")
 
 
-@pytest.fixture
-def daemon(tmp_path):
-    started = []
-
-    def make(config, **kw):
-        d = Daemon(tmp_path / f"d{len(started)}", config, **kw)
-        started.append(d)
-        return d
-
-    yield make
-    for d in started:
-        d.stop()
-
-
 def learned(d):
     """Run until a baseline is learned and written; return its value."""
     d.wait_for(lambda: d.value("xferd_bandwidth_baseline_bytes_per_second", default=0,
