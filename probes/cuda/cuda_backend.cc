@@ -192,6 +192,8 @@ class ProbeRun {
   std::uint64_t StartWriting(HostBuffer& b) { return std::exchange(b.pattern_bytes, 0); }
   void EnsureDevicePattern(DeviceBuffer& b);
   void EnqueueDeviceCheck(void* data, bool uncached);
+  // Copy the device checksum back and wait until the stream has reached it (s_.end).
+  void FetchChecksum();
   void ExpectDeviceChecksum(std::uint64_t expected, const char* where, int round);
   void CheckHostDestination(HostBuffer& b, std::uint64_t held_before, int round, bool last,
                             const char* where);
@@ -259,6 +261,14 @@ void ProbeRun::Corrupted(const char* where, int round, const std::string& detail
                        std::to_string(round + 1) + " " + detail +
                        " (a copy that moves wrong bytes is a failure, not a fast result: check "
                        "dmesg for Xid/AER errors, the PCIe link and the driver)"};
+}
+
+void ProbeRun::FetchChecksum() {
+  Check(cudaMemcpyAsync(s_.host_result, s_.device_result, sizeof(std::uint64_t),
+                        cudaMemcpyDeviceToHost, Stream()),
+        "cudaMemcpyAsync (checksum)");
+  Record(s_.end);
+  Await(s_.end, false);
 }
 
 void ProbeRun::ExpectDeviceChecksum(std::uint64_t expected, const char* where, int round) {
@@ -330,11 +340,7 @@ double ProbeRun::CopyH2D(int round) {
   }
   if (options_.corrupt_transfers) Check(cuda::LaunchFlipByte(dst, n_ / 2, Stream()), "flip kernel");
   EnqueueDeviceCheck(dst, false);
-  Check(cudaMemcpyAsync(s_.host_result, s_.device_result, sizeof(std::uint64_t),
-                        cudaMemcpyDeviceToHost, Stream()),
-        "cudaMemcpyAsync (checksum)");
-  Record(s_.end);
-  Await(s_.end, false);
+  FetchChecksum();
   if (!pageable) duration = Elapsed(s_.start, s_.stop);
   sample_.device_time_s += Elapsed(s_.begin, s_.end);
   ExpectDeviceChecksum(StaticChecksum(), "the device copy", round);
@@ -392,11 +398,7 @@ double ProbeRun::Bidirectional(int round, bool last) {
   if (options_.corrupt_transfers)
     Check(cuda::LaunchFlipByte(dev_dst, n_ / 2, Stream()), "flip kernel");
   EnqueueDeviceCheck(dev_dst, false);
-  Check(cudaMemcpyAsync(s_.host_result, s_.device_result, sizeof(std::uint64_t),
-                        cudaMemcpyDeviceToHost, Stream()),
-        "cudaMemcpyAsync (checksum)");
-  Record(s_.end);
-  Await(s_.end, false);
+  FetchChecksum();
   const double duration = std::max(Elapsed(s_.start, s_.stop), Elapsed(s_.start, s_.stop_b));
   sample_.device_time_s += Elapsed(s_.begin, s_.end);
   ExpectDeviceChecksum(StaticChecksum(), "the device copy (host->device half)", round);
@@ -445,11 +447,7 @@ double ProbeRun::ChunkedH2D(int round) {
   Record(s_.stop);
   if (options_.corrupt_transfers) Check(cuda::LaunchFlipByte(dst, n_ / 2, Stream()), "flip kernel");
   EnqueueDeviceCheck(dst, false);
-  Check(cudaMemcpyAsync(s_.host_result, s_.device_result, sizeof(std::uint64_t),
-                        cudaMemcpyDeviceToHost, Stream()),
-        "cudaMemcpyAsync (checksum)");
-  Record(s_.end);
-  Await(s_.end, false);
+  FetchChecksum();
   sample_.device_time_s += Elapsed(s_.begin, s_.end);
   ExpectDeviceChecksum(StaticChecksum(), "the device copy", round);
   return Elapsed(s_.start, s_.stop);
@@ -484,11 +482,7 @@ double ProbeRun::ZeroCopyH2D(int round) {
   Record(s_.start);
   EnqueueDeviceCheck(src.device_ptr, true);
   Record(s_.stop);
-  Check(cudaMemcpyAsync(s_.host_result, s_.device_result, sizeof(std::uint64_t),
-                        cudaMemcpyDeviceToHost, Stream()),
-        "cudaMemcpyAsync (checksum)");
-  Record(s_.end);
-  Await(s_.end, false);
+  FetchChecksum();
   sample_.device_time_s += Elapsed(s_.begin, s_.end);
   ExpectDeviceChecksum(StaticChecksum(), "what the kernel read", round);
   return Elapsed(s_.start, s_.stop);
@@ -528,11 +522,7 @@ double ProbeRun::ManagedH2D(int round, bool prefetch) {
   if (prefetch) Check(Prefetch(buf, n_, device, Stream()), "cudaMemPrefetchAsync (to device)");
   EnqueueDeviceCheck(buf, false);
   Record(s_.stop);
-  Check(cudaMemcpyAsync(s_.host_result, s_.device_result, sizeof(std::uint64_t),
-                        cudaMemcpyDeviceToHost, Stream()),
-        "cudaMemcpyAsync (checksum)");
-  Record(s_.end);
-  Await(s_.end, false);
+  FetchChecksum();
   sample_.device_time_s += Elapsed(s_.begin, s_.stop_b) + Elapsed(s_.start, s_.end);
   ExpectDeviceChecksum(expected, "what the kernel read", round);
   return Elapsed(s_.start, s_.stop);
