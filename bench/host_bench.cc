@@ -20,17 +20,21 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/config.h"
-#include "daemon/exporter_routes.h"
-#include "daemon/exposition.h"
-#include "daemon/health.h"
-#include "daemon/metrics.h"
-#include "daemon/process_metrics.h"
-#include "daemon/scheduler.h"
+#include "config/config.h"
+#include "exporter/routes.h"
+#include "exporter/exposition.h"
+#include "core/health.h"
+#include "exporter/metrics.h"
+#include "exporter/process_metrics.h"
+#include "core/scheduler.h"
 #include "xferd/probes/sim_backend.h"
 
-namespace xferd::daemon {
+namespace xferd::exporter {
 namespace {
+
+using config::Config;
+using namespace core;
+using namespace web;
 
 // One cycle of one GPU as the scheduler hands it to the service.
 struct GpuCycle {
@@ -227,4 +231,4 @@ void BM_ProcessMetrics(benchmark::State& state) {
 BENCHMARK(BM_ProcessMetrics)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
-}  // namespace xferd::daemon
+}  // namespace xferd::exporter

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "daemon/config.h"
+#include "config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   // LoadWebConfig reads a file: hand it the bytes through an in-memory one.
@@ -20,14 +20,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     done += static_cast<std::size_t>(n);
   }
   try {
-    const xferd::daemon::WebConfig web =
-        xferd::daemon::LoadWebConfig("/proc/self/fd/" + std::to_string(fd));
+    const xferd::config::WebConfig web =
+        xferd::config::LoadWebConfig("/proc/self/fd/" + std::to_string(fd));
     // What loaded must be what validation promised.
     if (web.cert_file.empty() != web.key_file.empty()) __builtin_trap();
     for (const auto& [user, hash] : web.basic_auth_users) {
       if (user.empty() || hash.size() != 60 || hash[0] != '$') __builtin_trap();
     }
-  } catch (const xferd::daemon::ConfigError&) {
+  } catch (const xferd::config::ConfigError&) {
   }
   close(fd);
   return 0;

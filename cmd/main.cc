@@ -1,0 +1,69 @@
+// xferd run | probe | check-config | version
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "cmd/commands.h"
+#include "platform/exit_codes.h"
+
+int main(int argc, char** argv) {
+  using namespace xferd::cmd;
+  CLI::App app{"xferd: watches host<->GPU transfer bandwidth and exports it to Prometheus"};
+  app.require_subcommand(1);
+
+  RunCommandOptions run;
+  auto* run_cmd = app.add_subcommand("run", "Run the daemon: probe periodically, serve /metrics");
+  run_cmd->add_option("-c,--config", run.config_file, "TOML configuration file");
+  run_cmd->add_option("--web.listen-address", run.listen_address,
+                      "Address to listen on, e.g. :9742 or 127.0.0.1:9742");
+  run_cmd->add_option("--web.config.file", run.web_config_file,
+                      "exporter-toolkit web config (YAML) for TLS and basic auth");
+  run_cmd->add_option("--web.telemetry-path", run.telemetry_path, "Path for metrics (/metrics)");
+  run_cmd->add_option("--state-dir", run.state_dir, "Directory for the persisted baselines");
+  run_cmd->add_option("--log.level", run.log_level, "trace|debug|info|warn|error");
+  run_cmd->add_flag("--simulate", run.simulate, "Use the simulated device instead of GPUs");
+
+  ProbeCommandOptions probe;
+  auto* probe_cmd = app.add_subcommand("probe", "Run every probe once and print the results");
+  probe_cmd->add_flag("--simulate", probe.simulate, "Use the simulated device instead of GPUs");
+  probe_cmd->add_flag("--json", probe.json, "Print JSON instead of a table");
+  probe_cmd->add_option("--mode", probe.modes, "Modes to run (repeatable; default all)")
+      ->delimiter(',');
+  probe_cmd->add_option("--size", probe.sizes, "Transfer sizes, e.g. 64MiB (repeatable)")
+      ->delimiter(',');
+  probe_cmd->add_option("--iterations", probe.iterations, "Timed transfers per probe")
+      ->check(CLI::Range(1, 100000));
+  probe_cmd->add_option("--warmup", probe.warmup, "Untimed transfers before them")
+      ->check(CLI::Range(0, 1000));
+  probe_cmd->add_option("--gpu", probe.gpus, "GPU index or UUID (repeatable; default all)")
+      ->delimiter(',');
+  probe_cmd->add_option("-c,--config", probe.config_file, "TOML config (bands, sim options)");
+  probe_cmd->add_option("--sysfs-root", probe.sysfs_root, "Root of sysfs (default /sys)");
+  probe_cmd->add_option("--seed", probe.seed, "Seed of the simulated device");
+
+  std::string check_file;
+  auto* check_cmd = app.add_subcommand("check-config", "Validate a configuration file");
+  check_cmd->add_option("file", check_file, "TOML configuration file")->required();
+
+  bool version_json = false;
+  auto* version_cmd = app.add_subcommand("version", "Print the version and build");
+  version_cmd->add_flag("--json", version_json, "Print JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? xferd::kExitOk : xferd::kExitUsage;
+  }
+
+  try {
+    if (*run_cmd) return RunDaemonCommand(run);
+    if (*probe_cmd) return RunProbeCommand(probe);
+    if (*check_cmd) return CheckConfigCommand(check_file);
+    if (*version_cmd) return VersionCommand(version_json);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xferd: internal error: %s\n", e.what());
+    return xferd::kExitSoftware;
+  }
+  return xferd::kExitUsage;
+}

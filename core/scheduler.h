@@ -1,0 +1,201 @@
+// The probe loop: cycles at the configured interval with random jitter, never overlapping,
+// within a per-cycle time budget and a device-time allowance, skipping GPUs that are busy,
+// and telling the service how far it got so the systemd watchdog is only fed while it moves.
+//
+// The allowance (per GPU, a token bucket of device seconds) keeps the GPU time spent
+// probing near max_duty_cycle without thinning out the headline: it refills at
+// max_duty_cycle x wall time, holds at most max_duty_cycle x kAllowanceWindow and starts
+// full. Each cycle the headline probes (pinned h2d and d2h of every size) always run; the
+// others rotate, stalest first, each only while its last measured cost fits the balance.
+//
+// One probe thread calls Run(); results come out through the callbacks on that thread.
+// Reconfigure, CheckStall and the counters may be used from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/busy_detector.h"
+#include "core/settings.h"
+#include "xferd/probes/backend.h"
+
+namespace xferd::core {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// Time as the scheduler sees it; tests inject a fake.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual SteadyTime Now() const = 0;
+  // Wait until `until` or until `stop` is requested; false when stopped.
+  virtual bool SleepUntil(SteadyTime until, std::stop_token stop) = 0;
+};
+
+class SteadyClock final : public Clock {
+ public:
+  SteadyTime Now() const override { return std::chrono::steady_clock::now(); }
+  bool SleepUntil(SteadyTime until, std::stop_token stop) override;
+};
+
+// What one cycle did on one GPU.
+struct DeviceCycle {
+  probes::DeviceInfo device;
+  std::vector<probes::ProbeSample> samples;  // every probe that ran, in order
+  std::optional<BusyReading> busy;           // the reading taken before probing
+  bool skipped_busy = false;                 // busy: none of its probes ran
+  probes::LinkPath link_path;                // read right after a probe (link trained)
+  int skipped_budget = 0;                    // probes not started: the budget ran out
+  int held_back = 0;      // rotating probes left for a later cycle: the allowance was short
+  double allowance_s = 0;  // the device-time allowance left after this cycle (may be < 0)
+};
+
+struct CycleReport {
+  std::uint64_t number = 0;  // 1 for the first cycle
+  std::chrono::system_clock::time_point started_at;
+  double wall_s = 0;    // start to end of the cycle
+  double device_s = 0;  // device time of its probes (what the duty cycle counts)
+  std::vector<DeviceCycle> devices;
+  int ok = 0, errors = 0, timeouts = 0, unsupported = 0, skipped_busy = 0, skipped_budget = 0;
+  int held_back = 0;  // summed over GPUs: not an error, the rotation reaches them later
+  bool over_budget = false;
+  std::chrono::milliseconds next_in{0};  // until the next cycle starts
+};
+
+// A probe that has run past its deadline without returning (a hung device call).
+struct Stall {
+  int device = 0;
+  probes::ProbeSpec spec;
+  std::chrono::milliseconds running_for{0};
+  bool first_report = false;  // true the first time this probe is reported
+};
+
+struct SchedulerCallbacks {
+  // After each probe that ran (not after one cut short by stop).
+  std::function<void(const probes::DeviceInfo&, const probes::ProbeSample&)> on_probe;
+  // A probe that did not run because its GPU was busy.
+  std::function<void(const probes::DeviceInfo&, const probes::ProbeSpec&)> on_skipped_busy;
+  // After the link path of a GPU was read this cycle.
+  std::function<void(const probes::DeviceInfo&, const probes::LinkPath&)> on_link_path;
+  // After each whole cycle (not after one cut short by stop).
+  std::function<void(const CycleReport&)> on_cycle;
+};
+
+// A GPU named in the settings that this machine does not have.
+class UnknownGpuError : public std::runtime_error {
+ public:
+  UnknownGpuError(std::string gpu, std::string known);
+  const std::string& gpu() const { return gpu_; }      // the entry as written
+  const std::string& known() const { return known_; }  // "0 (GPU-...), 1 (GPU-...)"
+
+ private:
+  std::string gpu_, known_;
+};
+
+// Which of `devices` the gpus list (indices or UUIDs) selects; empty list = all.
+// Throws UnknownGpuError naming an entry that matches no device.
+std::vector<probes::DeviceInfo> SelectDevices(const std::vector<probes::DeviceInfo>& devices,
+                                              const Settings& config);
+
+// The probes of one cycle on one GPU, in the order they run: per size, each configured
+// mode h2d then d2h, then pinned bidirectional when enabled.
+std::vector<probes::ProbeSpec> PlanProbes(const Settings& config);
+
+// The probes that run every cycle whatever the allowance: pinned h2d and d2h of each size
+// when pinned is configured, else the first configured mode's pair.
+bool IsHeadline(const probes::ProbeSpec& spec, const Settings& config);
+
+// The allowance holds at most max_duty_cycle x this much device time: enough to save up
+// for the dearest probe at any sane duty cycle (1.5 s at the default 0.0025), little
+// enough that a long idle spell does not buy a burst much over the cap.
+inline constexpr std::chrono::minutes kAllowanceWindow{10};
+
+// A probe is stalled when it runs this long past its deadline without returning.
+std::chrono::milliseconds StallGrace(std::chrono::milliseconds deadline);
+
+class Scheduler {
+ public:
+  // `seed` drives the jitter; pass a machine-specific one so a fleet does not probe in step.
+  Scheduler(probes::TransferBackend& backend, std::vector<probes::DeviceInfo> devices,
+            const Settings& config, std::unique_ptr<BusyDetector> busy, Clock& clock,
+            std::uint64_t seed, SchedulerCallbacks callbacks);
+
+  // Run cycles until `stop`: the first at once, the next after the interval. Returns when
+  // stopped (mid-cycle too: the backend gets `stop` and gives up early).
+  void Run(std::stop_token stop);
+
+  // A new config (SIGHUP) and busy detector, applied from the next cycle on.
+  void Reconfigure(const Settings& config, std::unique_ptr<BusyDetector> busy);
+
+  // The probe in flight when it has run past deadline + StallGrace; nullopt otherwise.
+  std::optional<Stall> CheckStall(SteadyTime now);
+
+  std::uint64_t CyclesCompleted() const { return cycles_completed_.load(); }
+  // When the last whole cycle ended (steady clock); nullopt before the first.
+  std::optional<SteadyTime> LastCycleEnd() const;
+
+  // The device-time allowance of GPU `device` in seconds, as of its last refill (at each
+  // cycle's start and end); nullopt for a GPU this scheduler does not probe.
+  std::optional<double> Allowance(int device) const;
+
+ private:
+  // What the rotation knows about one probe of one GPU.
+  struct ProbeRecord {
+    std::optional<SteadyTime> last_run;  // when it last ran (any outcome); never = stalest
+    double cost_s = 0;                   // device time it took then
+  };
+  using ProbeKey = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
+  struct DeviceAllowance {
+    double balance_s = 0;
+    SteadyTime refilled_at{};
+    std::map<ProbeKey, ProbeRecord> probes;
+    double headline_s = 0;  // device time of the headline probes in the last cycle
+  };
+
+  CycleReport RunCycle(const Settings& config, BusyDetector* busy, std::stop_token stop);
+  SteadyTime NextStart(const Settings& config, SteadyTime cycle_start);
+  // Adds max_duty_cycle x the time since the last refill, up to the window's capacity.
+  void Refill(DeviceAllowance& allowance, const Settings& config, SteadyTime now) const;
+  // The cycle's probes for one GPU: headline first, then the rest stalest first.
+  std::vector<probes::ProbeSpec> Order(const std::vector<probes::ProbeSpec>& plan,
+                                       const Settings& config, const DeviceAllowance& allowance) const;
+
+  probes::TransferBackend& backend_;
+  std::vector<probes::DeviceInfo> devices_;
+  Clock& clock_;
+  SchedulerCallbacks callbacks_;
+  std::mt19937_64 rng_;
+
+  mutable std::mutex mutex_;  // guards everything below
+  Settings config_;
+  std::shared_ptr<BusyDetector> busy_;  // shared: a cycle keeps its own across a reload
+  bool regrid_ = true;  // (re)anchor the cycle grid at the next start
+  SteadyTime grid_origin_{};
+  std::int64_t grid_slot_ = 0;
+  // The probe in flight.
+  bool in_probe_ = false;
+  int probe_device_ = 0;
+  probes::ProbeSpec probe_spec_;
+  SteadyTime probe_started_{};
+  std::uint64_t probe_serial_ = 0, stall_reported_serial_ = 0;
+  std::optional<SteadyTime> last_cycle_end_;
+  std::map<int, DeviceAllowance> allowances_;  // per GPU index
+  bool overdraw_warned_ = false;         // the headline-overdraw warning is said once
+
+  std::atomic<std::uint64_t> cycles_completed_{0};
+};
+
+}  // namespace xferd::core

@@ -1,0 +1,53 @@
+// What the core layer is told to do: the probe plan, busy detection and health settings.
+// config/ fills these from the TOML file ([probe], [busy], [health]); core reads no file
+// and knows nothing of TOML. Defaults here are the documented defaults (deploy/xferd.toml).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xferd/probes/types.h"
+
+namespace xferd::core {
+
+// An expected band given for one GPU (an index "0" or a UUID, any case), bytes/s.
+struct BandOverride {
+  std::string gpu;
+  double lower_bytes_per_s = 0;
+  double upper_bytes_per_s = 0;
+};
+
+struct Settings {
+  // [probe]
+  std::chrono::milliseconds interval{60000};
+  double jitter = 0.1;  // each cycle starts up to jitter x interval late, at random
+  std::vector<probes::TransferMode> modes{probes::kAllModes.begin(), probes::kAllModes.end()};
+  bool bidirectional = true;  // the pinned both-ways probe
+  std::vector<std::uint64_t> sizes{64ull << 20};
+  int iterations = 20;
+  int warmup = 2;
+  std::chrono::milliseconds probe_deadline{5000};  // one probe
+  std::chrono::milliseconds cycle_budget{30000};   // one cycle, all GPUs
+  double max_duty_cycle = 0.0025;  // device time / wall time: the per-GPU allowance's refill
+  int streams = 4;
+  std::uint64_t chunk_bytes = 1ull << 20;
+  std::uint64_t pinned_cap_bytes = 512ull << 20;
+  std::vector<std::string> gpus;  // indices or UUIDs (any case); empty = every GPU
+
+  // [busy]
+  bool busy_detection = true;
+  double busy_gpu_utilization_percent = 50;
+  double busy_pcie_bytes_per_s = 2e9;  // rx + tx seen by NVML
+
+  // [health]
+  int consecutive_bad = 3;      // cycles in a row before a verdict flips
+  int baseline_window = 20;     // cycles the baseline is taken over
+  double drift_fraction = 0.8;  // below this x baseline is a bad cycle
+  double band_lower_fraction = 0.63;
+  double band_upper_fraction = 0.83;
+  std::vector<BandOverride> bands;
+};
+
+}  // namespace xferd::core

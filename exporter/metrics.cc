@@ -1,0 +1,368 @@
+#include "exporter/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+
+#include "platform/build_info.h"
+
+namespace xferd::exporter {
+
+using core::DeviceHealth;
+using core::Diagnosis;
+using core::DiagnosisCause;
+using core::PairVerdict;
+using core::SeriesHealth;
+using core::kAllDiagnosisCauses;
+
+namespace {
+
+using probes::Direction;
+using probes::TransferMode;
+using prometheus::Labels;
+
+constexpr std::array<ProbeResult, 5> kAllProbeResults = {
+    ProbeResult::kOk, ProbeResult::kError, ProbeResult::kTimeout, ProbeResult::kSkippedBusy,
+    ProbeResult::kUnsupported};
+constexpr std::array<CycleResult, 4> kAllCycleResults = {
+    CycleResult::kOk, CycleResult::kPartial, CycleResult::kSkippedBusy, CycleResult::kOverBudget};
+
+// Bucket grid: boundaries are 2^(i/8) s. A ratio of 2^(1/8) (~1.09) bounds the error of
+// histogram_quantile's linear interpolation to ~9% while the quantile lies in a fine bucket.
+constexpr double kGridSteps = 8.0;
+constexpr int kFineBelow = 2;     // fine boundaries below the anchor: down to 0.84x
+constexpr int kFineAbove = 7;     // and above it: up to 1.83x (the slow tail lives here)
+constexpr int kCoarseBelow = 8;   // one coarse boundary at 0.5x
+constexpr int kCoarseAbove = 16;  // and one at 4x
+
+std::string Gpu(int index) {
+  return std::to_string(index);
+}
+std::string Mode(TransferMode mode) {
+  return std::string(probes::ToString(mode));
+}
+std::string Dir(Direction direction) {
+  return std::string(probes::ToString(direction));
+}
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Bumps the generation when the method that holds it returns, after its last write (early
+// returns included), so a reader that saw the new generation also sees the writes.
+class ChangeMark {
+ public:
+  explicit ChangeMark(std::atomic<std::uint64_t>& generation) : generation_(generation) {}
+  ~ChangeMark() { generation_.fetch_add(1, std::memory_order_release); }
+  ChangeMark(const ChangeMark&) = delete;
+  ChangeMark& operator=(const ChangeMark&) = delete;
+
+ private:
+  std::atomic<std::uint64_t>& generation_;
+};
+
+template <typename Builder>
+auto& Register(Builder&& builder, prometheus::Registry& registry, const char* name,
+               const char* help) {
+  return builder.Name(name).Help(help).Register(registry);
+}
+
+}  // namespace
+
+std::string_view ToString(ProbeResult result) {
+  switch (result) {
+    case ProbeResult::kOk: return "ok";
+    case ProbeResult::kError: return "error";
+    case ProbeResult::kTimeout: return "timeout";
+    case ProbeResult::kSkippedBusy: return "skipped_busy";
+    case ProbeResult::kUnsupported: return "unsupported";
+  }
+  return "error";
+}
+
+ProbeResult ResultOf(probes::ProbeStatus status) {
+  switch (status) {
+    case probes::ProbeStatus::kOk: return ProbeResult::kOk;
+    case probes::ProbeStatus::kError: return ProbeResult::kError;
+    case probes::ProbeStatus::kTimeout: return ProbeResult::kTimeout;
+    case probes::ProbeStatus::kUnsupported: return ProbeResult::kUnsupported;
+  }
+  return ProbeResult::kError;
+}
+
+std::string_view ToString(CycleResult result) {
+  switch (result) {
+    case CycleResult::kOk: return "ok";
+    case CycleResult::kPartial: return "partial";
+    case CycleResult::kSkippedBusy: return "skipped_busy";
+    case CycleResult::kOverBudget: return "over_budget";
+  }
+  return "partial";
+}
+
+std::vector<double> DurationBuckets(double anchor_seconds) {
+  if (!(anchor_seconds > 0) || !std::isfinite(anchor_seconds)) anchor_seconds = 1e-3;
+  const int i0 = static_cast<int>(std::lround(kGridSteps * std::log2(anchor_seconds)));
+  std::vector<double> buckets;
+  buckets.push_back(std::exp2((i0 - kCoarseBelow) / kGridSteps));
+  for (int i = i0 - kFineBelow; i <= i0 + kFineAbove; ++i)
+    buckets.push_back(std::exp2(i / kGridSteps));
+  buckets.push_back(std::exp2((i0 + kCoarseAbove) / kGridSteps));
+  return buckets;
+}
+
+Metrics::Metrics(prometheus::Registry& registry)
+    : registry_(registry),
+      duration_(Register(prometheus::BuildHistogram(), registry, "xferd_transfer_duration_seconds",
+                         "Duration of each timed transfer of a probe.")),
+      bandwidth_(Register(prometheus::BuildGauge(), registry, "xferd_bandwidth_bytes_per_second",
+                          "Median bandwidth of the last probe (bytes moved / median duration).")),
+      baseline_(Register(prometheus::BuildGauge(), registry,
+                         "xferd_bandwidth_baseline_bytes_per_second",
+                         "Learned baseline: robust median of recent healthy cycle medians, "
+                         "persisted in the state directory.")),
+      expected_(Register(prometheus::BuildGauge(), registry,
+                         "xferd_expected_bandwidth_bytes_per_second",
+                         "Expected band per direction for link-bound modes, from config or "
+                         "the narrowest PCIe link on the path.")),
+      degraded_(Register(prometheus::BuildGauge(), registry, "xferd_bandwidth_degraded",
+                         "1 when the daemon judges the mode and direction degraded (below band "
+                         "or baseline for consecutive_bad cycles).")),
+      diagnosis_(Register(prometheus::BuildGauge(), registry, "xferd_diagnosis",
+                          "1 when the cause holds after the last cycle: the likely explanation "
+                          "of a low reading.")),
+      overlap_(Register(prometheus::BuildGauge(), registry, "xferd_overlap_ratio",
+                        "Copy/compute overlap of pinned_async: 1 = copies fully hidden, 0 = "
+                        "serialized.")),
+      link_generation_(Register(prometheus::BuildGauge(), registry, "xferd_pcie_link_generation",
+                                "PCIe generation: the GPU's own link (current, max) and the "
+                                "narrowest link on its path (narrowest), read while probing.")),
+      link_width_(Register(prometheus::BuildGauge(), registry, "xferd_pcie_link_width",
+                           "PCIe lanes: the GPU's own link (current, max) and the narrowest "
+                           "link on its path (narrowest), read while probing.")),
+      link_bytes_(Register(prometheus::BuildGauge(), registry,
+                           "xferd_pcie_path_narrowest_link_bytes_per_second",
+                           "Theoretical per-direction rate of the narrowest PCIe link between "
+                           "the GPU and its root port.")),
+      probe_runs_(Register(prometheus::BuildCounter(), registry, "xferd_probe_runs_total",
+                           "Probes by result (bidirectional pinned probes count under "
+                           "mode=\"pinned\").")),
+      last_success_(Register(prometheus::BuildGauge(), registry,
+                             "xferd_probe_last_success_timestamp_seconds",
+                             "Unix time of the last successful probe of the mode.")),
+      device_seconds_(Register(prometheus::BuildCounter(), registry,
+                               "xferd_probe_device_seconds_total",
+                               "Device time spent probing; its rate() is the duty cycle.")),
+      cycle_device_(Register(prometheus::BuildGauge(), registry, "xferd_cycle_device_seconds",
+                             "Device time the last cycle spent on the GPU.")),
+      cycle_duration_(Register(prometheus::BuildGauge(), registry, "xferd_cycle_duration_seconds",
+                               "Wall time of the last probe cycle, all GPUs.")),
+      cycles_(Register(prometheus::BuildCounter(), registry, "xferd_cycles_total",
+                       "Probe cycles by outcome.")),
+      reload_ok_(Register(prometheus::BuildGauge(), registry, "xferd_config_last_reload_successful",
+                          "1 when the last configuration load succeeded.")),
+      reload_timestamp_(Register(prometheus::BuildGauge(), registry,
+                                 "xferd_config_last_reload_success_timestamp_seconds",
+                                 "Unix time of the last successful configuration load.")),
+      state_write_errors_(Register(prometheus::BuildCounter(), registry,
+                                   "xferd_state_write_errors_total",
+                                   "Failed writes of the state file (baselines stay in "
+                                   "memory).")),
+      textfile_write_errors_(Register(prometheus::BuildCounter(), registry,
+                                      "xferd_textfile_write_errors_total",
+                                      "Failed writes of the node_exporter textfile (the "
+                                      "previous file stays).")),
+      device_info_(Register(prometheus::BuildGauge(), registry, "xferd_device_info",
+                            "Constant 1; labels describe the device. simulated=\"1\" marks "
+                            "the simulated backend.")),
+      build_info_(Register(prometheus::BuildGauge(), registry, "xferd_build_info",
+                           "Constant 1; labels describe the build.")) {
+  for (CycleResult r : kAllCycleResults) cycles_.Add({{"result", std::string(ToString(r))}});
+  state_write_errors_.Add({});
+  textfile_write_errors_.Add({});
+  // The daemon runs only with a config that loaded: that is the first successful load.
+  reload_ok_.Add({}).Set(1);
+  reload_timestamp_.Add({}).Set(UnixNow());
+  cycle_duration_.Add({});
+}
+
+Metrics::~Metrics() = default;
+
+void Metrics::SetBuildInfo() {
+  const ChangeMark mark(generation_);
+  build_info_
+      .Add({{"version", kVersion},
+            {"build_type", kBuildType},
+            {"cuda_backend", kCudaBuilt ? "1" : "0"},
+            {"cuda_version", kCudaBuilt ? kCudaVersion : ""}})
+      .Set(1);
+}
+
+void Metrics::SetDevice(const probes::DeviceInfo& device) {
+  const ChangeMark mark(generation_);
+  const std::string gpu = Gpu(device.index);
+  device_info_
+      .Add({{"gpu", gpu},
+            {"uuid", device.uuid},
+            {"name", device.name},
+            {"pci_bus_id", device.pci_bus_id},
+            {"driver_version", device.driver_version},
+            {"compute_capability",
+             std::to_string(device.cc_major) + "." + std::to_string(device.cc_minor)},
+            {"integrated", device.integrated ? "1" : "0"},
+            {"simulated", device.simulated ? "1" : "0"}})
+      .Set(1);
+  for (TransferMode mode : probes::kAllModes) {
+    for (ProbeResult r : kAllProbeResults) {
+      probe_runs_.Add({{"gpu", gpu}, {"mode", Mode(mode)}, {"result", std::string(ToString(r))}});
+    }
+  }
+  for (DiagnosisCause cause : kAllDiagnosisCauses) {
+    diagnosis_.Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}}).Set(0);
+  }
+  device_seconds_.Add({{"gpu", gpu}});
+  cycle_device_.Add({{"gpu", gpu}});
+  std::lock_guard lock(mutex_);
+  cycle_device_s_.try_emplace(device.index, 0.0);
+}
+
+void Metrics::RecordLinkPath(int gpu_index, const probes::LinkPath& path) {
+  const ChangeMark mark(generation_);
+  const std::string gpu = Gpu(gpu_index);
+  // An integrated GPU has no PCIe path: publish nothing rather than zeros that read as x0.
+  if (!path.pcie || path.links.empty()) return;
+  const probes::PcieLink& own = path.links.front();
+  auto set = [&](prometheus::Family<prometheus::Gauge>& family, const char* state, int value) {
+    if (value > 0) family.Add({{"gpu", gpu}, {"state", state}}).Set(value);
+  };
+  set(link_generation_, "current", own.current_gen);
+  set(link_generation_, "max", own.max_gen);
+  set(link_width_, "current", own.current_width);
+  set(link_width_, "max", own.max_width);
+  if (const probes::PcieLink* narrowest = path.Narrowest()) {
+    set(link_generation_, "narrowest", narrowest->current_gen);
+    set(link_width_, "narrowest", narrowest->current_width);
+    const double rate = narrowest->CurrentBytesPerSecond();
+    if (rate > 0) link_bytes_.Add({{"gpu", gpu}}).Set(rate);
+  }
+}
+
+void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::ProbeSample& sample,
+                           double anchor_bytes_per_s) {
+  const ChangeMark mark(generation_);
+  const std::string gpu = Gpu(device.index);
+  const std::string mode = Mode(sample.spec.mode);
+  const ProbeResult result = ResultOf(sample.status);
+  probe_runs_.Add({{"gpu", gpu}, {"mode", mode}, {"result", std::string(ToString(result))}})
+      .Increment();
+  if (sample.device_time_s > 0 && std::isfinite(sample.device_time_s)) {
+    device_seconds_.Add({{"gpu", gpu}}).Increment(sample.device_time_s);
+    std::lock_guard lock(mutex_);
+    cycle_device_s_[device.index] += sample.device_time_s;
+  }
+  if (sample.overlap_ratio && std::isfinite(*sample.overlap_ratio)) {
+    overlap_.Add({{"gpu", gpu}}).Set(*sample.overlap_ratio);
+  }
+  if (sample.status != probes::ProbeStatus::kOk || sample.durations_s.empty()) return;
+
+  const Labels series{{"gpu", gpu},
+                      {"mode", mode},
+                      {"direction", Dir(sample.spec.direction)},
+                      {"size", probes::FormatSize(sample.spec.size_bytes)}};
+  prometheus::Histogram* histogram = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    const SeriesKey key{device.index, sample.spec.mode, sample.spec.direction,
+                        sample.spec.size_bytes};
+    auto it = histograms_.find(key);
+    if (it == histograms_.end()) {
+      double anchor_s = 0;
+      if (anchor_bytes_per_s > 0 && sample.bytes_per_transfer > 0) {
+        anchor_s = static_cast<double>(sample.bytes_per_transfer) / anchor_bytes_per_s;
+      } else {
+        const double bw = sample.MedianBandwidth();
+        anchor_s = bw > 0 ? static_cast<double>(sample.bytes_per_transfer) / bw : 0;
+      }
+      histogram = &duration_.Add(series, DurationBuckets(anchor_s));
+      histograms_.emplace(key, histogram);
+    } else {
+      histogram = it->second;
+    }
+  }
+  for (double d : sample.durations_s) {
+    if (std::isfinite(d) && d >= 0) histogram->Observe(d);
+  }
+  bandwidth_.Add(series).Set(sample.MedianBandwidth());
+  last_success_.Add({{"gpu", gpu}, {"mode", mode}}).Set(UnixNow());
+}
+
+void Metrics::RecordSkipped(int gpu_index, TransferMode mode, ProbeResult result) {
+  const ChangeMark mark(generation_);
+  probe_runs_
+      .Add({{"gpu", Gpu(gpu_index)},
+            {"mode", Mode(mode)},
+            {"result", std::string(ToString(result))}})
+      .Increment();
+}
+
+void Metrics::RecordHealth(const DeviceHealth& health) {
+  const ChangeMark mark(generation_);
+  const std::string gpu = Gpu(health.gpu);
+  if (health.band.Known()) {
+    expected_.Add({{"gpu", gpu}, {"bound", "lower"}}).Set(health.band.lower_bytes_per_s);
+    expected_.Add({{"gpu", gpu}, {"bound", "upper"}}).Set(health.band.upper_bytes_per_s);
+  }
+  for (const SeriesHealth& s : health.series) {
+    if (s.baseline_bytes_per_s <= 0) continue;
+    baseline_
+        .Add({{"gpu", gpu},
+              {"mode", Mode(s.mode)},
+              {"direction", Dir(s.direction)},
+              {"size", probes::FormatSize(s.size_bytes)}})
+        .Set(s.baseline_bytes_per_s);
+  }
+  for (const PairVerdict& v : health.verdicts) {
+    degraded_.Add({{"gpu", gpu}, {"mode", Mode(v.mode)}, {"direction", Dir(v.direction)}})
+        .Set(v.degraded ? 1 : 0);
+  }
+  for (DiagnosisCause cause : kAllDiagnosisCauses) {
+    diagnosis_.Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}})
+        .Set(health.Has(cause) ? 1 : 0);
+  }
+}
+
+void Metrics::RecordCycle(double wall_seconds, CycleResult result) {
+  const ChangeMark mark(generation_);
+  cycle_duration_.Add({}).Set(wall_seconds);
+  cycles_.Add({{"result", std::string(ToString(result))}}).Increment();
+  std::map<int, double> device_s;
+  {
+    std::lock_guard lock(mutex_);
+    device_s = cycle_device_s_;
+    for (auto& [gpu, seconds] : cycle_device_s_) seconds = 0;  // a skipped GPU spent none
+  }
+  for (const auto& [gpu, seconds] : device_s) cycle_device_.Add({{"gpu", Gpu(gpu)}}).Set(seconds);
+}
+
+void Metrics::RecordConfigReload(bool ok, double unix_seconds) {
+  const ChangeMark mark(generation_);
+  reload_ok_.Add({}).Set(ok ? 1 : 0);
+  if (ok) reload_timestamp_.Add({}).Set(unix_seconds);
+}
+
+void Metrics::RecordStateWrite(bool ok) {
+  const ChangeMark mark(generation_);
+  if (!ok) state_write_errors_.Add({}).Increment();
+}
+
+void Metrics::RecordTextfileWrite(bool ok) {
+  const ChangeMark mark(generation_);
+  if (!ok) textfile_write_errors_.Add({}).Increment();
+}
+
+}  // namespace xferd::exporter

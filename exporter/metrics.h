@@ -1,0 +1,123 @@
+// The one place that names every metric xferd exports (prefix xferd_, base units). The
+// reference with types, labels and the series budget is docs/metrics.md.
+//
+// Use (the service): Metrics metrics(registry); metrics.SetBuildInfo(); per GPU at start
+// SetDevice(dev); per cycle: RecordLinkPath, RecordSample for each probe (or RecordSkipped),
+// RecordHealth, then RecordCycle. All methods are thread-safe (prometheus-cpp metrics are).
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/health.h"
+#include "xferd/probes/topology.h"
+#include "xferd/probes/types.h"
+
+namespace xferd::exporter {
+
+// Results a probe can have, as the `result` label of xferd_probe_runs_total.
+enum class ProbeResult { kOk, kError, kTimeout, kSkippedBusy, kUnsupported };
+std::string_view ToString(ProbeResult result);  // "ok", "error", "timeout", ...
+ProbeResult ResultOf(probes::ProbeStatus status);
+
+// Outcomes of a whole cycle, the `result` label of xferd_cycles_total.
+enum class CycleResult { kOk, kPartial, kSkippedBusy, kOverBudget };
+std::string_view ToString(CycleResult result);  // "ok", "partial", "skipped_busy", "over_budget"
+
+// Bucket boundaries (seconds) of one duration histogram: 10 fine boundaries of ratio 2^(1/8)
+// (~1.09) from 0.84x to 1.83x the anchor duration, one coarse boundary at 0.5x and one at
+// 4x. Every boundary is a point of one global grid 2^(i/8) s, so series of different
+// devices with similar anchors share `le` values and can be summed.
+std::vector<double> DurationBuckets(double anchor_seconds);
+
+class Metrics {
+ public:
+  explicit Metrics(prometheus::Registry& registry);
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // xferd_build_info{version, cuda_version, cuda_backend, build_type} = 1.
+  void SetBuildInfo();
+
+  // xferd_device_info = 1 and every per-GPU counter at 0 so rate() works from the start.
+  void SetDevice(const probes::DeviceInfo& device);
+
+  // Link generation/width (current and max of the narrowest link), its bytes/s.
+  void RecordLinkPath(int gpu, const probes::LinkPath& path);
+
+  // One probe: histogram of every duration, median bandwidth, run counter, last success,
+  // device time, overlap ratio. The first sample of a series fixes its histogram buckets
+  // around `anchor_bytes_per_s` (e.g. the learned baseline) when > 0, else around the
+  // sample's own median duration.
+  void RecordSample(const probes::DeviceInfo& device, const probes::ProbeSample& sample,
+                    double anchor_bytes_per_s = 0);
+
+  // A probe that did not run: kSkippedBusy or kUnsupported.
+  void RecordSkipped(int gpu, probes::TransferMode mode, ProbeResult result);
+
+  // Verdicts, baselines, expected band, diagnosis after Observe.
+  void RecordHealth(const core::DeviceHealth& health);
+
+  // After each cycle (all GPUs): wall time and outcome; also publishes each GPU's device
+  // time of the cycle (summed from its samples since the previous call).
+  void RecordCycle(double wall_seconds, CycleResult result);
+
+  void RecordConfigReload(bool ok, double unix_seconds);
+  void RecordStateWrite(bool ok);
+  // A node_exporter textfile write (xferd_textfile_write_errors_total counts failures).
+  void RecordTextfileWrite(bool ok);
+
+  // Changes after every write to the registry's values (by the methods above, after they
+  // wrote), so text rendered at generation g is current while Generation() == g: /metrics
+  // serves the registry's text from a cache in between (exporter_routes.h).
+  std::uint64_t Generation() const { return generation_.load(std::memory_order_acquire); }
+
+ private:
+  using SeriesKey = std::tuple<int, probes::TransferMode, probes::Direction, std::uint64_t>;
+
+  prometheus::Registry& registry_;
+  prometheus::Family<prometheus::Histogram>& duration_;
+  prometheus::Family<prometheus::Gauge>& bandwidth_;
+  prometheus::Family<prometheus::Gauge>& baseline_;
+  prometheus::Family<prometheus::Gauge>& expected_;
+  prometheus::Family<prometheus::Gauge>& degraded_;
+  prometheus::Family<prometheus::Gauge>& diagnosis_;
+  prometheus::Family<prometheus::Gauge>& overlap_;
+  prometheus::Family<prometheus::Gauge>& link_generation_;
+  prometheus::Family<prometheus::Gauge>& link_width_;
+  prometheus::Family<prometheus::Gauge>& link_bytes_;
+  prometheus::Family<prometheus::Counter>& probe_runs_;
+  prometheus::Family<prometheus::Gauge>& last_success_;
+  prometheus::Family<prometheus::Counter>& device_seconds_;
+  prometheus::Family<prometheus::Gauge>& cycle_device_;
+  prometheus::Family<prometheus::Gauge>& cycle_duration_;
+  prometheus::Family<prometheus::Counter>& cycles_;
+  prometheus::Family<prometheus::Gauge>& reload_ok_;
+  prometheus::Family<prometheus::Gauge>& reload_timestamp_;
+  prometheus::Family<prometheus::Counter>& state_write_errors_;
+  prometheus::Family<prometheus::Counter>& textfile_write_errors_;
+  prometheus::Family<prometheus::Gauge>& device_info_;
+  prometheus::Family<prometheus::Gauge>& build_info_;
+
+  std::atomic<std::uint64_t> generation_{0};
+
+  std::mutex mutex_;  // guards the maps below
+  std::map<SeriesKey, prometheus::Histogram*> histograms_;
+  std::map<int, double> cycle_device_s_;  // device time of the cycle in progress, per GPU
+};
+
+}  // namespace xferd::exporter

@@ -1,0 +1,39 @@
+// What xferd's HTTP endpoint answers: the metrics, a landing page, /healthz, 404 for the
+// rest. No path ever reaches the filesystem.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "exporter/exposition.h"
+#include "web/http_server.h"
+
+namespace xferd::exporter {
+
+// The daemon's own view of whether it is working, for /healthz and the landing page.
+struct HealthState {
+  bool healthy = true;
+  std::string reason;  // why not, e.g. "no probe cycle finished for 185 s (interval 60 s)"
+};
+
+struct ExporterRoutes {
+  std::string telemetry_path = "/metrics";
+  Collectables collectables;
+  std::function<HealthState()> health;       // unset: always healthy
+  std::function<std::string()> status_line;  // one line on the landing page; unset: none
+  std::string version;                       // shown on the landing page
+  // Collectables whose values change only when `generation()` does (the registry: only
+  // Metrics writes it; see Metrics::Generation). Their text is rendered once per change
+  // and served from a cache in between, ahead of `collectables`, which are rendered on
+  // every scrape (process_* metrics change all the time). Rendering the registry is most
+  // of a scrape's cost (docs/performance.md) and it changes once per probe, not per
+  // scrape. Without `generation` they are rendered on every scrape too.
+  Collectables cached_collectables;
+  std::function<std::uint64_t()> generation;
+};
+
+// Throws web::HttpError when telemetry_path is not an absolute path other than "/healthz".
+web::HttpServer::Handler MakeExporterHandler(ExporterRoutes routes);
+
+}  // namespace xferd::exporter

@@ -1,0 +1,757 @@
+// Config: defaults, the shipped example, overrides, every validation, the bad-config corpus
+// through the real binary, and the exporter-toolkit web config.
+#include "config/config.h"
+
+#include <gmock/gmock.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace xferd::config {
+
+using namespace xferd::core;
+using namespace xferd::web;
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const std::filesystem::path kDataDir = XFERD_TEST_DATA_DIR;
+const std::filesystem::path kExample = kDataDir / ".." / ".." / "deploy" / "xferd.toml";
+// A syntactically valid bcrypt hash (of "secret", cost 4).
+constexpr const char* kHash = "$2b$04$aHyav/PGMFasSu1k8usBye249LsIcGIogrG34pf.Tv/ttTDmuphaK";
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "xferd-config-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+    // Traversable by the unprivileged user the unreadable-file test runs as.
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_all |
+                                            std::filesystem::perms::group_exec |
+                                            std::filesystem::perms::others_exec);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path Write(const std::string& name, const std::string& text) const {
+    const auto file = path_ / name;
+    std::ofstream(file, std::ios::binary) << text;
+    return file;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::string ReadAll(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs the real xferd binary; as_nobody drops root to uid/gid 65534 first (permission
+// checks do not apply to root).
+RunResult RunXferd(const std::vector<std::string>& args, bool as_nobody = false) {
+  TempDir io;
+  const auto out_path = io.path() / "stdout";
+  const auto err_path = io.path() / "stderr";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* out = std::fopen(out_path.c_str(), "w");
+    FILE* err = std::fopen(err_path.c_str(), "w");
+    if (!out || !err) _exit(120);
+    dup2(fileno(out), 1);
+    dup2(fileno(err), 2);
+    if (as_nobody && (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
+      _exit(121);
+    std::vector<char*> argv;
+    std::string binary = XFERD_BINARY;
+    argv.push_back(binary.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(122);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  RunResult result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = ReadAll(out_path);
+  result.err = ReadAll(err_path);
+  return result;
+}
+
+Config Parse(const std::string& text) {
+  return ParseConfig(text, "test.toml");
+}
+
+// The ConfigError ParseConfig throws for `text`; fails the test when none is thrown.
+ConfigError ErrorOf(const std::string& text) {
+  try {
+    Parse(text);
+  } catch (const ConfigError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error for:\n" << text;
+  return ConfigError("", 0, "", "", "");
+}
+
+// ---- defaults, example, overrides ---------------------------------------------------------
+
+TEST(Config, CommentOnlyFileGivesDefaults) {
+  const Config c = Parse("# all defaults\n");
+  const Config d;
+  EXPECT_EQ(c.listen_address, ":9742");
+  EXPECT_EQ(c.telemetry_path, "/metrics");
+  EXPECT_EQ(c.interval, milliseconds(60000));
+  EXPECT_EQ(c.probe_deadline, milliseconds(5000));
+  EXPECT_EQ(c.cycle_budget, milliseconds(30000));
+  EXPECT_EQ(c.modes, d.modes);
+  EXPECT_EQ(c.modes.size(), 6u);
+  EXPECT_EQ(c.sizes, std::vector<std::uint64_t>{64ull << 20});
+  EXPECT_FALSE(c.simulate);
+  EXPECT_EQ(c.source, "test.toml");
+}
+
+TEST(Config, ShippedExampleSpellsOutEveryDefault) {
+  const Config c = LoadConfig(kExample);
+  const Config d;
+  EXPECT_EQ(c.listen_address, d.listen_address);
+  EXPECT_EQ(c.telemetry_path, d.telemetry_path);
+  EXPECT_EQ(c.web_config_file, d.web_config_file);
+  EXPECT_EQ(c.state_dir, d.state_dir);
+  EXPECT_EQ(c.textfile_path, d.textfile_path);
+  EXPECT_EQ(c.log_level, d.log_level);
+  EXPECT_EQ(c.interval, d.interval);
+  EXPECT_EQ(c.jitter, d.jitter);
+  EXPECT_EQ(c.modes, d.modes);
+  EXPECT_EQ(c.bidirectional, d.bidirectional);
+  EXPECT_EQ(c.sizes, d.sizes);
+  EXPECT_EQ(c.iterations, d.iterations);
+  EXPECT_EQ(c.warmup, d.warmup);
+  EXPECT_EQ(c.probe_deadline, d.probe_deadline);
+  EXPECT_EQ(c.cycle_budget, d.cycle_budget);
+  EXPECT_EQ(c.max_duty_cycle, d.max_duty_cycle);
+  EXPECT_EQ(c.streams, d.streams);
+  EXPECT_EQ(c.chunk_bytes, d.chunk_bytes);
+  EXPECT_EQ(c.pinned_cap_bytes, d.pinned_cap_bytes);
+  EXPECT_EQ(c.gpus, d.gpus);
+  EXPECT_EQ(c.busy_detection, d.busy_detection);
+  EXPECT_EQ(c.busy_gpu_utilization_percent, d.busy_gpu_utilization_percent);
+  EXPECT_EQ(c.busy_pcie_bytes_per_s, d.busy_pcie_bytes_per_s);
+  EXPECT_EQ(c.consecutive_bad, d.consecutive_bad);
+  EXPECT_EQ(c.baseline_window, d.baseline_window);
+  EXPECT_EQ(c.drift_fraction, d.drift_fraction);
+  EXPECT_EQ(c.band_lower_fraction, d.band_lower_fraction);
+  EXPECT_EQ(c.band_upper_fraction, d.band_upper_fraction);
+  EXPECT_TRUE(c.bands.empty());
+  EXPECT_EQ(c.simulate, d.simulate);
+  EXPECT_EQ(c.sim.devices, d.sim.devices);
+  EXPECT_EQ(c.sim.seed, d.sim.seed);
+  EXPECT_EQ(c.sim.link_gen, d.sim.link_gen);
+  EXPECT_EQ(c.sim.link_width, d.sim.link_width);
+  EXPECT_EQ(c.sim.integrated, d.sim.integrated);
+  EXPECT_EQ(c.sim.time_scale, d.sim.time_scale);
+  EXPECT_TRUE(c.sim.faults.empty());
+  EXPECT_TRUE(c.sim.unsupported.empty());
+  EXPECT_EQ(c.sim_gpu_utilization_percent, d.sim_gpu_utilization_percent);
+  EXPECT_EQ(c.sim_pcie_bytes_per_s, d.sim_pcie_bytes_per_s);
+}
+
+// Every key commented out in the example (band, fault, web config) is valid when enabled.
+TEST(Config, ShippedExampleWithCommentedBlocksEnabled) {
+  std::string text = ReadAll(kExample);
+  for (const char* line : {"# [[health.band]]", "# gpu = \"0\"", "# lower = \"20GB/s\"",
+                           "# upper = \"26GB/s\"", "# [[simulate.fault]]", "# kind = \"degrade\"",
+                           "# device = 0", "# factor = 0.5", "# unsupported = {"}) {
+    const auto at = text.find(line);
+    ASSERT_NE(at, std::string::npos) << line;
+    text.erase(at, 2);
+  }
+  const Config c = Parse(text);
+  ASSERT_EQ(c.bands.size(), 1u);
+  EXPECT_EQ(c.bands[0].lower_bytes_per_s, 20e9);
+  ASSERT_EQ(c.sim.faults.size(), 1u);
+  EXPECT_EQ(c.sim.faults[0].kind, probes::SimFault::Kind::kDegrade);
+  EXPECT_EQ(c.sim.unsupported.at(probes::TransferMode::kManaged),
+            "no concurrentManagedAccess (simulated)");
+}
+
+TEST(Config, EveryKeyOverrides) {
+  TempDir dir;
+  const auto file = dir.Write("xferd.toml", R"toml(
+[web]
+listen_address = "[::1]:0"
+telemetry_path = "/probe-metrics"
+
+[daemon]
+state_dir = "state"
+textfile_path = "/var/lib/node_exporter/xferd.prom"
+log_level = "debug"
+
+[probe]
+interval = "2m"
+jitter = 0
+modes = ["pinned", "zero_copy"]
+bidirectional = false
+sizes = ["4KiB", 16777216]
+iterations = 50
+warmup = 0
+deadline = "1500ms"
+cycle_budget = "10s"
+max_duty_cycle = 1
+streams = 8
+chunk = "256KiB"
+pinned_cap = "1GiB"
+gpus = ["0", 1, "GPU-5c3b6a2e-1f0d-4c4e-9a7b-0123456789ab"]
+
+[busy]
+enabled = false
+gpu_utilization_percent = 90.5
+pcie_bytes_per_second = "2.5 GiB/s"
+
+[health]
+consecutive_bad = 5
+baseline_window = 100
+drift_fraction = 0.7
+band_lower_fraction = 0.5
+band_upper_fraction = 0.9
+
+[[health.band]]
+gpu = "0"
+lower = "20GB/s"
+upper = 26e9
+
+[[health.band]]
+gpu = "GPU-5c3b6a2e-1f0d-4c4e-9a7b-0123456789ab"
+lower = 40000000000
+upper = "52 GB/s"
+
+[simulate]
+enabled = true
+devices = 3
+seed = 42
+link_gen = 5
+link_width = 8
+integrated = true
+time_scale = 0
+gpu_utilization_percent = 95
+pcie_bytes_per_second = "12GB/s"
+unsupported = { zero_copy = "no mapped memory (simulated)" }
+
+[[simulate.fault]]
+kind = "downtrain"
+device = 1
+width = 4
+
+[[simulate.fault]]
+kind = "error_every"
+every = 7
+
+[[simulate.fault]]
+kind = "slow"
+factor = 20
+
+[[simulate.fault]]
+kind = "hang"
+device = 2
+)toml");
+  const Config c = LoadConfig(file);
+  EXPECT_EQ(c.listen_address, "[::1]:0");
+  EXPECT_EQ(c.telemetry_path, "/probe-metrics");
+  EXPECT_EQ(c.state_dir, dir.path() / "state");  // relative to the config file
+  EXPECT_EQ(c.textfile_path, "/var/lib/node_exporter/xferd.prom");
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.interval, milliseconds(120000));
+  EXPECT_EQ(c.jitter, 0.0);
+  EXPECT_EQ(c.modes, (std::vector{probes::TransferMode::kPinned, probes::TransferMode::kZeroCopy}));
+  EXPECT_FALSE(c.bidirectional);
+  EXPECT_EQ(c.sizes, (std::vector<std::uint64_t>{4096, 16u << 20}));
+  EXPECT_EQ(c.iterations, 50);
+  EXPECT_EQ(c.warmup, 0);
+  EXPECT_EQ(c.probe_deadline, milliseconds(1500));
+  EXPECT_EQ(c.cycle_budget, milliseconds(10000));
+  EXPECT_EQ(c.max_duty_cycle, 1.0);
+  EXPECT_EQ(c.streams, 8);
+  EXPECT_EQ(c.chunk_bytes, 256u << 10);
+  EXPECT_EQ(c.pinned_cap_bytes, 1ull << 30);
+  EXPECT_EQ(c.gpus,
+            (std::vector<std::string>{"0", "1", "GPU-5c3b6a2e-1f0d-4c4e-9a7b-0123456789ab"}));
+  EXPECT_FALSE(c.busy_detection);
+  EXPECT_EQ(c.busy_gpu_utilization_percent, 90.5);
+  EXPECT_EQ(c.busy_pcie_bytes_per_s, 2.5 * (1ull << 30));
+  EXPECT_EQ(c.consecutive_bad, 5);
+  EXPECT_EQ(c.baseline_window, 100);
+  EXPECT_EQ(c.drift_fraction, 0.7);
+  EXPECT_EQ(c.band_lower_fraction, 0.5);
+  EXPECT_EQ(c.band_upper_fraction, 0.9);
+  ASSERT_EQ(c.bands.size(), 2u);
+  EXPECT_EQ(c.bands[0].gpu, "0");
+  EXPECT_EQ(c.bands[0].lower_bytes_per_s, 20e9);
+  EXPECT_EQ(c.bands[0].upper_bytes_per_s, 26e9);
+  EXPECT_EQ(c.bands[1].lower_bytes_per_s, 40e9);
+  EXPECT_EQ(c.bands[1].upper_bytes_per_s, 52e9);
+  EXPECT_TRUE(c.simulate);
+  EXPECT_EQ(c.sim.devices, 3);
+  EXPECT_EQ(c.sim.seed, 42u);
+  EXPECT_EQ(c.sim.link_gen, 5);
+  EXPECT_EQ(c.sim.link_width, 8);
+  EXPECT_TRUE(c.sim.integrated);
+  EXPECT_EQ(c.sim.time_scale, 0.0);
+  EXPECT_EQ(c.sim_gpu_utilization_percent, 95.0);
+  EXPECT_EQ(c.sim_pcie_bytes_per_s, 12e9);
+  ASSERT_EQ(c.sim.unsupported.size(), 1u);
+  EXPECT_EQ(c.sim.unsupported.at(probes::TransferMode::kZeroCopy), "no mapped memory (simulated)");
+  ASSERT_EQ(c.sim.faults.size(), 4u);
+  EXPECT_EQ(c.sim.faults[0].kind, probes::SimFault::Kind::kDownTrain);
+  EXPECT_EQ(c.sim.faults[0].device, 1);
+  EXPECT_EQ(c.sim.faults[0].gen, 5);  // unset: stays at the simulated link's generation
+  EXPECT_EQ(c.sim.faults[0].width, 4);
+  EXPECT_EQ(c.sim.faults[1].kind, probes::SimFault::Kind::kErrorEvery);
+  EXPECT_EQ(c.sim.faults[1].every, 7);
+  EXPECT_EQ(c.sim.faults[1].device, -1);
+  EXPECT_EQ(c.sim.faults[2].factor, 20.0);
+  EXPECT_EQ(c.sim.faults[3].kind, probes::SimFault::Kind::kHang);
+}
+
+TEST(Config, LinkStringSetsGenerationAndWidth) {
+  const Config c = Parse("[simulate]\nlink = \"Gen5x16\"\n");
+  EXPECT_EQ(c.sim.link_gen, 5);
+  EXPECT_EQ(c.sim.link_width, 16);
+}
+
+TEST(Config, ShortIntervalScalesUnsetBudgetAndDeadline) {
+  const Config c = Parse("[probe]\ninterval = \"4s\"\n");
+  EXPECT_EQ(c.cycle_budget, milliseconds(2000));
+  EXPECT_EQ(c.probe_deadline, milliseconds(2000));
+  const Config d = Parse("[probe]\ninterval = \"20s\"\ncycle_budget = \"15s\"\n");
+  EXPECT_EQ(d.probe_deadline, milliseconds(5000));
+}
+
+TEST(Config, SimulatedDeviceMayProbeFast) {
+  const Config c =
+      Parse("[simulate]\nenabled = true\ntime_scale = 0\n[probe]\ninterval = \"20ms\"\n");
+  EXPECT_EQ(c.interval, milliseconds(20));
+  EXPECT_LT(c.cycle_budget, c.interval);
+  EXPECT_LE(c.probe_deadline, c.cycle_budget);
+  // The same interval on real GPUs is refused.
+  EXPECT_EQ(ErrorOf("[probe]\ninterval = \"20ms\"\n").key(), "probe.interval");
+}
+
+TEST(Config, ListenAddressForms) {
+  for (const char* good : {":9742", ":0", "127.0.0.1:9742", "localhost:65535", "[::1]:9742",
+                           "[::]:0", "node-1.example.com:80"}) {
+    EXPECT_EQ(Parse(std::string("[web]\nlisten_address = \"") + good + "\"\n").listen_address,
+              good);
+  }
+  for (const char* bad : {"9742", ":", ":65536", ":-1", "[::1]9742", "[::1:9742", "::1:9742",
+                          "a b:80", "[fe80::zz]:80", ":123456"}) {
+    const ConfigError e = ErrorOf(std::string("[web]\nlisten_address = \"") + bad + "\"\n");
+    EXPECT_EQ(e.key(), "web.listen_address") << bad;
+    EXPECT_EQ(e.line(), 2) << bad;
+  }
+}
+
+TEST(Config, ValueSyntaxes) {
+  EXPECT_EQ(ParseDuration("500ms"), milliseconds(500));
+  EXPECT_EQ(ParseDuration("5s"), milliseconds(5000));
+  EXPECT_EQ(ParseDuration("1.5s"), milliseconds(1500));
+  EXPECT_EQ(ParseDuration("2m"), milliseconds(120000));
+  EXPECT_EQ(ParseDuration("1h"), milliseconds(3600000));
+  for (const char* bad : {"", "5", "s", "5 s", "-5s", "5sec", "1e3s", "5S", "99999999999h"}) {
+    EXPECT_FALSE(ParseDuration(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(FormatDuration(milliseconds(60000)), "1m");
+  EXPECT_EQ(FormatDuration(milliseconds(1500)), "1500ms");
+  EXPECT_EQ(ParseBandwidth("20GB/s"), 20e9);
+  EXPECT_EQ(ParseBandwidth("20e9"), 20e9);
+  EXPECT_EQ(ParseBandwidth("2.5 GiB/s"), 2.5 * 1073741824.0);
+  EXPECT_EQ(ParseBandwidth("512 MB/s"), 512e6);
+  for (const char* bad : {"", "GB/s", "20Gb/s", "20 gbps", "20GB", "fast", "20GB/s/s"}) {
+    EXPECT_FALSE(ParseBandwidth(bad).has_value()) << bad;
+  }
+}
+
+// ---- validation ---------------------------------------------------------------------------
+
+TEST(ConfigValidation, MessageNamesFileLineKeyProblemAndFix) {
+  const ConfigError e = ErrorOf("# comment\n[probe]\ninterval = \"10ms\"\n");
+  EXPECT_EQ(e.file(), "test.toml");
+  EXPECT_EQ(e.line(), 3);
+  EXPECT_EQ(e.key(), "probe.interval");
+  EXPECT_THAT(e.what(),
+              StartsWith("test.toml:3: probe.interval: must be at least 1s, got \"10ms\""));
+  EXPECT_THAT(e.what(), HasSubstr("; fix: set interval = \"60s\" or longer"));
+}
+
+TEST(ConfigValidation, UnknownKeySuggestsClosest) {
+  EXPECT_THAT(ErrorOf("[probe]\niteration = 5\n").what(), HasSubstr("did you mean iterations?"));
+  EXPECT_THAT(ErrorOf("[daemon]\nlisten_address = \":1\"\n").what(),
+              HasSubstr("listen_address belongs in [web]"));
+  EXPECT_THAT(ErrorOf("[helth]\n").what(), HasSubstr("did you mean [health]?"));
+  const ConfigError e = ErrorOf("[simulate]\n[[simulate.fault]]\nkind = \"lost\"\ndevise = 0\n");
+  EXPECT_EQ(e.key(), "simulate.fault[0].devise");
+  EXPECT_EQ(e.line(), 4);
+  EXPECT_THAT(e.what(), HasSubstr("did you mean device?"));
+}
+
+TEST(ConfigValidation, WrongTypesSayWhatWasFound) {
+  EXPECT_THAT(ErrorOf("[probe]\niterations = \"20\"\n").what(),
+              HasSubstr("must be an integer, got a string (\"20\")"));
+  EXPECT_THAT(ErrorOf("[busy]\nenabled = 1\n").what(),
+              HasSubstr("must be true or false, got an integer (1)"));
+  EXPECT_THAT(ErrorOf("[probe]\ninterval = 1979-05-27\n").what(), HasSubstr("got a date"));
+  EXPECT_THAT(ErrorOf("[probe]\nmodes = [1]\n").what(), HasSubstr("each mode must be a string"));
+}
+
+TEST(ConfigValidation, Ranges) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"[probe]\njitter = -0.1\n", "probe.jitter"},
+      {"[probe]\nmax_duty_cycle = 1.5\n", "probe.max_duty_cycle"},
+      {"[probe]\niterations = 10001\n", "probe.iterations"},
+      {"[probe]\nchunk = \"255KiB\"\n", "probe.chunk"},
+      {"[probe]\nsizes = [\"1023B\"]\n", "probe.sizes"},
+      {"[probe]\nsizes = [\"1025MiB\"]\n", "probe.sizes"},
+      {"[probe]\nstreams = 65\n", "probe.streams"},
+      {"[probe]\ndrift = 1\n", "probe.drift"},
+      {"[busy]\ngpu_utilization_percent = 0\n", "busy.gpu_utilization_percent"},
+      {"[busy]\npcie_bytes_per_second = 0\n", "busy.pcie_bytes_per_second"},
+      {"[health]\nbaseline_window = 0\n", "health.baseline_window"},
+      {"[health]\nband_upper_fraction = nan\n", "health.band_upper_fraction"},
+      {"[simulate]\ndevices = 0\n", "simulate.devices"},
+      {"[simulate]\nlink_width = 3\n", "simulate.link_width"},
+      {"[simulate]\ntime_scale = -1\n", "simulate.time_scale"},
+      {"[simulate]\nseed = -1\n", "simulate.seed"},
+  };
+  for (const auto& [text, key] : cases) {
+    const ConfigError e = ErrorOf(text);
+    EXPECT_EQ(e.key(), key) << text;
+    EXPECT_EQ(e.line(), 2) << text;
+  }
+}
+
+TEST(ConfigValidation, PinnedCapMustHoldLargestSize) {
+  EXPECT_EQ(ErrorOf("[probe]\nsizes = [\"1GiB\"]\n").key(), "probe.sizes");  // default cap 512MiB
+  EXPECT_NO_THROW(Parse("[probe]\nsizes = [\"256MiB\"]\n"));                 // x2 for bidirectional
+  EXPECT_NO_THROW(Parse("[probe]\nsizes = [\"512MiB\"]\nbidirectional = false\n"));
+  // Modes without pinned host buffers need no pinned memory.
+  EXPECT_NO_THROW(Parse("[probe]\nsizes = [\"1GiB\"]\nmodes = [\"pageable\", \"managed\"]\n"));
+}
+
+TEST(ConfigValidation, TelemetryPath) {
+  for (const char* bad :
+       {"\"\"", "\"/\"", "\"/healthz\"", "\"metrics\"", "\"/a b\"", "\"/m?x=1\""}) {
+    EXPECT_EQ(ErrorOf(std::string("[web]\ntelemetry_path = ") + bad + "\n").key(),
+              "web.telemetry_path")
+        << bad;
+  }
+}
+
+TEST(ConfigValidation, Bands) {
+  EXPECT_EQ(ErrorOf("[[health.band]]\nlower = \"1GB/s\"\nupper = \"2GB/s\"\n").key(),
+            "health.band[0].gpu");
+  EXPECT_EQ(ErrorOf("[[health.band]]\ngpu = \"0\"\nupper = \"2GB/s\"\n").key(),
+            "health.band[0].lower");
+  EXPECT_EQ(ErrorOf("[[health.band]]\ngpu = \"0\"\nlower = \"1GB/s\"\nupper = \"2GB/s\"\nmid = 1\n")
+                .key(),
+            "health.band[0].mid");
+  EXPECT_EQ(ErrorOf("[[health.band]]\ngpu = \"0\"\nlower = true\nupper = \"2GB/s\"\n").key(),
+            "health.band[0].lower");
+}
+
+TEST(ConfigValidation, SimulatedFaults) {
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nfactor = 0.5\n").key(), "simulate.fault[0].kind");
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"degrade\"\n").key(), "simulate.fault[0].factor");
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"slow\"\nfactor = 0.5\n").key(),
+            "simulate.fault[0].factor");
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"downtrain\"\n").key(), "simulate.fault[0].gen");
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"downtrain\"\nwidth = 5\n").key(),
+            "simulate.fault[0].width");
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"error_every\"\nevery = 0\n").key(),
+            "simulate.fault[0].every");
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"lost\"\nevery = 2\n").key(),
+            "simulate.fault[0].every");
+  EXPECT_EQ(ErrorOf("[simulate]\nfault = 3\n").key(), "simulate.fault");
+}
+
+TEST(ConfigValidation, SimulatedUnsupportedModesAndLoad) {
+  const ConfigError mode = ErrorOf("[simulate]\nunsupported = { zero_cpy = \"x\" }\n");
+  EXPECT_EQ(mode.key(), "simulate.unsupported.zero_cpy");
+  EXPECT_EQ(mode.line(), 2);
+  EXPECT_EQ(ErrorOf("[simulate.unsupported]\nmanaged = \"\"\n").key(),
+            "simulate.unsupported.managed");
+  EXPECT_EQ(ErrorOf("[simulate]\nunsupported = [\"managed\"]\n").key(), "simulate.unsupported");
+  EXPECT_EQ(ErrorOf("[simulate]\ngpu_utilization_percent = 101\n").key(),
+            "simulate.gpu_utilization_percent");
+  EXPECT_EQ(ErrorOf("[simulate]\npcie_bytes_per_second = \"1Gb/s\"\n").key(),
+            "simulate.pcie_bytes_per_second");
+}
+
+TEST(ConfigValidation, EmptyAndOversizedFiles) {
+  for (const char* blank : {"", " ", "\n\n\t\r\n"}) {
+    const ConfigError e = ErrorOf(blank);
+    EXPECT_EQ(e.line(), 0);
+    EXPECT_THAT(e.what(), HasSubstr("deploy/xferd.toml"));
+  }
+  EXPECT_THAT(ErrorOf(std::string(2 << 20, '#')).what(), HasSubstr("a config is a few KiB"));
+}
+
+TEST(ConfigValidation, SyntaxErrorsNameTheLineAndKey) {
+  const ConfigError dup = ErrorOf("[web]\nlisten_address = \":1\"\nlisten_address = \":2\"\n");
+  EXPECT_EQ(dup.line(), 3);
+  EXPECT_EQ(dup.key(), "web.listen_address");
+  EXPECT_THAT(dup.what(), HasSubstr("not valid TOML"));
+  // Left open at the end of the file: named at the key that opened it, in one pass even
+  // for a file of half a million lines (a quadratic search here would hang the test).
+  const ConfigError open = ErrorOf("[probe]\nmodes = [\"pinned\",\n" + std::string(500000, '\n'));
+  EXPECT_EQ(open.line(), 2);
+  EXPECT_EQ(open.key(), "probe.modes");
+  const ConfigError garbage = ErrorOf(std::string("[probe]\n\xff\xfe\x00\x01", 12));
+  EXPECT_EQ(garbage.line(), 2);
+  EXPECT_THAT(garbage.what(), HasSubstr("invalid UTF-8 (byte 0xff)"));
+  // Overlong encodings and UTF-16 surrogates are not UTF-8 either.
+  EXPECT_EQ(ErrorOf("a = 1\nb = \"\xc0\xaf\"\n").line(), 2);
+  EXPECT_EQ(ErrorOf("\n\n# \xed\xa0\x80\n").line(), 3);
+  EXPECT_NO_THROW(Parse("# caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n"));
+}
+
+// toml++ 3.3 reaches __builtin_unreachable() on some non-ASCII characters outside strings
+// (found by fuzz/config_fuzzer); they are rejected before it sees them.
+TEST(ConfigValidation, NonAsciiOnlyInsideStringsAndComments) {
+  EXPECT_NO_THROW(
+      Parse("# caf\xc3\xa9 \xc2\xa4\n[daemon]\nstate_dir = \"/var/lib/caf\xc3\xa9 \\\" \xc2\xa4\"\n"
+            "log_level = 'info' # \xc2\xa4\n"));
+  EXPECT_NO_THROW(
+      Parse("[daemon]\nstate_dir = \"\"\"\n/x\xc2\xa4\n\"\"\"\ntextfile_path = "
+            "'''\n/\xc2\xa4.prom'''\n"));
+  const ConfigError nbsp = ErrorOf("[probe]\niterations = 20\xc2\xa0\n");
+  EXPECT_EQ(nbsp.line(), 2);
+  EXPECT_EQ(nbsp.key(), "probe.iterations");
+  EXPECT_THAT(nbsp.what(), HasSubstr("non-ASCII character outside a string"));
+  EXPECT_EQ(ErrorOf("[daemon]\nstate_dir = '''\n'''\n\xc2\xa4 = 1\n").line(), 4);
+  EXPECT_EQ(ErrorOf("[he\xc2\xa4lth.band]\n").line(), 1);
+  // A quote opens a string only where TOML allows one; an escape is never non-ASCII.
+  EXPECT_EQ(ErrorOf("k = 5\"\"\"\"4\"iB \xcc\xab\n").line(), 1);
+  EXPECT_EQ(ErrorOf("\n[daemon]\nstate_dir = \"\"\"a\\\xc2\xa4\"\"\"\n").line(), 3);
+  const Config c = Parse(
+      "[probe]\nmodes = [\n  \"pinned\", # \xc2\xa4\n  'pageable',\n]\n"
+      "[daemon]\nstate_dir = \"\"\"/a\xc2\xa4\"\"\"\"\ntextfile_path = '/\xc2\xa4.prom'\n");
+  EXPECT_EQ(c.modes.size(), 2u);
+  EXPECT_EQ(c.state_dir, "/a\xc2\xa4\"");
+}
+
+TEST(ConfigValidation, UnreadableFileGivesErrnoText) {
+  TempDir dir;
+  try {
+    LoadConfig(dir.path() / "missing.toml");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("No such file or directory"));
+  }
+  try {
+    LoadConfig(dir.path());
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("Is a directory"));
+  }
+}
+
+// ---- the bad-configuration corpus through the real binary ---------------------------------
+
+struct BadConfig {
+  std::string file, key;
+  int line = 0;
+};
+
+std::vector<BadConfig> Corpus() {
+  std::ifstream in(kDataDir / "bad-configs" / "expected.txt");
+  std::vector<BadConfig> corpus;
+  std::string row;
+  while (std::getline(in, row)) {
+    if (row.empty() || row[0] == '#') continue;
+    std::istringstream fields(row);
+    BadConfig bad;
+    fields >> bad.file >> bad.key >> bad.line;
+    corpus.push_back(bad);
+  }
+  return corpus;
+}
+
+TEST(BadConfigCorpus, EveryFileIsListedAndThereAreAtLeastThirty) {
+  const auto corpus = Corpus();
+  EXPECT_GE(corpus.size(), 30u);
+  std::size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kDataDir / "bad-configs")) {
+    if (entry.path().filename() == "expected.txt") continue;
+    ++files;
+    const auto name = entry.path().filename().string();
+    EXPECT_TRUE(std::any_of(corpus.begin(), corpus.end(),
+                            [&](const BadConfig& b) { return b.file == name; }))
+        << name << " has no line in expected.txt";
+  }
+  EXPECT_EQ(files, corpus.size());
+}
+
+TEST(BadConfigCorpus, CheckConfigRejectsEachWithExit78NamingKeyAndLine) {
+  for (const BadConfig& bad : Corpus()) {
+    const std::string path = (kDataDir / "bad-configs" / bad.file).string();
+    const RunResult r = RunXferd({"check-config", path});
+    EXPECT_EQ(r.exit_code, 78) << bad.file << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << bad.file;
+    std::string where = path;
+    if (bad.line > 0) where += ":" + std::to_string(bad.line);
+    where += ": ";
+    if (bad.key != "-") where += bad.key + ": ";
+    EXPECT_THAT(r.err, StartsWith(where)) << bad.file;
+    EXPECT_THAT(r.err, HasSubstr("; fix: ")) << bad.file;
+  }
+}
+
+TEST(BadConfigCorpus, UnreadableFileExit78WithErrnoText) {
+  TempDir dir;
+  const auto file = dir.Write("xferd.toml", ReadAll(kExample));
+  std::filesystem::permissions(file, std::filesystem::perms::none);
+  // Root reads anything: check as an unprivileged user, as the daemon runs.
+  const RunResult r = RunXferd({"check-config", file.string()}, geteuid() == 0);
+  EXPECT_EQ(r.exit_code, 78) << r.err;
+  EXPECT_THAT(r.err,
+              StartsWith(file.string() + ": cannot read the file: Permission denied; fix: "));
+}
+
+TEST(CheckConfig, ShippedExamplePassesWithSummary) {
+  const RunResult r = RunXferd({"check-config", kExample.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith(kExample.string() + ": OK\n"));
+  EXPECT_THAT(r.out, HasSubstr("interval:   1m"));
+  EXPECT_THAT(r.out, HasSubstr("64MiB"));
+  EXPECT_THAT(r.out, HasSubstr("TLS off, basic auth off"));
+  EXPECT_EQ(r.err, "");
+}
+
+// ---- web config (exporter-toolkit YAML) ---------------------------------------------------
+
+class WebConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_.Write("server.crt", "-----BEGIN CERTIFICATE-----\n");
+    dir_.Write("server.key", "-----BEGIN PRIVATE KEY-----\n");
+  }
+  ConfigError WebErrorOf(const std::string& yaml) {
+    const auto file = dir_.Write("web.yml", yaml);
+    try {
+      LoadWebConfig(file);
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.file(), file.string());
+      return e;
+    }
+    ADD_FAILURE() << "no error for:\n" << yaml;
+    return ConfigError("", 0, "", "", "");
+  }
+  TempDir dir_;
+};
+
+TEST_F(WebConfigTest, TlsAndUsersWithRelativePaths) {
+  const auto file =
+      dir_.Write("web.yml", std::string("# exporter-toolkit format\ntls_server_config:\n"
+                                        "  cert_file: server.crt\n  key_file: ") +
+                                (dir_.path() / "server.key").string() +
+                                "\nbasic_auth_users:\n  prometheus: '" + kHash + "'\n");
+  const WebConfig web = LoadWebConfig(file);
+  EXPECT_TRUE(web.TlsEnabled());
+  EXPECT_TRUE(web.AuthEnabled());
+  EXPECT_EQ(web.cert_file, dir_.path() / "server.crt");
+  EXPECT_EQ(web.key_file, dir_.path() / "server.key");
+  EXPECT_EQ(web.basic_auth_users.at("prometheus"), kHash);
+}
+
+TEST_F(WebConfigTest, EmptyFileMeansPlainHttp) {
+  const WebConfig web = LoadWebConfig(dir_.Write("web.yml", "# nothing\n"));
+  EXPECT_FALSE(web.TlsEnabled());
+  EXPECT_FALSE(web.AuthEnabled());
+}
+
+TEST_F(WebConfigTest, PlainTextPasswordIsRejectedWithHtpasswdFix) {
+  const ConfigError e = WebErrorOf("basic_auth_users:\n  alice: hunter2\n");
+  EXPECT_EQ(e.key(), "basic_auth_users.alice");
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_THAT(e.what(), HasSubstr("not a bcrypt hash"));
+  EXPECT_THAT(e.what(), HasSubstr("htpasswd -nBC 10 \"\" | tr -d ':\\n'"));
+  // A truncated hash and an unsupported variant are no better.
+  EXPECT_EQ(WebErrorOf(std::string("basic_auth_users:\n  bob: '") +
+                       std::string(kHash).substr(0, 40) + "'\n")
+                .line(),
+            2);
+  EXPECT_EQ(WebErrorOf("basic_auth_users:\n  bob: '$1$abc$def'\n").key(), "basic_auth_users.bob");
+}
+
+TEST_F(WebConfigTest, MissingCertFileNamesPathAndLine) {
+  const ConfigError e =
+      WebErrorOf("tls_server_config:\n  cert_file: nope.crt\n  key_file: server.key\n");
+  EXPECT_EQ(e.key(), "tls_server_config.cert_file");
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_THAT(e.what(),
+              HasSubstr((dir_.path() / "nope.crt").string() + ": No such file or directory"));
+}
+
+TEST_F(WebConfigTest, CertWithoutKeyIsRejected) {
+  EXPECT_EQ(WebErrorOf("tls_server_config:\n  cert_file: server.crt\n").key(),
+            "tls_server_config.key_file");
+}
+
+TEST_F(WebConfigTest, UnknownAndUnsupportedKeysAreRejected) {
+  const ConfigError typo = WebErrorOf("basic_auth_user:\n  alice: x\n");
+  EXPECT_EQ(typo.line(), 1);
+  EXPECT_THAT(typo.what(), HasSubstr("did you mean basic_auth_users?"));
+  EXPECT_EQ(WebErrorOf("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+                       "  client_auth_type: RequireAndVerifyClientCert\n")
+                .key(),
+            "tls_server_config.client_auth_type");
+  const ConfigError http = WebErrorOf("http_server_config:\n  http2: false\n");
+  EXPECT_EQ(http.key(), "http_server_config");
+  EXPECT_THAT(http.what(), HasSubstr("not supported"));
+}
+
+TEST_F(WebConfigTest, InvalidYamlNamesTheLine) {
+  const ConfigError e = WebErrorOf("basic_auth_users:\n  alice: [unclosed\n");
+  EXPECT_GT(e.line(), 0);
+  EXPECT_THAT(e.what(), HasSubstr("not valid YAML"));
+  EXPECT_EQ(WebErrorOf("- a\n- b\n").line(), 1);
+}
+
+TEST_F(WebConfigTest, LoadConfigReadsTheWebConfigAndCheckConfigReportsIt) {
+  dir_.Write("web.yml",
+             std::string("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+                         "basic_auth_users:\n  prometheus: '") +
+                 kHash + "'\n");
+  const auto file = dir_.Write("xferd.toml", "[web]\nconfig_file = \"web.yml\"\n");
+  const Config c = LoadConfig(file);
+  EXPECT_EQ(c.web_config_file, dir_.path() / "web.yml");
+  EXPECT_TRUE(c.web.TlsEnabled());
+  const RunResult r = RunXferd({"check-config", file.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("TLS on, basic auth on"));
+  // An error inside the YAML names the YAML file and its line.
+  dir_.Write("web.yml", "basic_auth_users:\n  prometheus: plaintext\n");
+  const RunResult bad = RunXferd({"check-config", file.string()});
+  EXPECT_EQ(bad.exit_code, 78);
+  EXPECT_THAT(bad.err,
+              StartsWith((dir_.path() / "web.yml").string() + ":2: basic_auth_users.prometheus: "));
+}
+
+}  // namespace
+}  // namespace xferd::config

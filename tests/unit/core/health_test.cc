@@ -1,0 +1,438 @@
+#include "core/health.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace xferd::core {
+
+namespace {
+
+using probes::Direction;
+using probes::ProbeStatus;
+using probes::TransferMode;
+
+constexpr std::uint64_t kSize = 64ull << 20;
+
+probes::DeviceInfo Gpu0() {
+  probes::DeviceInfo d;
+  d.index = 0;
+  d.uuid = "GPU-0000-test";
+  d.name = "Test GPU";
+  d.pci_bus_id = "0000:01:00.0";
+  return d;
+}
+
+// GPU at 0000:01:00.0 behind a root port 0000:00:01.0, both Gen4 x16 capable.
+probes::LinkPath Gen4Path(int gpu_gen = 4, int gpu_width = 16, int port_gen = 4,
+                          int port_width = 16) {
+  probes::LinkPath p;
+  p.links.push_back({"0000:01:00.0", gpu_gen, gpu_width, 4, 16});
+  p.links.push_back({"0000:00:01.0", port_gen, port_width, 4, 16});
+  p.numa_node = 0;
+  p.iommu_type = "identity";
+  return p;
+}
+
+// A probe whose median bandwidth is `gbps` GB/s, with a little spread.
+probes::ProbeSample Sample(TransferMode mode, Direction dir, double gbps,
+                           ProbeStatus status = ProbeStatus::kOk) {
+  probes::ProbeSample s;
+  s.spec.mode = mode;
+  s.spec.direction = dir;
+  s.spec.size_bytes = kSize;
+  s.status = status;
+  s.bytes_per_transfer = dir == Direction::kBidirectional ? 2 * kSize : kSize;
+  if (status == ProbeStatus::kOk) {
+    const double d = static_cast<double>(s.bytes_per_transfer) / (gbps * 1e9);
+    for (int i = 0; i < 20; ++i) s.durations_s.push_back(d * (1.0 + 0.001 * (i % 5 - 2)));
+  } else {
+    s.message = "injected";
+  }
+  return s;
+}
+
+CycleObservation Cycle(std::vector<probes::ProbeSample> samples,
+                       probes::LinkPath path = Gen4Path()) {
+  CycleObservation o;
+  o.device = Gpu0();
+  o.link_path = std::move(path);
+  o.samples = std::move(samples);
+  o.host_numa_node = 0;
+  return o;
+}
+
+// pinned h2d at `pinned` GB/s and pageable h2d at `pageable` GB/s.
+CycleObservation PinnedCycle(double pinned, double pageable = 8.0) {
+  return Cycle({Sample(TransferMode::kPinned, Direction::kH2D, pinned),
+                Sample(TransferMode::kPageable, Direction::kH2D, pageable)});
+}
+
+Settings TestConfig(int k = 3) {
+  Settings c;
+  c.consecutive_bad = k;
+  c.baseline_window = 20;
+  c.drift_fraction = 0.8;
+  return c;
+}
+
+bool PinnedDegraded(const DeviceHealth& h) {
+  for (const auto& v : h.verdicts) {
+    if (v.mode == TransferMode::kPinned && v.direction == Direction::kH2D) return v.degraded;
+  }
+  ADD_FAILURE() << "no pinned h2d verdict";
+  return false;
+}
+
+TEST(Band, ConfigOverrideWinsByIndexOrUuid) {
+  Settings c = TestConfig();
+  const auto from_path = ResolveBand(c, Gpu0(), Gen4Path());
+  EXPECT_NEAR(from_path.lower_bytes_per_s, 0.63 * 31.5e9, 0.01e9);
+  EXPECT_NEAR(from_path.upper_bytes_per_s, 0.83 * 31.5e9, 0.01e9);
+  EXPECT_NE(from_path.source, "config");
+
+  c.bands.push_back({"0", 10e9, 12e9});
+  auto by_index = ResolveBand(c, Gpu0(), Gen4Path());
+  EXPECT_EQ(by_index.source, "config");
+  EXPECT_DOUBLE_EQ(by_index.lower_bytes_per_s, 10e9);
+
+  c.bands = {{"GPU-0000-test", 5e9, 6e9}};
+  auto by_uuid = ResolveBand(c, Gpu0(), Gen4Path());
+  EXPECT_DOUBLE_EQ(by_uuid.upper_bytes_per_s, 6e9);
+
+  c.bands = {{"1", 5e9, 6e9}};  // another GPU's override does not apply
+  EXPECT_NE(ResolveBand(c, Gpu0(), Gen4Path()).source, "config");
+}
+
+TEST(Band, FollowsTheNarrowestLinkAndItsFractions) {
+  Settings c = TestConfig();
+  c.band_lower_fraction = 0.5;
+  c.band_upper_fraction = 0.9;
+  // GPU link Gen4 x16 but the port above trained to x8: the x8 link decides.
+  const auto band = ResolveBand(c, Gpu0(), Gen4Path(4, 16, 4, 8));
+  EXPECT_NEAR(band.lower_bytes_per_s, 0.5 * 15.75e9, 0.01e9);
+  EXPECT_NEAR(band.upper_bytes_per_s, 0.9 * 15.75e9, 0.01e9);
+}
+
+TEST(Baseline, RobustToAnOutlierCycle) {
+  HealthTracker h(TestConfig());
+  for (int i = 0; i < 9; ++i) h.Observe(PinnedCycle(25.0 + 0.1 * (i % 3)));
+  h.Observe(PinnedCycle(250.0));  // one absurd reading (not low, so it is learned)
+  const double base = h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kSize);
+  EXPECT_NEAR(base, 25.1e9, 0.15e9);
+}
+
+TEST(Baseline, NotLearnedFromBusyOrFailedOrDriftingCycles) {
+  HealthTracker h(TestConfig());
+  for (int i = 0; i < 6; ++i) h.Observe(PinnedCycle(25.0));
+  auto busy = PinnedCycle(5.0);
+  busy.busy = true;
+  h.Observe(busy);
+  h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 0, ProbeStatus::kError)}));
+  for (int i = 0; i < 10; ++i) h.Observe(PinnedCycle(12.0));  // below 0.8 x 25: not learned
+  EXPECT_NEAR(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kSize), 25e9,
+              0.01e9);
+  const auto snap = h.Snapshot();
+  EXPECT_EQ(snap.at("GPU-0000-test").at("pinned/h2d/64MiB").size(), 6u);
+}
+
+TEST(Verdict, FlipsAfterExactlyKBadCyclesAndBackAfterKGood) {
+  for (int k : {1, 3, 5}) {
+    SCOPED_TRACE("k=" + std::to_string(k));
+    HealthTracker h(TestConfig(k));
+    for (int i = 0; i < 6; ++i) EXPECT_FALSE(PinnedDegraded(h.Observe(PinnedCycle(24.0))));
+    // 10 GB/s is below the Gen4 x16 band (19.8 GB/s).
+    for (int i = 1; i < k; ++i) EXPECT_FALSE(PinnedDegraded(h.Observe(PinnedCycle(10.0))));
+    DeviceHealth bad = h.Observe(PinnedCycle(10.0));
+    EXPECT_TRUE(PinnedDegraded(bad));
+    EXPECT_TRUE(bad.Degraded());
+    for (int i = 1; i < k; ++i) EXPECT_TRUE(PinnedDegraded(h.Observe(PinnedCycle(24.0))));
+    EXPECT_FALSE(PinnedDegraded(h.Observe(PinnedCycle(24.0))));
+  }
+}
+
+TEST(Verdict, ChangedMarksTheCycleItFlipsIn) {
+  HealthTracker h(TestConfig(2));
+  auto changed = [](const DeviceHealth& d) {
+    for (const auto& v : d.verdicts) {
+      if (v.mode == TransferMode::kPinned && v.direction == Direction::kH2D) return v.changed;
+    }
+    return false;
+  };
+  EXPECT_FALSE(changed(h.Observe(PinnedCycle(24.0))));  // first sight, healthy: no news
+  EXPECT_FALSE(changed(h.Observe(PinnedCycle(10.0))));
+  EXPECT_TRUE(changed(h.Observe(PinnedCycle(10.0))));   // now degraded
+  EXPECT_FALSE(changed(h.Observe(PinnedCycle(10.0))));  // still degraded
+  EXPECT_FALSE(changed(h.Observe(PinnedCycle(24.0))));
+  EXPECT_TRUE(changed(h.Observe(PinnedCycle(24.0))));  // recovered
+}
+
+TEST(Diagnosis, DiagnoseOnceJudgesASingleRun) {
+  auto obs = Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 10.0),
+                    Sample(TransferMode::kPageable, Direction::kH2D, 8.0)});
+  obs.link_path.iommu_type = "DMA-FQ";
+  const auto causes = DiagnoseOnce(TestConfig(5), obs);
+  std::vector<std::string> names;
+  for (const auto& d : causes) {
+    names.emplace_back(ToString(d.cause));
+    EXPECT_FALSE(d.advice.empty());
+  }
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"iommu_translating", "pinned_pageable_ratio", "below_band"}));
+  EXPECT_TRUE(
+      DiagnoseOnce(TestConfig(), Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 24.0)}))
+          .empty());
+}
+
+TEST(Verdict, ASingleBadCycleOrAnInterruptedStreakDoesNotFlip) {
+  HealthTracker h(TestConfig(3));
+  for (int i = 0; i < 6; ++i) h.Observe(PinnedCycle(24.0));
+  EXPECT_FALSE(PinnedDegraded(h.Observe(PinnedCycle(10.0))));
+  EXPECT_FALSE(PinnedDegraded(h.Observe(PinnedCycle(10.0))));
+  EXPECT_FALSE(PinnedDegraded(h.Observe(PinnedCycle(24.0))));  // streak broken
+  EXPECT_FALSE(PinnedDegraded(h.Observe(PinnedCycle(10.0))));
+  EXPECT_FALSE(PinnedDegraded(h.Observe(PinnedCycle(10.0))));
+  EXPECT_TRUE(PinnedDegraded(h.Observe(PinnedCycle(10.0))));
+}
+
+TEST(Verdict, ErrorsDoNotCountAsGood) {
+  HealthTracker h(TestConfig(2));
+  for (int i = 0; i < 6; ++i) h.Observe(PinnedCycle(24.0));
+  h.Observe(PinnedCycle(10.0));
+  EXPECT_TRUE(PinnedDegraded(h.Observe(PinnedCycle(10.0))));
+  auto failed = Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 0, ProbeStatus::kTimeout)});
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(PinnedDegraded(h.Observe(failed)));
+  EXPECT_TRUE(PinnedDegraded(h.Observe(PinnedCycle(24.0))));
+  EXPECT_FALSE(PinnedDegraded(h.Observe(PinnedCycle(24.0))));
+}
+
+TEST(Verdict, DriftBelowBaselineCountsOnlyOnceTheBaselineHasFiveCycles) {
+  HealthTracker h(TestConfig(1));
+  // pageable is not link-bound: only its own history can judge it.
+  auto pageable = [](double gbps) {
+    return Cycle({Sample(TransferMode::kPageable, Direction::kH2D, gbps)});
+  };
+  for (int i = 0; i < 4; ++i) h.Observe(pageable(8.0));
+  DeviceHealth early = h.Observe(pageable(3.0));  // 4 learned cycles: no judgment yet
+  EXPECT_FALSE(early.Degraded());
+  h.Observe(pageable(8.0));
+  h.Observe(pageable(8.0));
+  DeviceHealth late = h.Observe(pageable(3.0));
+  EXPECT_TRUE(late.Degraded());
+  EXPECT_TRUE(late.Has(DiagnosisCause::kBelowBaseline));
+  EXPECT_FALSE(late.Has(DiagnosisCause::kBelowBand));  // pageable is not held to the band
+}
+
+TEST(Verdict, BusyCyclesMoveNothing) {
+  HealthTracker h(TestConfig(2));
+  for (int i = 0; i < 6; ++i) h.Observe(PinnedCycle(24.0));
+  auto busy = PinnedCycle(5.0);
+  busy.busy = true;
+  for (int i = 0; i < 4; ++i) {
+    DeviceHealth r = h.Observe(busy);
+    EXPECT_FALSE(PinnedDegraded(r));
+    EXPECT_TRUE(r.Has(DiagnosisCause::kGpuBusy));
+  }
+}
+
+// ---- Diagnosis: each cause fires on its condition and not otherwise ---------------------
+
+TEST(Diagnosis, HealthyDeviceHasNoCause) {
+  HealthTracker h(TestConfig());
+  DeviceHealth r;
+  for (int i = 0; i < 8; ++i) r = h.Observe(PinnedCycle(24.0, 8.0));
+  EXPECT_TRUE(r.diagnoses.empty()) << ToString(r.diagnoses.front().cause);
+  EXPECT_EQ(h.Summary(), "ok: 2/2 within band");
+}
+
+TEST(Diagnosis, LinkDowntrainedNamesTheLink) {
+  HealthTracker h(TestConfig());
+  DeviceHealth r = h.Observe(
+      Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 10.0)}, Gen4Path(4, 16, 4, 8)));
+  ASSERT_TRUE(r.Has(DiagnosisCause::kLinkDowntrained));
+  for (const auto& d : r.diagnoses) {
+    if (d.cause != DiagnosisCause::kLinkDowntrained) continue;
+    EXPECT_EQ(d.detail, "0000:00:01.0 Gen4 x8, max Gen4 x16");
+    EXPECT_NE(d.advice.find("lspci -vv -s 0000:00:01.0"), std::string::npos);
+  }
+  // Band followed the x8 link: 10 GB/s is within 0.63 x 15.75.
+  EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBand));
+  // Not degraded, but the status line still points at the link.
+  EXPECT_EQ(h.Summary(),
+            "ok: 1/1 within band; gpu0 link_downtrained (0000:00:01.0 Gen4 x8, max Gen4 x16)");
+  // Unknown max (0) is not a downtrain.
+  probes::LinkPath unknown = Gen4Path();
+  unknown.links[1].max_width = 0;
+  unknown.links[1].current_width = 8;
+  EXPECT_FALSE(h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 24.0)}, unknown))
+                   .Has(DiagnosisCause::kLinkDowntrained));
+}
+
+TEST(Diagnosis, NumaRemoteOnlyWhenBothNodesKnownAndDiffer) {
+  HealthTracker h(TestConfig());
+  auto obs = PinnedCycle(24.0);
+  obs.link_path.numa_node = 1;
+  obs.host_numa_node = 0;
+  DeviceHealth r = h.Observe(obs);
+  ASSERT_TRUE(r.Has(DiagnosisCause::kNumaRemote));
+  EXPECT_EQ(r.diagnoses.front().detail, "GPU on node 1, host buffers on node 0");
+  obs.host_numa_node = -1;  // unknown: no verdict
+  EXPECT_FALSE(h.Observe(obs).Has(DiagnosisCause::kNumaRemote));
+  obs.host_numa_node = 1;
+  EXPECT_FALSE(h.Observe(obs).Has(DiagnosisCause::kNumaRemote));
+  obs.link_path.numa_node = -1;
+  obs.host_numa_node = 0;
+  EXPECT_FALSE(h.Observe(obs).Has(DiagnosisCause::kNumaRemote));
+  // The backend's own finding in the samples counts when the caller names no node.
+  obs.link_path.numa_node = 1;
+  obs.host_numa_node = -1;
+  for (auto& s : obs.samples) s.host_numa_node = 0;
+  EXPECT_TRUE(h.Observe(obs).Has(DiagnosisCause::kNumaRemote));
+  for (auto& s : obs.samples) s.host_numa_node = 1;
+  EXPECT_FALSE(h.Observe(obs).Has(DiagnosisCause::kNumaRemote));
+}
+
+TEST(Diagnosis, IommuTranslatingOnlyWhileBandwidthIsLow) {
+  HealthTracker h(TestConfig());
+  for (const char* type : {"DMA", "DMA-FQ"}) {
+    auto fine = PinnedCycle(24.0);
+    fine.link_path.iommu_type = type;
+    EXPECT_FALSE(h.Observe(fine).Has(DiagnosisCause::kIommuTranslating));
+    auto low = PinnedCycle(10.0, 4.0);
+    low.link_path.iommu_type = type;
+    EXPECT_TRUE(h.Observe(low).Has(DiagnosisCause::kIommuTranslating)) << type;
+  }
+  auto passthrough = PinnedCycle(10.0, 4.0);
+  passthrough.link_path.iommu_type = "identity";
+  EXPECT_FALSE(h.Observe(passthrough).Has(DiagnosisCause::kIommuTranslating));
+  passthrough.link_path.iommu_type = "";
+  EXPECT_FALSE(h.Observe(passthrough).Has(DiagnosisCause::kIommuTranslating));
+}
+
+TEST(Diagnosis, PinnedPageableRatioOutsideItsWindow) {
+  HealthTracker h(TestConfig());
+  EXPECT_FALSE(h.Observe(PinnedCycle(24.0, 8.0)).Has(DiagnosisCause::kPinnedPageableRatio));  // 3x
+  EXPECT_FALSE(
+      h.Observe(PinnedCycle(24.0, 2.9)).Has(DiagnosisCause::kPinnedPageableRatio));          // 8.3x
+  EXPECT_TRUE(h.Observe(PinnedCycle(24.0, 1.5)).Has(DiagnosisCause::kPinnedPageableRatio));  // 16x
+  EXPECT_TRUE(
+      h.Observe(PinnedCycle(24.0, 20.0)).Has(DiagnosisCause::kPinnedPageableRatio));  // 1.2x
+  // Without a pageable reading there is no ratio.
+  EXPECT_FALSE(h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 24.0)}))
+                   .Has(DiagnosisCause::kPinnedPageableRatio));
+  // Integrated GPUs share DRAM: pinned ~ pageable is normal there.
+  auto igpu = PinnedCycle(24.0, 20.0);
+  igpu.device.integrated = true;
+  EXPECT_FALSE(h.Observe(igpu).Has(DiagnosisCause::kPinnedPageableRatio));
+}
+
+TEST(Diagnosis, BelowBandOnlyForLinkBoundModes) {
+  HealthTracker h(TestConfig());
+  DeviceHealth r = h.Observe(Cycle({Sample(TransferMode::kManaged, Direction::kH2D, 3.0),
+                                    Sample(TransferMode::kPageable, Direction::kH2D, 5.0)}));
+  EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBand));
+  r = h.Observe(Cycle({Sample(TransferMode::kZeroCopy, Direction::kD2H, 12.0)}));
+  ASSERT_TRUE(r.Has(DiagnosisCause::kBelowBand));
+  EXPECT_EQ(r.diagnoses.back().detail, "zero_copy d2h 12.0 GB/s < 19.8 GB/s band");
+  // managed_prefetch d2h is bounded by the host populating pages, not by the link.
+  EXPECT_FALSE(h.Observe(Cycle({Sample(TransferMode::kManagedPrefetch, Direction::kD2H, 10.0)}))
+                   .Has(DiagnosisCause::kBelowBand));
+  EXPECT_TRUE(h.Observe(Cycle({Sample(TransferMode::kManagedPrefetch, Direction::kH2D, 10.0)}))
+                  .Has(DiagnosisCause::kBelowBand));
+  // Both directions at once are judged per direction: 30 GB/s summed is 15 each.
+  r = h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kBidirectional, 30.0)}));
+  ASSERT_TRUE(r.Has(DiagnosisCause::kBelowBand));
+  EXPECT_EQ(r.diagnoses.back().detail, "pinned bidir 15.0 GB/s per direction < 19.8 GB/s band");
+  EXPECT_FALSE(h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kBidirectional, 44.0)}))
+                   .Has(DiagnosisCause::kBelowBand));
+  // A 4 KiB transfer is latency-bound: never held to the band.
+  auto small = Sample(TransferMode::kPinned, Direction::kH2D, 1.0);
+  small.spec.size_bytes = 4096;
+  small.bytes_per_transfer = 4096;
+  EXPECT_FALSE(h.Observe(Cycle({small})).Has(DiagnosisCause::kBelowBand));
+  // No band known (integrated, no PCIe path): nothing to hold it to.
+  probes::LinkPath none;
+  none.pcie = false;
+  EXPECT_FALSE(h.Observe(Cycle({Sample(TransferMode::kZeroCopy, Direction::kD2H, 12.0)}, none))
+                   .Has(DiagnosisCause::kBelowBand));
+}
+
+TEST(Summary, NamesTheDegradedSeriesAndTheLikelyCause) {
+  HealthTracker h(TestConfig(2));
+  EXPECT_EQ(h.Summary(), "starting: no probe cycle finished yet");
+  // The port above the GPU trained down to Gen4 x8, and a config band says 20 GB/s.
+  Settings c = TestConfig(2);
+  c.bands = {{"0", 20e9, 26e9}};
+  h.Reconfigure(c);
+  for (int i = 0; i < 2; ++i) {
+    h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 12.1),
+                     Sample(TransferMode::kPinned, Direction::kD2H, 12.3)},
+                    Gen4Path(4, 16, 4, 8)));
+  }
+  EXPECT_EQ(h.Summary(),
+            "DEGRADED gpu0 pinned h2d 12.1 GB/s < 20.0 GB/s band (+1 more); likely: "
+            "link_downtrained (0000:00:01.0 Gen4 x8, max Gen4 x16)");
+}
+
+TEST(Reconfigure, DroppedModesLoseTheirVerdictButKeepTheirHistory) {
+  HealthTracker h(TestConfig(1));
+  for (int i = 0; i < 6; ++i) h.Observe(PinnedCycle(24.0, 8.0));
+  h.Observe(PinnedCycle(10.0, 8.0));
+  ASSERT_NE(h.Summary().find("DEGRADED"), std::string::npos);
+  Settings c = TestConfig(1);
+  c.modes = {TransferMode::kPageable};
+  h.Reconfigure(c);
+  EXPECT_EQ(h.Summary(), "ok: 1/1 within band");
+  EXPECT_EQ(h.Snapshot().at("GPU-0000-test").at("pinned/h2d/64MiB").size(), 6u);
+  // Back in the config, the history judges it again at once.
+  h.Reconfigure(TestConfig(1));
+  EXPECT_TRUE(PinnedDegraded(h.Observe(PinnedCycle(10.0, 8.0))));
+}
+
+TEST(Restore, RestoredHistoryJudgesTheFirstCycles) {
+  HealthTracker first(TestConfig(1));
+  for (int i = 0; i < 8; ++i)
+    first.Observe(Cycle({Sample(TransferMode::kManaged, Direction::kH2D, 4.0)}));
+  const BaselineSet saved = first.Snapshot();
+
+  HealthTracker second(TestConfig(1));
+  second.Restore(saved);
+  EXPECT_NEAR(second.Baseline("GPU-0000-test", TransferMode::kManaged, Direction::kH2D, kSize), 4e9,
+              1e6);
+  // A drop right after the restart is caught against the old history.
+  DeviceHealth r = second.Observe(Cycle({Sample(TransferMode::kManaged, Direction::kH2D, 1.0)}));
+  EXPECT_TRUE(r.Degraded());
+  // Series not seen since the restart survive the next snapshot.
+  BaselineSet extra = saved;
+  extra["GPU-other"]["pinned/h2d/64MiB"] = {1e9, 1e9};
+  HealthTracker third(TestConfig(1));
+  third.Restore(extra);
+  third.Observe(PinnedCycle(24.0));
+  EXPECT_EQ(third.Snapshot().at("GPU-other").at("pinned/h2d/64MiB").size(), 2u);
+}
+
+TEST(HealthTracker, ReadersRunAlongsideTheProbeLoop) {
+  // The probe loop observes while HTTP threads read the status line (TSan checks this).
+  HealthTracker h(TestConfig(2));
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      EXPECT_FALSE(h.Summary().empty());
+      h.Devices();
+      h.Snapshot();
+      h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kSize);
+    }
+  });
+  for (int i = 0; i < 300; ++i) h.Observe(PinnedCycle(i % 7 == 0 ? 10.0 : 24.0));
+  h.Reconfigure(TestConfig(3));
+  for (int i = 0; i < 50; ++i) h.Observe(PinnedCycle(24.0));
+  done = true;
+  reader.join();
+  EXPECT_EQ(h.Summary(), "ok: 2/2 within band");
+}
+
+}  // namespace
+}  // namespace xferd::core

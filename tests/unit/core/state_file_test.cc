@@ -1,0 +1,257 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/health.h"
+
+namespace xferd::core {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class StateFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "xferd-state-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::permissions(dir_, fs::perms::owner_all, ec);
+    fs::remove_all(dir_, ec);
+  }
+
+  static BaselineSet Sample() {
+    BaselineSet b;
+    b["GPU-a"]["pinned/h2d/64MiB"] = {24.1e9, 24.3e9, 24.2e9};
+    b["GPU-a"]["pageable/d2h/64MiB"] = {9.5e9};
+    b["SIM-b"]["zero_copy/h2d/4KiB"] = {1.25e8, 1.5e8};
+    return b;
+  }
+
+  void Write(const std::string& text) {
+    std::ofstream(dir_ / "state.json", std::ios::binary | std::ios::trunc) << text;
+  }
+  std::string Read(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  // Root writes through permission bits: run `body` as user nobody in a child then, so the
+  // test means the same as root (CI) and as a user. Check() failures end the child non-zero.
+  template <typename Body>
+  void AsUnprivileged(Body body) {
+    if (::geteuid() != 0) {
+      body();
+      return;
+    }
+    // Re-executes the test binary for the child: safe with sanitizer threads around.
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+          if (::setgid(65534) != 0 || ::setuid(65534) != 0) std::_Exit(3);
+          body();
+          std::_Exit(failed_ ? 1 : 0);
+        },
+        ::testing::ExitedWithCode(0), "");
+  }
+  void Check(bool ok, const std::string& what) {
+    if (ok) return;
+    failed_ = true;
+    ADD_FAILURE() << what;
+    std::fprintf(stderr, "check failed: %s\n", what.c_str());
+  }
+  bool failed_ = false;
+
+  // 2026-11-29 18:00:00 UTC
+  static std::chrono::system_clock::time_point Now() {
+    return std::chrono::system_clock::from_time_t(1795975200);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(StateFileTest, MissingFileStartsFresh) {
+  StateFile state(dir_ / "not-yet");
+  const StateLoad load = state.Load(Now());
+  EXPECT_EQ(load.outcome, StateLoad::Outcome::kFresh);
+  EXPECT_TRUE(load.baselines.empty());
+  EXPECT_TRUE(load.message.empty());
+  EXPECT_TRUE(state.persisting());
+  // The first save creates the directory.
+  EXPECT_TRUE(state.Save(Sample(), Now()).ok);
+  EXPECT_TRUE(fs::exists(dir_ / "not-yet" / "state.json"));
+}
+
+TEST_F(StateFileTest, RoundTrip) {
+  StateFile state(dir_);
+  const StateWrite w = state.Save(Sample(), Now());
+  ASSERT_TRUE(w.ok) << w.error;
+  const auto doc = nlohmann::json::parse(Read(dir_ / "state.json"));
+  EXPECT_EQ(doc["version"], 1);
+  EXPECT_EQ(doc["written_at"], "2026-11-29T18:00:00Z");
+
+  StateFile again(dir_);
+  const StateLoad load = again.Load(Now());
+  EXPECT_EQ(load.outcome, StateLoad::Outcome::kLoaded);
+  EXPECT_EQ(load.baselines, Sample());
+  // Nothing but the state file is left behind.
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++entries;
+  EXPECT_EQ(entries, 1);
+}
+
+TEST_F(StateFileTest, TrackerSurvivesARestartThroughTheFile) {
+  Settings config;
+  HealthTracker before(config);
+  probes::ProbeSample s;
+  s.spec.mode = probes::TransferMode::kPinned;
+  s.spec.size_bytes = 64ull << 20;
+  s.status = probes::ProbeStatus::kOk;
+  s.bytes_per_transfer = s.spec.size_bytes;
+  s.durations_s.assign(20, static_cast<double>(s.bytes_per_transfer) / 24e9);
+  CycleObservation obs;
+  obs.device.uuid = "GPU-a";
+  obs.samples = {s};
+  for (int i = 0; i < 7; ++i) before.Observe(obs);
+  ASSERT_TRUE(StateFile(dir_).Save(before.Snapshot(), Now()).ok);
+
+  HealthTracker after(config);
+  StateFile state(dir_);
+  after.Restore(state.Load(Now()).baselines);
+  EXPECT_NEAR(
+      after.Baseline("GPU-a", probes::TransferMode::kPinned, probes::Direction::kH2D, 64ull << 20),
+      24e9, 1e3);
+}
+
+TEST_F(StateFileTest, CorruptFileIsMovedAsideAndLearningStartsFresh) {
+  Write("{\"version\": 1, \"baselines\": {\"GPU-a\": [1, 2");  // truncated mid-write
+  StateFile state(dir_);
+  const StateLoad load = state.Load(Now());
+  EXPECT_EQ(load.outcome, StateLoad::Outcome::kCorrupt);
+  EXPECT_TRUE(load.baselines.empty());
+  const fs::path aside = dir_ / "state.json.corrupt-20261129T180000Z";
+  EXPECT_TRUE(fs::exists(aside));
+  EXPECT_FALSE(fs::exists(dir_ / "state.json"));
+  EXPECT_NE(load.message.find(aside.string()), std::string::npos) << load.message;
+  EXPECT_TRUE(state.persisting());
+  EXPECT_TRUE(state.Save(Sample(), Now()).ok);
+}
+
+TEST_F(StateFileTest, WrongShapesAreCorruptNotCrashes) {
+  for (const std::string& text : std::vector<std::string>{
+           "", std::string("\x00\x01garbage", 9), "[]", "{}",
+           "{\"version\": \"1\", \"baselines\": {}}", "{\"version\": 0, \"baselines\": {}}",
+           "{\"version\": 1}", "{\"version\": 1, \"baselines\": []}",
+           "{\"version\": 1, \"baselines\": {\"g\": 3}}",
+           "{\"version\": 1, \"baselines\": {\"g\": {\"k\": [1, \"x\"]}}}",
+           "{\"version\": 1, \"baselines\": {\"g\": {\"k\": [-5]}}}"}) {
+    SCOPED_TRACE(text);
+    Write(text);
+    StateFile state(dir_);
+    const StateLoad load = state.Load(Now());
+    EXPECT_EQ(load.outcome, StateLoad::Outcome::kCorrupt) << load.message;
+    EXPECT_TRUE(load.baselines.empty());
+    fs::remove(dir_ / "state.json.corrupt-20261129T180000Z");
+  }
+}
+
+TEST_F(StateFileTest, FutureVersionIsKeptAndNeverOverwritten) {
+  const std::string future = "{\"version\": 2, \"baselines\": {}, \"new_thing\": true}";
+  Write(future);
+  StateFile state(dir_);
+  const StateLoad load = state.Load(Now());
+  EXPECT_EQ(load.outcome, StateLoad::Outcome::kFutureVersion);
+  EXPECT_NE(load.message.find("upgrade xferd"), std::string::npos) << load.message;
+  EXPECT_NE(load.message.find("move the file"), std::string::npos) << load.message;
+  EXPECT_FALSE(state.persisting());
+  const StateWrite w = state.Save(Sample(), Now());
+  EXPECT_FALSE(w.ok);
+  EXPECT_TRUE(w.skipped);
+  EXPECT_EQ(Read(dir_ / "state.json"), future);
+}
+
+TEST_F(StateFileTest, UnwritableDirectoryReportsAndKeepsTheOldFile) {
+  StateFile state(dir_);
+  ASSERT_TRUE(state.Save(Sample(), Now()).ok);
+  const std::string before = Read(dir_ / "state.json");
+  BaselineSet changed = Sample();
+  changed["GPU-a"]["pinned/h2d/64MiB"].push_back(1e9);
+  // r-x for everyone; root would write through the bits, so the write runs as nobody.
+  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                            fs::perms::group_exec | fs::perms::others_read |
+                            fs::perms::others_exec);
+  AsUnprivileged([&] {
+    const StateWrite w = state.Save(changed, Now());
+    Check(!w.ok && !w.skipped, "the write must fail and say so");
+    Check(w.error.find("Permission denied") != std::string::npos, w.error);
+    Check(w.error.find("StateDirectory=") != std::string::npos, w.error);
+  });
+  fs::permissions(dir_, fs::perms::owner_all);
+  EXPECT_EQ(Read(dir_ / "state.json"), before);
+  // Once writable again, the next save succeeds with everything learned meanwhile.
+  ASSERT_TRUE(state.Save(changed, Now()).ok);
+  EXPECT_EQ(StateFile(dir_).Load(Now()).baselines, changed);
+}
+
+TEST_F(StateFileTest, StateDirThatIsAFileIsAnErrorNotACrash) {
+  std::ofstream(dir_ / "plain") << "x";
+  StateFile state(dir_ / "plain");
+  EXPECT_EQ(state.Load(Now()).outcome, StateLoad::Outcome::kFresh);
+  const StateWrite w = state.Save(Sample(), Now());
+  EXPECT_FALSE(w.ok);
+  EXPECT_NE(w.error.find(dir_.string()), std::string::npos) << w.error;
+}
+
+TEST_F(StateFileTest, UnreadableFileIsKeptAndNotOverwritten) {
+  Write("{\"version\": 1, \"baselines\": {}}");
+  fs::permissions(dir_, fs::perms::all);  // writable by anyone: only the file is closed
+  fs::permissions(dir_ / "state.json", fs::perms::none);
+  AsUnprivileged([&] {
+    StateFile state(dir_);
+    const StateLoad load = state.Load(Now());
+    Check(load.outcome == StateLoad::Outcome::kUnreadable, "outcome: " + load.message);
+    Check(load.message.find("permissions") != std::string::npos, load.message);
+    Check(!state.persisting(), "persisting must be off");
+    Check(!state.Save(Sample(), Now()).ok, "save must not replace an unread file");
+  });
+  fs::permissions(dir_ / "state.json", fs::perms::owner_read);
+  EXPECT_EQ(Read(dir_ / "state.json"), "{\"version\": 1, \"baselines\": {}}");
+}
+
+TEST_F(StateFileTest, InterruptedWriteNeverYieldsATornState) {
+  StateFile state(dir_);
+  ASSERT_TRUE(state.Save(Sample(), Now()).ok);
+  // A write killed before its rename leaves a partial temp file beside the real one.
+  const std::string full = Read(dir_ / "state.json");
+  std::ofstream(dir_ / ".state.json.tmp.Ab12Cd") << full.substr(0, full.size() / 2);
+  StateFile restarted(dir_);
+  const StateLoad load = restarted.Load(Now());
+  EXPECT_EQ(load.outcome, StateLoad::Outcome::kLoaded);
+  EXPECT_EQ(load.baselines, Sample());
+  EXPECT_FALSE(fs::exists(dir_ / ".state.json.tmp.Ab12Cd"));  // cleaned up
+
+  // Repeated saves, each read back whole at every step.
+  BaselineSet b = Sample();
+  for (int i = 0; i < 50; ++i) {
+    b["GPU-a"]["pinned/h2d/64MiB"].push_back(24e9 + i);
+    ASSERT_TRUE(restarted.Save(b, Now()).ok);
+    ASSERT_EQ(StateFile(dir_).Load(Now()).baselines, b);
+  }
+}
+
+}  // namespace
+}  // namespace xferd::core

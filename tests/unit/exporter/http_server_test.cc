@@ -1,0 +1,670 @@
+// The HTTP layer over real loopback sockets: routing, methods, auth, limits, errors.
+#include "web/http_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "exporter/routes.h"
+
+namespace xferd::exporter {
+
+using namespace xferd::web;
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// bcrypt (cost 10) of "test-password", made with Python's crypt module.
+constexpr const char* kTestHash = "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi";
+constexpr const char* kTestPassword = "test-password";
+
+int Connect(std::uint16_t port, std::chrono::seconds timeout) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  timeval tv{static_cast<time_t>(timeout.count()), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+struct RawResponse {
+  int status = 0;  // 0: the server closed without an answer
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+  std::string header(const std::string& name) const {
+    const auto it = headers.find(name);
+    return it == headers.end() ? std::string() : it->second;
+  }
+};
+
+RawResponse Parse(const std::string& raw) {
+  RawResponse r;
+  const auto end = raw.find("\r\n\r\n");
+  if (raw.rfind("HTTP/1.", 0) != 0 || end == std::string::npos) return r;
+  r.status = std::atoi(raw.c_str() + raw.find(' ') + 1);
+  std::size_t pos = raw.find("\r\n") + 2;
+  while (pos < end) {
+    const auto eol = raw.find("\r\n", pos);
+    const std::string line = raw.substr(pos, eol - pos);
+    const auto colon = line.find(':');
+    if (colon != std::string::npos) {
+      std::string name = line.substr(0, colon);
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
+      std::string value = line.substr(colon + 1);
+      value.erase(0, value.find_first_not_of(' '));
+      r.headers[name] = value;
+    }
+    pos = eol + 2;
+  }
+  r.body = raw.substr(end + 4);
+  return r;
+}
+
+// Sends `request` as is and reads until the server closes the connection.
+RawResponse Exchange(std::uint16_t port, const std::string& request,
+                     std::chrono::seconds timeout = 20s) {
+  const int fd = Connect(port, timeout);
+  if (fd < 0) return {};
+  std::size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;  // the server may close early on a request it refuses
+    sent += static_cast<std::size_t>(n);
+  }
+  std::string raw;
+  char buffer[16384];
+  for (;;) {
+    const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    raw.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return Parse(raw);
+}
+
+RawResponse Get(std::uint16_t port, const std::string& path, const std::string& method = "GET",
+                const std::string& extra_headers = "") {
+  return Exchange(port, method + " " + path + " HTTP/1.1\r\nHost: localhost\r\n" +
+                            extra_headers + "Connection: close\r\n\r\n");
+}
+
+std::string Base64(const std::string& in) {
+  static const char* table = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
+                       (static_cast<unsigned char>(in[i + 1]) << 8) |
+                       static_cast<unsigned char>(in[i + 2]);
+    out += {table[v >> 18], table[(v >> 12) & 63], table[(v >> 6) & 63], table[v & 63]};
+  }
+  if (i + 1 == in.size()) {
+    const unsigned v = static_cast<unsigned char>(in[i]) << 16;
+    out += {table[v >> 18], table[(v >> 12) & 63], '=', '='};
+  } else if (i + 2 == in.size()) {
+    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
+                       (static_cast<unsigned char>(in[i + 1]) << 8);
+    out += {table[v >> 18], table[(v >> 12) & 63], table[(v >> 6) & 63], '='};
+  }
+  return out;
+}
+
+std::string BasicAuth(const std::string& user, const std::string& password) {
+  return "Authorization: Basic " + Base64(user + ":" + password) + "\r\n";
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "xferd-http-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+void WriteFile(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+// A server with the exporter's routes over a registry holding one counter.
+struct Exporter {
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::atomic<bool> healthy{true};
+  std::unique_ptr<HttpServer> server;
+
+  explicit Exporter(HttpServerOptions options = {}) {
+    prometheus::BuildCounter()
+        .Name("xferd_test_scrapes_total")
+        .Help("A counter for the tests.")
+        .Register(*registry)
+        .Add({{"gpu", "0"}})
+        .Increment(3);
+    ExporterRoutes routes;
+    routes.collectables = {registry};
+    routes.version = "9.9.9-test";
+    routes.health = [this] {
+      return healthy ? HealthState{} : HealthState{false, "no probe cycle for 300 s"};
+    };
+    routes.status_line = [] { return std::string("gpu0: <ok> & steady"); };
+    if (options.listen_address == ":9742") options.listen_address = "127.0.0.1:0";
+    server = std::make_unique<HttpServer>(options, MakeExporterHandler(routes));
+  }
+  std::uint16_t port() const { return server->port(); }
+};
+
+TEST(ListenAddress, AcceptsNodeExporterForms) {
+  EXPECT_EQ(ParseListenAddress(":9742").host, "");
+  EXPECT_EQ(ParseListenAddress(":9742").port, 9742);
+  EXPECT_EQ(ParseListenAddress("127.0.0.1:0").host, "127.0.0.1");
+  EXPECT_EQ(ParseListenAddress("[::1]:9742").host, "::1");
+  EXPECT_EQ(ParseListenAddress("localhost:80").port, 80);
+}
+
+TEST(ListenAddress, RejectsBadFormsNamingTheFix) {
+  for (const std::string bad : {"9742", "host", ":", ":70000", ":-1", ":12ab", "::1:9742",
+                                "[::1]", "[nothost]:1", "[::1]9742", "1.2.3.4:"}) {
+    try {
+      ParseListenAddress(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const HttpError& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + bad + "'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("fix:"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(PasswordHash, VerifiesBcrypt) {
+  EXPECT_TRUE(VerifyPasswordHash(kTestPassword, kTestHash));
+  EXPECT_FALSE(VerifyPasswordHash("test-passwore", kTestHash));
+  EXPECT_FALSE(VerifyPasswordHash("", kTestHash));
+  // htpasswd writes $2y$; libxcrypt treats it as $2b$.
+  std::string y = kTestHash;
+  y[2] = 'y';
+  EXPECT_TRUE(VerifyPasswordHash(kTestPassword, y));
+  EXPECT_FALSE(VerifyPasswordHash(kTestPassword, "not-a-hash"));
+  EXPECT_FALSE(VerifyPasswordHash(kTestPassword, "$2b$10$short"));
+  EXPECT_FALSE(VerifyPasswordHash(kTestPassword, ""));
+}
+
+TEST(HttpServer, ServesMetricsWithTheExpositionContentType) {
+  Exporter exporter;
+  const RawResponse r = Get(exporter.port(), "/metrics");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-type"), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(r.body.find("# TYPE xferd_test_scrapes_total counter"), std::string::npos);
+  EXPECT_NE(r.body.find("xferd_test_scrapes_total{gpu=\"0\"} 3"), std::string::npos) << r.body;
+}
+
+TEST(HttpServer, HeadSendsHeadersWithoutBody) {
+  Exporter exporter;
+  const RawResponse get = Get(exporter.port(), "/metrics");
+  const RawResponse head = Get(exporter.port(), "/metrics", "HEAD");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.body, "");
+  EXPECT_EQ(head.header("content-length"), std::to_string(get.body.size()));
+}
+
+TEST(HttpServer, OtherMethodsGet405WithAllow) {
+  Exporter exporter;
+  for (const std::string method : {"POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE"}) {
+    const RawResponse r = Exchange(exporter.port(), method +
+                                                        " /metrics HTTP/1.1\r\nHost: x\r\n"
+                                                        "Content-Length: 5\r\n"
+                                                        "Connection: close\r\n\r\nhello");
+    EXPECT_EQ(r.status, 405) << method;
+    EXPECT_EQ(r.header("allow"), "GET, HEAD") << method;
+  }
+  EXPECT_EQ(Get(exporter.port(), "/metrics").status, 200);
+}
+
+TEST(HttpServer, UnknownPathsAndTraversalAre404) {
+  Exporter exporter;
+  for (const std::string path :
+       {"/nope", "/metrics/", "//metrics", "/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd",
+        "/..%2f..%2fetc%2fpasswd", "/metrics/../../etc/passwd", "/healthz/..", "/index.html",
+        "/metrics%00.html", "/metrics%00", "/%00"}) {
+    const RawResponse r = Get(exporter.port(), path);
+    EXPECT_TRUE(r.status == 404 || r.status == 400) << path << " -> " << r.status;
+    EXPECT_EQ(r.body.find("root:"), std::string::npos) << path;
+  }
+}
+
+TEST(HttpServer, QueryStringDoesNotChangeTheRoute) {
+  Exporter exporter;
+  EXPECT_EQ(Get(exporter.port(), "/metrics?x=1").status, 200);
+  EXPECT_EQ(Get(exporter.port(), "/%6Detrics").status, 200);  // percent-decoding still works
+}
+
+TEST(HttpServer, LandingPageLinksMetricsAndHealthAndEscapesStatus) {
+  Exporter exporter;
+  const RawResponse r = Get(exporter.port(), "/");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-type"), "text/html; charset=utf-8");
+  EXPECT_NE(r.body.find("href=\"/metrics\""), std::string::npos);
+  EXPECT_NE(r.body.find("href=\"/healthz\""), std::string::npos);
+  EXPECT_NE(r.body.find("9.9.9-test"), std::string::npos);
+  EXPECT_NE(r.body.find("gpu0: &lt;ok&gt; &amp; steady"), std::string::npos) << r.body;
+}
+
+TEST(HttpServer, HealthzFollowsTheDaemonsVerdict) {
+  Exporter exporter;
+  RawResponse r = Get(exporter.port(), "/healthz");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ok\n");
+  exporter.healthy = false;
+  r = Get(exporter.port(), "/healthz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("no probe cycle for 300 s"), std::string::npos);
+  EXPECT_NE(Get(exporter.port(), "/").body.find("unhealthy: no probe cycle"), std::string::npos);
+}
+
+TEST(HttpServer, CustomTelemetryPath) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  ExporterRoutes routes;
+  routes.telemetry_path = "/probe/metrics";
+  routes.collectables = {registry};
+  HttpServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  HttpServer server(options, MakeExporterHandler(routes));
+  EXPECT_EQ(Get(server.port(), "/probe/metrics").status, 200);
+  EXPECT_EQ(Get(server.port(), "/metrics").status, 404);
+  EXPECT_NE(Get(server.port(), "/").body.find("href=\"/probe/metrics\""), std::string::npos);
+}
+
+TEST(HttpServer, BadTelemetryPathIsAClearError) {
+  for (const std::string path : {"", "metrics", "/healthz"}) {
+    ExporterRoutes routes;
+    routes.telemetry_path = path;
+    try {
+      MakeExporterHandler(routes);
+      ADD_FAILURE() << "accepted '" << path << "'";
+    } catch (const HttpError& e) {
+      EXPECT_NE(std::string(e.what()).find("--web.telemetry-path"), std::string::npos);
+    }
+  }
+}
+
+TEST(HttpServer, ExpiredCollectablesDropOut) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::BuildCounter().Name("xferd_gone_total").Help("h").Register(*registry).Add({});
+  ExporterRoutes routes;
+  routes.collectables = {registry};
+  HttpServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  HttpServer server(options, MakeExporterHandler(routes));
+  EXPECT_NE(Get(server.port(), "/metrics").body.find("xferd_gone_total"), std::string::npos);
+  registry.reset();
+  const RawResponse r = Get(server.port(), "/metrics");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body.find("xferd_gone_total"), std::string::npos);
+}
+
+TEST(HttpServer, HandlerExceptionIs500AndServerKeepsServing) {
+  HttpServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  HttpServer server(options, [](const HttpRequest& request) -> HttpResponse {
+    if (request.path == "/boom") throw std::runtime_error("boom");
+    return HttpResponse{200, "text/plain", "fine\n", {}};
+  });
+  EXPECT_EQ(Get(server.port(), "/boom").status, 500);
+  EXPECT_EQ(Get(server.port(), "/").body, "fine\n");
+}
+
+TEST(HttpServer, PortZeroPicksAFreePortAndUrlNamesIt) {
+  Exporter exporter;
+  EXPECT_NE(exporter.port(), 0);
+  EXPECT_EQ(exporter.server->url(), "http://127.0.0.1:" + std::to_string(exporter.port()));
+  EXPECT_FALSE(exporter.server->tls());
+}
+
+TEST(HttpServer, PortInUseIsAClearError) {
+  Exporter first;
+  HttpServerOptions options;
+  options.listen_address = "127.0.0.1:" + std::to_string(first.port());
+  try {
+    HttpServer second(options, [](const HttpRequest&) { return HttpResponse{}; });
+    FAIL() << "second server bound the same port";
+  } catch (const HttpError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("already in use"), std::string::npos) << message;
+    EXPECT_NE(message.find("--web.listen-address"), std::string::npos) << message;
+  }
+  EXPECT_EQ(Get(first.port(), "/metrics").status, 200);
+}
+
+TEST(HttpServer, WildcardAddressServesLoopback) {
+  HttpServerOptions options;
+  options.listen_address = ":0";
+  Exporter exporter(options);
+  EXPECT_EQ(Get(exporter.port(), "/healthz").status, 200);
+}
+
+TEST(HttpServer, AddressNotOnThisHostIsAClearError) {
+  HttpServerOptions options;
+  options.listen_address = "192.0.2.1:0";  // TEST-NET-1: never local
+  try {
+    HttpServer server(options, [](const HttpRequest&) { return HttpResponse{}; });
+    FAIL() << "bound a foreign address";
+  } catch (const HttpError& e) {
+    EXPECT_NE(std::string(e.what()).find("not one of this host's"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(HttpServer, BadTlsFilesAreClearErrors) {
+  TempDir dir;
+  const auto cert = dir.path() / "cert.pem";
+  const auto key = dir.path() / "key.pem";
+  WriteFile(cert, "this is not a certificate\n");
+  WriteFile(key, "nor a key\n");
+  auto expect_error = [](const WebConfig& web, const std::string& needle) {
+    HttpServerOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.web = web;
+    try {
+      HttpServer server(options, [](const HttpRequest&) { return HttpResponse{}; });
+      ADD_FAILURE() << "started with " << web.cert_file << " / " << web.key_file;
+    } catch (const HttpError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("fix:"), std::string::npos) << e.what();
+    }
+  };
+  WebConfig web;
+  web.cert_file = cert;
+  web.key_file = key;
+  expect_error(web, cert.string() + " is not a PEM certificate");
+  web.cert_file = dir.path() / "missing.pem";
+  expect_error(web, "cannot read TLS certificate " + web.cert_file.string());
+  web.key_file.clear();
+  expect_error(web, "needs both cert_file and key_file");
+}
+
+TEST(HttpServer, NonBcryptHashIsAClearError) {
+  HttpServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.web.basic_auth_users["alice"] = "plaintext";
+  try {
+    HttpServer server(options, [](const HttpRequest&) { return HttpResponse{}; });
+    FAIL();
+  } catch (const HttpError& e) {
+    EXPECT_NE(std::string(e.what()).find("basic_auth_users.alice is not a bcrypt hash"),
+              std::string::npos);
+  }
+}
+
+TEST(HttpServer, BasicAuthGuardsEveryPath) {
+  HttpServerOptions options;
+  options.web.basic_auth_users["prometheus"] = kTestHash;
+  Exporter exporter(options);
+  const auto port = exporter.port();
+  for (const std::string path : {"/metrics", "/", "/healthz", "/nope"}) {
+    const RawResponse r = Get(port, path);
+    EXPECT_EQ(r.status, 401) << path;
+    EXPECT_EQ(r.header("www-authenticate"), "Basic realm=\"xferd\"") << path;
+    EXPECT_EQ(r.body.find("xferd_test"), std::string::npos);
+  }
+  EXPECT_EQ(Get(port, "/metrics", "GET", BasicAuth("prometheus", "wrong")).status, 401);
+  EXPECT_EQ(Get(port, "/metrics", "GET", BasicAuth("nobody", kTestPassword)).status, 401);
+  EXPECT_EQ(Get(port, "/metrics", "GET", "Authorization: Basic !!!notbase64\r\n").status, 401);
+  EXPECT_EQ(Get(port, "/metrics", "GET", "Authorization: Bearer abc\r\n").status, 401);
+  const RawResponse ok = Get(port, "/metrics", "GET", BasicAuth("prometheus", kTestPassword));
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_NE(ok.body.find("xferd_test_scrapes_total"), std::string::npos);
+  // A second time comes from the verification cache; it must still be right.
+  EXPECT_EQ(Get(port, "/metrics", "GET", BasicAuth("prometheus", kTestPassword)).status, 200);
+  EXPECT_EQ(Get(port, "/metrics", "GET", BasicAuth("prometheus", "wrong")).status, 401);
+  // Auth comes before the method check: no credentials, no 405 either.
+  EXPECT_EQ(Get(port, "/metrics", "POST").status, 401);
+  EXPECT_EQ(Get(port, "/metrics", "POST", BasicAuth("prometheus", kTestPassword)).status, 405);
+}
+
+// Wrong passwords cost a bcrypt each (tens to hundreds of ms); a flood of them must not
+// starve a scraper whose login is already verified.
+TEST(HttpServer, PasswordGuessingFloodDoesNotStarveVerifiedScrapes) {
+  HttpServerOptions options;
+  options.web.basic_auth_users["prometheus"] = kTestHash;
+  Exporter exporter(options);
+  const auto port = exporter.port();
+  const std::string good = BasicAuth("prometheus", kTestPassword);
+  ASSERT_EQ(Get(port, "/metrics", "GET", good).status, 200);  // now cached
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> denied{0}, busy{0}, other{0};
+  std::vector<std::thread> attackers;
+  for (int i = 0; i < 4; ++i) {
+    attackers.emplace_back([&, i] {
+      for (int n = 0; !stop; ++n) {
+        const int status = Get(port, "/metrics", "GET",
+                               BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
+                               .status;
+        if (status == 401) ++denied;
+        else if (status == 503) ++busy;
+        else ++other;
+      }
+    });
+  }
+  std::vector<int> scrapes;
+  for (int i = 0; i < 10; ++i) {
+    scrapes.push_back(Get(port, "/metrics", "GET", good).status);
+    std::this_thread::sleep_for(100ms);
+  }
+  stop = true;
+  for (auto& t : attackers) t.join();
+  EXPECT_EQ(std::count(scrapes.begin(), scrapes.end(), 200), 10);
+  EXPECT_GT(denied, 0);  // guesses are checked, one at a time
+  EXPECT_GT(busy, 0);    // and the rest told to come back instead of queueing
+  EXPECT_EQ(other, 0);
+}
+
+TEST(HttpServer, ReloadedUsersTakeEffectAndForgetCachedLogins) {
+  HttpServerOptions options;
+  options.web.basic_auth_users["prometheus"] = kTestHash;
+  Exporter exporter(options);
+  const auto port = exporter.port();
+  EXPECT_EQ(Get(port, "/metrics", "GET", BasicAuth("prometheus", kTestPassword)).status, 200);
+  exporter.server->SetBasicAuthUsers({{"grafana", kTestHash}});
+  EXPECT_EQ(Get(port, "/metrics", "GET", BasicAuth("prometheus", kTestPassword)).status, 401);
+  EXPECT_EQ(Get(port, "/metrics", "GET", BasicAuth("grafana", kTestPassword)).status, 200);
+  exporter.server->SetBasicAuthUsers({});
+  EXPECT_EQ(Get(port, "/metrics").status, 200);
+}
+
+TEST(HttpServer, OversizedHeadersAreRefusedAndServerKeepsServing) {
+  Exporter exporter;
+  const std::string huge(64 * 1024, 'a');
+  const RawResponse r = Get(exporter.port(), "/metrics", "GET", "X-Big: " + huge + "\r\n");
+  EXPECT_TRUE(r.status == 431 || r.status == 413 || r.status == 400) << r.status;
+  const std::string long_path = "/" + std::string(64 * 1024, 'p');
+  const RawResponse l = Get(exporter.port(), long_path);
+  EXPECT_TRUE(l.status == 414 || l.status == 431 || l.status == 400) << l.status;
+  EXPECT_EQ(Get(exporter.port(), "/metrics").status, 200);
+}
+
+TEST(HttpServer, MalformedRequestsDoNotHurtTheServer) {
+  HttpServerOptions options;
+  options.idle_timeout = 2s;  // incomplete requests end at the idle timeout
+  Exporter exporter(options);
+  for (const std::string& garbage :
+       {std::string("GARBAGE\r\n\r\n"), std::string("GET\r\n\r\n"),
+        std::string("GET /metrics HTTP/9.9\r\n\r\n"), std::string("\r\n\r\n\r\n"),
+        std::string("GET /metrics HTTP/1.1\r\nNoColonHeader\r\n\r\n"),
+        std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11),  // a TLS hello
+        std::string("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n"),
+        std::string("GET /\0metrics HTTP/1.1\r\n\r\n", 26)}) {
+    const RawResponse r = Exchange(exporter.port(), garbage, 20s);
+    // Refused, or (a NUL ends the path early: "/") answered harmlessly; never the metrics.
+    EXPECT_EQ(r.body.find("xferd_test_scrapes_total"), std::string::npos) << garbage;
+  }
+  EXPECT_EQ(Get(exporter.port(), "/metrics").status, 200);
+}
+
+TEST(HttpServer, ManyConcurrentScrapesAllSucceed) {
+  Exporter exporter;
+  constexpr int kClients = 100;
+  std::vector<int> status(kClients, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] { status[i] = Get(exporter.port(), "/metrics").status; });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(std::count(status.begin(), status.end(), 200), kClients);
+}
+
+// Clients that trickle a request a byte at a time hold every connection slot; the request
+// deadline frees them, so a real scrape gets through instead of waiting for hours.
+TEST(HttpServer, TricklingClientsAreCutOffAtTheRequestDeadline) {
+  HttpServerOptions options;
+  options.connection_limit = 4;
+  options.threads = 2;
+  options.idle_timeout = 30s;  // the trickle keeps them from being idle anyway
+  options.request_deadline = 2s;
+  Exporter exporter(options);
+  const auto port = exporter.port();
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> cut_off{0};
+  std::vector<std::thread> tricklers;
+  for (int i = 0; i < 4; ++i) {
+    tricklers.emplace_back([&] {
+      const int fd = Connect(port, 60s);
+      if (fd < 0) return;
+      const std::string request = "GET /metrics HTTP/1.1\r\nX-Slow: " + std::string(10000, 's');
+      for (const char c : request) {
+        if (stop) break;
+        if (send(fd, &c, 1, MSG_NOSIGNAL) != 1) {
+          ++cut_off;
+          break;
+        }
+        std::this_thread::sleep_for(100ms);
+      }
+      close(fd);
+    });
+  }
+  std::this_thread::sleep_for(500ms);  // let them take every slot
+  const auto start = std::chrono::steady_clock::now();
+  const RawResponse r = Get(port, "/metrics");
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.status, 200);
+  EXPECT_LT(waited, 30s);  // without the deadline: 10000 bytes x 100 ms = 17 minutes
+  // Wait for every trickler to notice (an EPIPE/ECONNRESET on a later send).
+  for (int i = 0; i < 100 && cut_off < 4; ++i) std::this_thread::sleep_for(100ms);
+  stop = true;
+  for (auto& t : tricklers) t.join();
+  EXPECT_EQ(cut_off, 4);
+}
+
+TEST(HttpServer, IdleConnectionsTimeOut) {
+  HttpServerOptions options;
+  options.idle_timeout = 1s;
+  Exporter exporter(options);
+  const int fd = Connect(exporter.port(), 30s);
+  ASSERT_GE(fd, 0);
+  char byte;
+  const auto start = std::chrono::steady_clock::now();
+  const ssize_t n = recv(fd, &byte, 1, 0);  // blocks until the server closes
+  close(fd);
+  EXPECT_EQ(n, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 25s);
+}
+
+// TLS end to end with a certificate made by openssl and the curl client, both in the
+// project's dependencies; skipped where they are missing.
+TEST(HttpServer, ServesTlsWithAGeneratedCertificate) {
+  if (std::system("command -v openssl >/dev/null && command -v curl >/dev/null") != 0) {
+    GTEST_SKIP() << "openssl or curl not installed";
+  }
+  TempDir dir;
+  const auto cert = dir.path() / "cert.pem";
+  const auto key = dir.path() / "key.pem";
+  const std::string make_cert =
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+      "-subj /CN=localhost -addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
+      key.string() + " -out " + cert.string() + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(make_cert.c_str()), 0);
+
+  HttpServerOptions options;
+  options.web.cert_file = cert;
+  options.web.key_file = key;
+  options.web.basic_auth_users["prometheus"] = kTestHash;
+  Exporter exporter(options);
+  EXPECT_TRUE(exporter.server->tls());
+  const std::string url = exporter.server->url() + "/metrics";
+  EXPECT_EQ(url.rfind("https://127.0.0.1:", 0), 0u);
+
+  auto curl = [&](const std::string& args) {
+    const std::string out = (dir.path() / "out.txt").string();
+    const std::string command = "curl -s -o " + out + " -w '%{http_code}' --max-time 20 " +
+                                args + " > " + (dir.path() / "code.txt").string();
+    std::system(command.c_str());
+    std::ifstream code(dir.path() / "code.txt");
+    std::string text;
+    code >> text;
+    std::ifstream body_in(out);
+    std::string body((std::istreambuf_iterator<char>(body_in)), std::istreambuf_iterator<char>());
+    return std::make_pair(text, body);
+  };
+  const auto ok = curl("--cacert " + cert.string() + " -u prometheus:" + kTestPassword + " " + url);
+  EXPECT_EQ(ok.first, "200");
+  EXPECT_NE(ok.second.find("xferd_test_scrapes_total"), std::string::npos);
+  EXPECT_EQ(curl("--cacert " + cert.string() + " " + url).first, "401");
+  EXPECT_EQ(curl("--cacert " + cert.string() + " -u prometheus:nope " + url).first, "401");
+  // Plain HTTP to the TLS port gets no HTTP answer, and the server is unharmed.
+  EXPECT_EQ(Get(exporter.port(), "/metrics").status, 0);
+  // Without the CA the client refuses the self-signed certificate.
+  EXPECT_EQ(curl("-u prometheus:" + std::string(kTestPassword) + " " + url).first, "000");
+  EXPECT_EQ(curl("--cacert " + cert.string() + " -u prometheus:" + kTestPassword + " " + url)
+                .first,
+            "200");
+
+  // A key that is not the certificate's is refused by name.
+  const auto other_key = dir.path() / "other.pem";
+  ASSERT_EQ(std::system(("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 "
+                         "-out " + other_key.string() + " 2>/dev/null").c_str()),
+            0);
+  HttpServerOptions mismatched;
+  mismatched.listen_address = "127.0.0.1:0";
+  mismatched.web.cert_file = cert;
+  mismatched.web.key_file = other_key;
+  try {
+    HttpServer server(mismatched, [](const HttpRequest&) { return HttpResponse{}; });
+    ADD_FAILURE() << "started with a key of another certificate";
+  } catch (const HttpError& e) {
+    EXPECT_NE(std::string(e.what()).find("do not fit together"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace xferd::exporter

@@ -1,0 +1,103 @@
+// The HTTP(S) listener behind /metrics: libmicrohttpd with GnuTLS, basic auth with bcrypt.
+//
+// prometheus-cpp's Exposer is not used: Debian 12's civetweb under it crashes on the first
+// TLS connection. This server only routes bytes; what each path answers is the handler's
+// business (exporter_routes.h builds the exporter's one).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "web/web_config.h"
+
+namespace xferd::web {
+
+// One request as the handler sees it. Only GET and HEAD reach the handler; the server
+// answers every other method with 405 itself.
+struct HttpRequest {
+  std::string method;  // "GET" or "HEAD"
+  std::string path;    // percent-decoded, without the query string
+  std::string user;    // the authenticated user; empty when auth is off
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers
+};
+
+// Something a user can cause (address in use, bad address, unreadable or invalid TLS
+// files): the message names the cause and the fix.
+class HttpError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct HttpServerOptions {
+  // node_exporter's spelling: ":9742" (every interface), "127.0.0.1:0", "[::1]:9742",
+  // "localhost:9742". Port 0 picks a free port; port() tells which.
+  std::string listen_address = ":9742";
+  WebConfig web;  // TLS when cert and key are set; basic auth when users are set
+  // Connections open at once; more wait in the kernel's backlog until one closes.
+  unsigned connection_limit = 128;
+  // A connection with no traffic for this long is closed.
+  std::chrono::seconds idle_timeout{10};
+  // A request must arrive in full, and its response leave, within this long from the
+  // connection's start or its previous request: a client trickling a byte at a time is cut
+  // off (the idle timeout alone would let it hold the connection for hours).
+  std::chrono::seconds request_deadline{30};
+  unsigned threads = 2;
+  // Per-connection buffer for the request line and headers; larger requests get 431.
+  std::size_t connection_memory_bytes = 32 * 1024;
+  // Successful bcrypt verifications remembered (bcrypt costs ~50-100 ms each).
+  std::size_t auth_cache_entries = 64;
+};
+
+class HttpServer {
+ public:
+  using Handler = std::function<HttpResponse(const HttpRequest&)>;
+
+  // Binds and starts serving on background threads. Throws HttpError.
+  HttpServer(HttpServerOptions options, Handler handler);
+  // Stops accepting, finishes or drops open connections, joins the threads.
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  std::uint16_t port() const;
+  bool tls() const;
+  // "http://127.0.0.1:PORT" or "https://...", for logs; the wildcard address shows as
+  // the loopback one.
+  std::string url() const;
+
+  // Replace the basic-auth users (a reloaded web config); an empty map turns auth off.
+  // TLS settings cannot change without a restart of the server.
+  void SetBasicAuthUsers(std::map<std::string, std::string> users);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// "host:port" -> host and port, the forms HttpServerOptions::listen_address accepts.
+// Throws HttpError naming the problem and the fix.
+struct ListenAddress {
+  std::string host;  // "" = every interface; IPv6 literals without brackets
+  std::uint16_t port = 0;
+};
+ListenAddress ParseListenAddress(const std::string& address);
+
+// True when `password` matches the crypt(3) `hash` ($2b$/$2y$/$2a$ bcrypt, and any other
+// scheme libxcrypt knows). Compares in constant time. A malformed hash never matches.
+bool VerifyPasswordHash(const std::string& password, const std::string& hash);
+
+}  // namespace xferd::web
