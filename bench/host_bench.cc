@@ -11,7 +11,6 @@
 //
 // Figures and how to read them: docs/performance.md.
 #include <benchmark/benchmark.h>
-
 #include <prometheus/registry.h>
 
 #include <cstdint>
@@ -21,12 +20,13 @@
 #include <vector>
 
 #include "config/config.h"
-#include "exporter/routes.h"
+#include "core/health_tracker.h"
+#include "core/plan.h"
+#include "core/scheduler.h"
 #include "exporter/exposition.h"
-#include "core/health.h"
 #include "exporter/metrics.h"
 #include "exporter/process_metrics.h"
-#include "core/scheduler.h"
+#include "exporter/routes.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::exporter {
@@ -70,9 +70,9 @@ class SimulatedFleet {
     for (const auto& c : cycles_) {
       metrics_.RecordLinkPath(c.device.index, c.link_path);
       for (const auto& s : c.samples) {
-        metrics_.RecordSample(c.device, s,
-                              health_.Baseline(c.device.uuid, s.spec.mode, s.spec.direction,
-                                               s.spec.size_bytes));
+        metrics_.RecordSample(
+            c.device, s,
+            health_.Baseline(c.device.uuid, s.spec.mode, s.spec.direction, s.spec.size_bytes));
       }
     }
     metrics_.RecordCycle(0.5, CycleResult::kOk);
@@ -181,7 +181,12 @@ void BM_RenderMetrics(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
                           static_cast<std::int64_t>(body.size()));
 }
-BENCHMARK(BM_RenderMetrics)->Arg(1)->Arg(8)->Arg(64)->ArgName("gpus")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RenderMetrics)
+    ->Arg(1)
+    ->Arg(8)
+    ->Arg(64)
+    ->ArgName("gpus")
+    ->Unit(benchmark::kMicrosecond);
 
 // A scrape as `xferd run` answers it between cycles: the /metrics handler with the
 // registry's text cached and process_* read fresh (no HTTP; that is http_compare.sh's).
@@ -200,7 +205,12 @@ void BM_MetricsHandler(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
                           static_cast<std::int64_t>(bytes));
 }
-BENCHMARK(BM_MetricsHandler)->Arg(1)->Arg(8)->Arg(64)->ArgName("gpus")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MetricsHandler)
+    ->Arg(1)
+    ->Arg(8)
+    ->Arg(64)
+    ->ArgName("gpus")
+    ->Unit(benchmark::kMicrosecond);
 
 // The registry alone: what the cache saves on every scrape between changes.
 void BM_RenderRegistry(benchmark::State& state) {
@@ -215,7 +225,12 @@ void BM_RenderRegistry(benchmark::State& state) {
   state.counters["bytes"] = static_cast<double>(body.size());
   state.counters["series"] = static_cast<double>(CountSeries(body));
 }
-BENCHMARK(BM_RenderRegistry)->Arg(1)->Arg(8)->Arg(64)->ArgName("gpus")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RenderRegistry)
+    ->Arg(1)
+    ->Arg(8)
+    ->Arg(64)
+    ->ArgName("gpus")
+    ->Unit(benchmark::kMicrosecond);
 
 // procfs reads of the process_* metrics: paid on every scrape, independent of GPUs.
 void BM_ProcessMetrics(benchmark::State& state) {

@@ -1,16 +1,21 @@
-// `xferd check-config FILE`: validate without running, for CI and before a reload.
+// `xferd check-config FILE`: validate without running, for CI and before a reload; with
+// --json, the plan the file resolves to, from the same core functions `xferd run` and
+// `xferd probe` use.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
+#include "cmd/backend.h"
 #include "cmd/commands.h"
 #include "config/config.h"
-#include "platform/exit_codes.h"
+#include "core/band.h"
+#include "core/plan.h"
 
 namespace xferd::cmd {
 
 using namespace xferd::config;
 using namespace xferd::core;
-using namespace xferd::web;
+
 namespace {
 
 std::string Join(const std::vector<std::string>& items) {
@@ -33,8 +38,11 @@ void PrintSummary(const std::string& file, const Config& c) {
       FormatDuration(c.probe_deadline).c_str(), c.max_duty_cycle * 100);
   std::vector<std::string> modes;
   for (probes::TransferMode mode : c.modes) modes.emplace_back(probes::ToString(mode));
+  const bool bidirectional =
+      c.bidirectional &&
+      std::find(c.modes.begin(), c.modes.end(), probes::TransferMode::kPinned) != c.modes.end();
   std::printf("  modes:      %s%s\n", Join(modes).c_str(),
-              c.bidirectional ? " (+ pinned bidirectional)" : "");
+              bidirectional ? " (+ pinned bidirectional)" : "");
   std::vector<std::string> sizes;
   for (std::uint64_t size : c.sizes) sizes.push_back(probes::FormatSize(size));
   std::printf("  sizes:      %s, %d iterations after %d warm-up\n", Join(sizes).c_str(),
@@ -51,17 +59,74 @@ void PrintSummary(const std::string& file, const Config& c) {
   }
 }
 
+nlohmann::json BandJson(const probes::ExpectedBand& band) {
+  return {{"lower_bytes_per_s", band.lower_bytes_per_s},
+          {"upper_bytes_per_s", band.upper_bytes_per_s},
+          {"source", band.source}};
+}
+
+// The GPUs the simulated device offers that the config selects, with their bands.
+nlohmann::json SimulatedDevices(Config config) {
+  config.simulate = true;
+  const Backend made = MakeBackend(config, "check-config");
+  std::vector<probes::DeviceInfo> selected;
+  try {
+    selected = SelectDevices(made.backend->Devices(), config.gpus);
+  } catch (const UnknownGpuError& e) {
+    throw ConfigError(config.source.string(), 0, "probe.gpus", e.what(),
+                      "name GPUs by index or UUID as listed, or leave gpus empty for all");
+  }
+  nlohmann::json devices = nlohmann::json::array();
+  for (const probes::DeviceInfo& d : selected) {
+    const probes::LinkPath path = made.backend->ReadLinkPath(d.index);
+    devices.push_back({{"index", d.index},
+                       {"uuid", d.uuid},
+                       {"expected_band", BandJson(ResolveBand(config, d, path))}});
+  }
+  return devices;
+}
+
+void PrintPlan(const Config& c, bool simulate) {
+  nlohmann::json probes = nlohmann::json::array();
+  for (const probes::ProbeSpec& spec : PlanProbes(c)) {
+    probes.push_back({{"mode", probes::ToString(spec.mode)},
+                      {"direction", probes::ToString(spec.direction)},
+                      {"size_bytes", spec.size_bytes},
+                      {"deadline_s", spec.deadline.count() / 1e3},
+                      {"headline", IsHeadline(spec, c)},
+                      {"held_to_band", HeldToBand(spec.mode, spec.direction, spec.size_bytes)}});
+  }
+  nlohmann::json bands = nlohmann::json::array();
+  for (const BandOverride& b : c.bands) {
+    bands.push_back({{"gpu", b.gpu},
+                     {"lower_bytes_per_s", b.lower_bytes_per_s},
+                     {"upper_bytes_per_s", b.upper_bytes_per_s}});
+  }
+  nlohmann::json doc{{"file", c.source.string()},
+                     {"simulate", c.simulate || simulate},
+                     {"gpus", c.gpus},
+                     {"probes", probes},
+                     {"bands", bands},
+                     {"verdict",
+                      {{"band_min_size_bytes", kBandMinSizeBytes},
+                       {"band_lower_fraction", c.band_lower_fraction},
+                       {"band_upper_fraction", c.band_upper_fraction},
+                       {"consecutive_bad", c.consecutive_bad},
+                       {"drift_fraction", c.drift_fraction}}}};
+  if (c.simulate || simulate) doc["devices"] = SimulatedDevices(c);
+  std::printf("%s\n", doc.dump(2).c_str());
+}
+
 }  // namespace
 
-int CheckConfigCommand(const std::string& file) {
-  try {
-    const Config config = LoadConfig(file);
-    PrintSummary(file, config);
-    return kExitOk;
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return kExitConfig;
+int CheckConfigCommand(const CheckConfigOptions& options) {
+  const Config config = LoadConfig(options.file);
+  if (options.json) {
+    PrintPlan(config, options.simulate);
+  } else {
+    PrintSummary(options.file, config);
   }
+  return kExitOk;
 }
 
 }  // namespace xferd::cmd

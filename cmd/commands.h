@@ -1,4 +1,7 @@
 // The subcommands of the xferd executable; main.cc parses flags and calls one of these.
+// A command returns its exit code when it ran (0, or 1 for `probe` when a result was bad)
+// and throws a platform::Error when it could not: main() turns that into the message and
+// the exit code (platform/exit_codes.h), the one place that does.
 #pragma once
 
 #include <cstdint>
@@ -6,7 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "platform/exit_codes.h"
+
 namespace xferd::cmd {
+
+// A mistake in the flags: the message names it and the fix; exit 64.
+class UsageError : public platform::Error {
+ public:
+  explicit UsageError(const std::string& message)
+      : platform::Error(platform::Failure::kUsage, message) {}
+};
 
 // `xferd probe`: one-shot run of the selected modes, a table or JSON on stdout.
 struct ProbeCommandOptions {
@@ -16,8 +28,8 @@ struct ProbeCommandOptions {
   std::vector<std::string> sizes;  // empty = the default size
   int iterations = 20;
   int warmup = 2;
-  std::vector<std::string> gpus;   // indices or UUIDs; empty = every GPU
-  std::string config_file;         // optional: expected bands, sim options
+  std::vector<std::string> gpus;  // indices or UUIDs; empty = every GPU
+  std::string config_file;        // optional: the daemon's config (bands, plan, sim options)
   std::string sysfs_root = "/sys";
   std::uint64_t seed = 1;
 };
@@ -25,18 +37,26 @@ int RunProbeCommand(const ProbeCommandOptions& options);
 
 // `xferd run`: the daemon. Flags override the config file.
 struct RunCommandOptions {
-  std::string config_file;  // empty = defaults
-  std::optional<std::string> listen_address;  // --web.listen-address
-  std::optional<std::string> web_config_file; // --web.config.file
-  std::optional<std::string> telemetry_path;  // --web.telemetry-path
-  std::optional<std::string> state_dir;       // --state-dir
-  std::optional<std::string> log_level;       // --log.level
-  bool simulate = false;                      // --simulate
+  std::string config_file;                     // empty = defaults
+  std::optional<std::string> listen_address;   // --web.listen-address
+  std::optional<std::string> web_config_file;  // --web.config.file
+  std::optional<std::string> telemetry_path;   // --web.telemetry-path
+  std::optional<std::string> state_dir;        // --state-dir
+  std::optional<std::string> log_level;        // --log.level
+  bool simulate = false;                       // --simulate
 };
 int RunDaemonCommand(const RunCommandOptions& options);
 
-// `xferd check-config FILE`: 0 and a summary when valid, 78 and the error otherwise.
-int CheckConfigCommand(const std::string& file);
+// `xferd check-config FILE`: 0 and a summary when valid (a ConfigError otherwise). With
+// `json`, the resolved plan as JSON instead: the GPUs named, the probes and which of them
+// the band judges, the bands; with the devices, their bands too, when the config is for the
+// simulated device or `simulate` is set (as `xferd run --simulate` would see them).
+struct CheckConfigOptions {
+  std::string file;
+  bool json = false;
+  bool simulate = false;
+};
+int CheckConfigCommand(const CheckConfigOptions& options);
 
 // `xferd version`.
 int VersionCommand(bool json);

@@ -41,9 +41,13 @@ int main(int argc, char** argv) {
   probe_cmd->add_option("--sysfs-root", probe.sysfs_root, "Root of sysfs (default /sys)");
   probe_cmd->add_option("--seed", probe.seed, "Seed of the simulated device");
 
-  std::string check_file;
+  CheckConfigOptions check;
   auto* check_cmd = app.add_subcommand("check-config", "Validate a configuration file");
-  check_cmd->add_option("file", check_file, "TOML configuration file")->required();
+  check_cmd->add_option("file", check.file, "TOML configuration file")->required();
+  check_cmd->add_flag("--json", check.json,
+                      "Print the resolved plan (GPUs, probes, bands, verdict rules) as JSON");
+  check_cmd->add_flag("--simulate", check.simulate,
+                      "With --json: resolve the GPUs and bands on the simulated device");
 
   bool version_json = false;
   auto* version_cmd = app.add_subcommand("version", "Print the version and build");
@@ -56,11 +60,17 @@ int main(int argc, char** argv) {
     return rc == 0 ? xferd::kExitOk : xferd::kExitUsage;
   }
 
+  // Each command's messages start as they always have: "xferd: ", "xferd probe: ", and
+  // check-config's "<file>:<line>: ..." as it is.
+  const char* prefix = *probe_cmd ? "xferd probe: " : *check_cmd ? "" : "xferd: ";
   try {
     if (*run_cmd) return RunDaemonCommand(run);
     if (*probe_cmd) return RunProbeCommand(probe);
-    if (*check_cmd) return CheckConfigCommand(check_file);
+    if (*check_cmd) return CheckConfigCommand(check);
     if (*version_cmd) return VersionCommand(version_json);
+  } catch (const xferd::platform::Error& e) {
+    std::fprintf(stderr, "%s%s\n", prefix, e.what());
+    return xferd::platform::ExitCode(e.failure());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xferd: internal error: %s\n", e.what());
     return xferd::kExitSoftware;

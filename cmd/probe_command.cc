@@ -1,4 +1,6 @@
-// `xferd probe`: every selected probe once on every selected GPU, as a table or JSON.
+// `xferd probe`: every planned probe once on every selected GPU, as a table or JSON. The
+// GPUs, the probes, the band and the verdict come from core (plan.h, band.h), as for
+// `xferd run`; what is its own is running each probe once and printing the results.
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -15,12 +17,13 @@
 #include <thread>
 #include <vector>
 
+#include "cmd/backend.h"
 #include "cmd/commands.h"
 #include "config/config.h"
+#include "core/band.h"
+#include "core/health_tracker.h"
+#include "core/plan.h"
 #include "platform/exit_codes.h"
-#include "core/health.h"
-#include "xferd/probes/cuda_backend.h"
-#include "xferd/probes/sim_backend.h"
 #include "xferd/probes/stats.h"
 #include "xferd/probes/topology.h"
 
@@ -37,32 +40,9 @@ using probes::ProbeSpec;
 using probes::ProbeStatus;
 using probes::TransferMode;
 
-// A mistake in the flags: the message names it and the fix; exit 64.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// Slower than this and a probe is taken for stuck: the deadline of one probe is the
-// configured one, stretched for the sizes and iteration counts a user may ask for here.
-constexpr double kSlowestPlausibleBytesPerSecond = 0.5e9;
 // A backend that ignores its deadline (a hung driver call) is asked to stop this long after.
 constexpr std::chrono::seconds kHangGrace{2};
 constexpr auto kLinkPollInterval = std::chrono::milliseconds(5);
-// Below this a transfer is dominated by its fixed latency (a few us), not the link: it
-// says nothing about the band. At 4 MiB the floor costs under 5% even on Gen5 x16.
-constexpr std::uint64_t kMinBandSizeBytes = 4ull << 20;
-
-struct Plan {
-  std::vector<std::pair<TransferMode, Direction>> pairs;
-  std::vector<std::uint64_t> sizes;
-  int iterations = 20;
-  int warmup = 2;
-  std::chrono::milliseconds deadline{5000};
-  int streams = 4;
-  std::uint64_t chunk_bytes = 1ull << 20;
-};
-
 struct Row {
   ProbeSample sample;
   std::optional<double> percent_of_link;
@@ -77,115 +57,6 @@ struct DeviceReport {
   std::vector<Row> rows;
   std::vector<Diagnosis> diagnoses;  // likely causes of what the rows show; usually none
 };
-
-std::string Lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-
-std::string ModeList() {
-  std::string out;
-  for (TransferMode mode : probes::kAllModes) {
-    if (!out.empty()) out += ", ";
-    out += probes::ToString(mode);
-  }
-  return out;
-}
-
-Plan MakePlan(const ProbeCommandOptions& options, const Config* config) {
-  Plan plan;
-  std::vector<TransferMode> modes;
-  if (!options.modes.empty()) {
-    for (const std::string& text : options.modes) {
-      const auto mode = probes::ParseMode(Lower(text));
-      if (!mode) {
-        throw UsageError("unknown mode \"" + text + "\" in --mode; valid modes: " + ModeList());
-      }
-      if (std::find(modes.begin(), modes.end(), *mode) == modes.end()) modes.push_back(*mode);
-    }
-  } else if (config != nullptr) {
-    modes = config->modes;
-  } else {
-    modes.assign(probes::kAllModes.begin(), probes::kAllModes.end());
-  }
-  const bool bidirectional = config == nullptr || config->bidirectional;
-  for (const auto& [mode, direction] : probes::AllModeDirections()) {
-    if (std::find(modes.begin(), modes.end(), mode) == modes.end()) continue;
-    if (direction == Direction::kBidirectional && !bidirectional) continue;
-    plan.pairs.emplace_back(mode, direction);
-  }
-
-  if (!options.sizes.empty()) {
-    for (const std::string& text : options.sizes) {
-      const auto size = probes::ParseSize(text);
-      if (!size || *size == 0) {
-        throw UsageError("bad transfer size \"" + text +
-                         "\" in --size; write a positive size such as 4KiB, 64MiB or 1GiB");
-      }
-      plan.sizes.push_back(*size);
-    }
-  } else if (config != nullptr) {
-    plan.sizes = config->sizes;
-  } else {
-    plan.sizes = {64ull << 20};
-  }
-
-  plan.iterations = options.iterations;
-  plan.warmup = options.warmup;
-  if (config != nullptr) {
-    // Flags left at their defaults give way to the file.
-    const ProbeCommandOptions defaults;
-    if (options.iterations == defaults.iterations) plan.iterations = config->iterations;
-    if (options.warmup == defaults.warmup) plan.warmup = config->warmup;
-    plan.deadline = config->probe_deadline;
-    plan.streams = config->streams;
-    plan.chunk_bytes = config->chunk_bytes;
-  }
-  return plan;
-}
-
-ProbeSpec SpecFor(const Plan& plan, TransferMode mode, Direction direction, std::uint64_t size) {
-  ProbeSpec spec;
-  spec.mode = mode;
-  spec.direction = direction;
-  spec.size_bytes = size;
-  spec.iterations = plan.iterations;
-  spec.warmup = plan.warmup;
-  spec.streams = plan.streams;
-  spec.chunk_bytes = plan.chunk_bytes;
-  const double bytes = static_cast<double>(size) * (plan.iterations + plan.warmup) *
-                       (direction == Direction::kBidirectional ? 2 : 1);
-  const auto stretched = std::chrono::milliseconds(
-      static_cast<std::int64_t>(std::ceil(bytes / kSlowestPlausibleBytesPerSecond * 1000)));
-  spec.deadline = std::max(plan.deadline, stretched);
-  return spec;
-}
-
-// Devices picked by --gpu (index or UUID), in the order given; every device when none.
-std::vector<probes::DeviceInfo> SelectDevices(const std::vector<probes::DeviceInfo>& devices,
-                                              const std::vector<std::string>& wanted) {
-  if (wanted.empty()) return devices;
-  std::vector<probes::DeviceInfo> out;
-  for (const std::string& token : wanted) {
-    const probes::DeviceInfo* match = nullptr;
-    for (const auto& d : devices) {
-      if (token == std::to_string(d.index) || Lower(token) == Lower(d.uuid)) match = &d;
-    }
-    if (match == nullptr) {
-      std::string known;
-      for (const auto& d : devices) {
-        known += (known.empty() ? "" : ", ") + std::to_string(d.index) + " (" + d.uuid + ")";
-      }
-      throw UsageError("no GPU \"" + token +
-                       "\" for --gpu; give an index or a UUID of one of: " + known);
-    }
-    const bool seen =
-        std::any_of(out.begin(), out.end(), [&](const auto& d) { return d.index == match->index; });
-    if (!seen) out.push_back(*match);
-  }
-  return out;
-}
 
 double NarrowestRate(const probes::LinkPath& path) {
   const probes::PcieLink* link = path.Narrowest();
@@ -228,7 +99,6 @@ ProbeSample RunProbe(probes::TransferBackend& backend, int device, const ProbeSp
 
 Row Judge(ProbeSample sample, const probes::LinkPath& path, const probes::ExpectedBand& band) {
   Row row;
-  const bool bidir = sample.spec.direction == Direction::kBidirectional;
   switch (sample.status) {
     case ProbeStatus::kUnsupported: row.verdict = "unsupported: " + sample.message; break;
     case ProbeStatus::kError:
@@ -240,23 +110,14 @@ Row Judge(ProbeSample sample, const probes::LinkPath& path, const probes::Expect
       row.bad = true;
       break;
     case ProbeStatus::kOk: {
-      // The band is per direction; both directions at once are judged per direction.
-      const double per_direction = sample.MedianBandwidth() / (bidir ? 2.0 : 1.0);
+      const probes::ProbeSpec& spec = sample.spec;
       if (const double rate = NarrowestRate(path); rate > 0) {
-        row.percent_of_link = 100.0 * per_direction / rate;
+        row.percent_of_link = 100.0 * PerDirection(spec.direction, sample.MedianBandwidth()) / rate;
       }
-      if (!probes::IsLinkBound(sample.spec.mode, sample.spec.direction)) {
-        row.verdict = "n/a (not link-bound)";
-      } else if (!band.Known()) {
-        row.verdict = "n/a (no expected band)";
-      } else if (sample.spec.size_bytes < kMinBandSizeBytes) {
-        row.verdict = "n/a (latency-bound size)";
-      } else if (per_direction < band.lower_bytes_per_s) {
-        row.verdict = "below band";
-        row.bad = true;
-      } else {
-        row.verdict = "ok";
-      }
+      const BandVerdict verdict =
+          JudgeBand(spec.mode, spec.direction, spec.size_bytes, sample.MedianBandwidth(), band);
+      row.verdict = std::string(ToString(verdict));
+      row.bad = verdict == BandVerdict::kBelowBand;
       break;
     }
   }
@@ -264,47 +125,31 @@ Row Judge(ProbeSample sample, const probes::LinkPath& path, const probes::Expect
   return row;
 }
 
-probes::ExpectedBand BandFor(const probes::DeviceInfo& info, const probes::LinkPath& path,
-                             const Config* config) {
-  if (config == nullptr) return probes::BandFromPath(path);
-  for (const BandOverride& b : config->bands) {
-    if (b.gpu == std::to_string(info.index) || Lower(b.gpu) == Lower(info.uuid)) {
-      return {b.lower_bytes_per_s, b.upper_bytes_per_s, "config"};
-    }
-  }
-  return probes::BandFromPath(path, config->band_lower_fraction, config->band_upper_fraction);
-}
-
 DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceInfo& info,
-                         const Plan& plan, const Config* config) {
+                         const std::vector<ProbeSpec>& plan, const Config& config) {
   DeviceReport report;
   report.info = info;
   const probes::Capabilities caps = backend.GetCapabilities(info.index);
   bool link_read = false;
   std::vector<ProbeSample> samples;
-  for (std::uint64_t size : plan.sizes) {
-    for (const auto& [mode, direction] : plan.pairs) {
-      const ProbeSpec spec = SpecFor(plan, mode, direction, size);
-      if (!caps.Supports(mode)) {
-        ProbeSample skipped;
-        skipped.spec = spec;
-        skipped.status = ProbeStatus::kUnsupported;
-        skipped.message = caps.unsupported.at(mode);
-        samples.push_back(std::move(skipped));
-        continue;
-      }
-      // Read the path during the first link-bound probe, when the link carries traffic.
-      const bool watch = !link_read && probes::IsLinkBound(mode, direction);
-      samples.push_back(RunProbe(backend, info.index, spec, watch ? &report.path : nullptr));
-      link_read = link_read || watch;
+  for (const ProbeSpec& spec : plan) {
+    if (!caps.Supports(spec.mode)) {
+      ProbeSample skipped;
+      skipped.spec = spec;
+      skipped.status = ProbeStatus::kUnsupported;
+      skipped.message = caps.unsupported.at(spec.mode);
+      samples.push_back(std::move(skipped));
+      continue;
     }
+    // Read the path during the first link-bound probe, when the link carries traffic.
+    const bool watch = !link_read && probes::IsLinkBound(spec.mode, spec.direction);
+    samples.push_back(RunProbe(backend, info.index, spec, watch ? &report.path : nullptr));
+    link_read = link_read || watch;
   }
   if (!link_read) report.path = backend.ReadLinkPath(info.index);
-  report.band = BandFor(info, report.path, config);
-  // Judged as the daemon judges one cycle (no history, so no baseline cause); without a
-  // config file, by the defaults the daemon would use.
-  report.diagnoses = DiagnoseOnce(config != nullptr ? *config : Config{},
-                                  CycleObservation{info, report.path, samples});
+  report.band = ResolveBand(config, info, report.path);
+  // Judged as the daemon judges one cycle (no history, so no baseline cause).
+  report.diagnoses = DiagnoseOnce(config, CycleObservation{info, report.path, samples});
   for (ProbeSample& sample : samples) {
     report.rows.push_back(Judge(std::move(sample), report.path, report.band));
   }
@@ -482,16 +327,48 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
   std::printf("%s\n", doc.dump(2).c_str());
 }
 
-// --config: bands, band fractions, modes, sizes, deadline and the simulated device's
-// options come from the daemon's config file, so `xferd probe` judges as the daemon does.
-std::optional<Config> LoadProbeConfig(const ProbeCommandOptions& options) {
-  if (options.config_file.empty()) return std::nullopt;
-  return LoadConfig(options.config_file);
+std::string Lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
 }
 
-int Fail(int code, const std::string& message) {
-  std::fprintf(stderr, "xferd probe: %s\n", message.c_str());
-  return code;
+// The daemon's config (--config) or its defaults, with the flags applied over it: the
+// settings `xferd run` would plan from, so both commands probe and judge alike.
+Config ProbeConfig(const ProbeCommandOptions& options) {
+  Config config = options.config_file.empty() ? Config{} : LoadConfig(options.config_file);
+  const ProbeCommandOptions defaults;
+  if (options.simulate) config.simulate = true;
+  // --seed wins over the config's seed unless left at its default.
+  if (options.config_file.empty() || options.seed != defaults.seed) config.sim.seed = options.seed;
+  if (!options.modes.empty()) {
+    config.modes.clear();
+    for (const std::string& text : options.modes) {
+      const auto mode = probes::ParseMode(Lower(text));
+      if (!mode) {
+        throw UsageError("unknown mode \"" + text +
+                         "\" in --mode; valid modes: " + probes::AllModeNames());
+      }
+      if (std::find(config.modes.begin(), config.modes.end(), *mode) == config.modes.end()) {
+        config.modes.push_back(*mode);
+      }
+    }
+  }
+  if (!options.sizes.empty()) {
+    config.sizes.clear();
+    for (const std::string& text : options.sizes) {
+      const auto size = probes::ParseSize(text);
+      if (!size || *size == 0) {
+        throw UsageError("bad transfer size \"" + text +
+                         "\" in --size; write a positive size such as 4KiB, 64MiB or 1GiB");
+      }
+      config.sizes.push_back(*size);
+    }
+  }
+  // Flags left at their defaults give way to the file.
+  if (options.iterations != defaults.iterations) config.iterations = options.iterations;
+  if (options.warmup != defaults.warmup) config.warmup = options.warmup;
+  return config;
 }
 
 constexpr const char* kNoDeviceHint =
@@ -500,53 +377,32 @@ constexpr const char* kNoDeviceHint =
 }  // namespace
 
 int RunProbeCommand(const ProbeCommandOptions& options) {
-  std::optional<Config> config;
-  Plan plan;
-  try {
-    config = LoadProbeConfig(options);
-    plan = MakePlan(options, config ? &*config : nullptr);
-  } catch (const UsageError& e) {
-    return Fail(kExitUsage, e.what());
-  } catch (const ConfigError& e) {
-    return Fail(kExitConfig, e.what());
-  }
-  if (plan.pairs.empty()) return Fail(kExitUsage, "no probe selected (check --mode)");
+  const Config config = ProbeConfig(options);
+  const std::vector<ProbeSpec> plan = PlanProbes(config, Deadlines::kStretchedToSize);
+  if (plan.empty()) throw UsageError("no probe selected (check --mode)");
 
-  std::unique_ptr<probes::TransferBackend> backend;
-  if (options.simulate || (config && config->simulate)) {
-    probes::SimOptions sim = config ? config->sim : probes::SimOptions{};
-    // --seed wins over the config's seed unless left at its default.
-    if (!config || options.seed != ProbeCommandOptions{}.seed) sim.seed = options.seed;
-    backend = std::make_unique<probes::SimBackend>(std::move(sim));
-  } else {
-    probes::CudaOptions cuda;
-    cuda.sysfs_root = options.sysfs_root;
-    cuda.max_size_bytes = *std::max_element(plan.sizes.begin(), plan.sizes.end());
-    if (config) cuda.pinned_cap_bytes = config->pinned_cap_bytes;
-    try {
-      backend = probes::MakeCudaBackend(cuda);
-    } catch (const probes::NoDeviceError& e) {
-      return Fail(kExitNoDevice, std::string(e.what()) + "\n" + kNoDeviceHint);
-    }
-  }
-
-  const std::vector<probes::DeviceInfo> all = backend->Devices();
-  if (all.empty()) return Fail(kExitNoDevice, kNoDeviceHint);
+  const Backend made = MakeBackend(config, "probe", options.sysfs_root);
+  probes::TransferBackend& backend = *made.backend;
+  const std::vector<probes::DeviceInfo> all = backend.Devices();
+  if (all.empty()) throw probes::NoDeviceError(kNoDeviceHint);
   std::vector<probes::DeviceInfo> selected;
   try {
-    const std::vector<std::string>& wanted =
-        !options.gpus.empty() ? options.gpus : (config ? config->gpus : std::vector<std::string>{});
-    selected = SelectDevices(all, wanted);
-  } catch (const UsageError& e) {
-    return Fail(kExitUsage, e.what());
+    selected = SelectDevices(all, options.gpus.empty() ? config.gpus : options.gpus);
+  } catch (const UnknownGpuError& e) {
+    if (!options.gpus.empty()) {
+      throw UsageError("no GPU \"" + e.gpu() +
+                       "\" for --gpu; give an index or a UUID of one of: " + e.known());
+    }
+    throw ConfigError(config.source.string(), 0, "probe.gpus", e.what(),
+                      "name GPUs by index or UUID as listed, or leave gpus empty for all");
   }
 
   std::vector<DeviceReport> reports;
   for (const auto& info : selected) {
-    reports.push_back(ProbeDevice(*backend, info, plan, config ? &*config : nullptr));
+    reports.push_back(ProbeDevice(backend, info, plan, config));
   }
   if (options.json) {
-    PrintJson(backend->Name(), reports);
+    PrintJson(backend.Name(), reports);
   } else {
     PrintTable(reports);
   }

@@ -1,6 +1,9 @@
 // `xferd run`: the daemon. The main thread owns signals, sd_notify and the watchdog; one
 // probe thread runs the scheduler's cycles; the HTTP server serves from its own threads.
+#include <fmt/format.h>
+#include <prometheus/registry.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,27 +18,26 @@
 #include <string>
 #include <thread>
 
-#include <fmt/format.h>
-#include <prometheus/registry.h>
-#include <spdlog/spdlog.h>
-
-#include "core/busy_detector.h"
+#include "cmd/backend.h"
 #include "cmd/commands.h"
 #include "config/config.h"
-#include "platform/exit_codes.h"
-#include "exporter/routes.h"
+#include "core/busy_detector.h"
+#include "core/health_tracker.h"
+#include "core/plan.h"
+#include "core/scheduler.h"
 #include "exporter/exposition.h"
-#include "core/health.h"
-#include "web/http_server.h"
-#include "platform/logging.h"
 #include "exporter/metrics.h"
 #include "exporter/process_metrics.h"
-#include "core/scheduler.h"
-#include "platform/systemd_notifier.h"
+#include "exporter/routes.h"
 #include "exporter/textfile.h"
 #include "platform/build_info.h"
-#include "xferd/probes/cuda_backend.h"
-#include "xferd/probes/sim_backend.h"
+#include "platform/exit_codes.h"
+#include "platform/files.h"
+#include "platform/logging.h"
+#include "platform/systemd_notifier.h"
+#include "web/http_server.h"
+#include "web/listen_address.h"
+#include "web/paths.h"
 
 namespace xferd::cmd {
 
@@ -58,34 +60,39 @@ constexpr auto kProbeStopWait = 1500ms;
 constexpr auto kTick = 100ms;
 
 // Flags win over the file. Throws ConfigError (exit 78) for what the file or the web
-// config says, std::invalid_argument (exit 64) for a bad flag.
+// config says, UsageError (exit 64) for a bad flag; flags are checked by the same
+// functions as the file's keys.
 Config EffectiveConfig(const RunCommandOptions& options) {
   Config config = options.config_file.empty() ? Config{} : LoadConfig(options.config_file);
   if (options.simulate) config.simulate = true;
-  if (options.listen_address) config.listen_address = *options.listen_address;
-  if (options.telemetry_path) {
-    const std::string& p = *options.telemetry_path;
-    if (p.empty() || p.front() != '/' || p == "/" || p == "/healthz") {
-      throw std::invalid_argument(fmt::format(
-          "--web.telemetry-path \"{}\": must be an absolute path other than / and /healthz, "
-          "e.g. /metrics",
-          p));
+  if (options.listen_address) {
+    try {
+      ParseListenAddress(*options.listen_address);
+    } catch (const HttpError& e) {
+      throw UsageError("--web.listen-address: " + std::string(e.what()));
     }
-    config.telemetry_path = p;
+    config.listen_address = *options.listen_address;
+  }
+  if (options.telemetry_path) {
+    try {
+      CheckTelemetryPath(*options.telemetry_path);
+    } catch (const HttpError& e) {
+      throw UsageError("--web.telemetry-path: " + std::string(e.what()));
+    }
+    config.telemetry_path = *options.telemetry_path;
   }
   if (options.state_dir) config.state_dir = *options.state_dir;
   if (options.log_level) {
     if (!ParseLogLevel(*options.log_level)) {
-      throw std::invalid_argument(fmt::format(
-          "--log.level \"{}\": unknown level; use trace, debug, info, warn, error, critical "
-          "or off",
-          *options.log_level));
+      throw UsageError(fmt::format("--log.level \"{}\": unknown level; use one of {}",
+                                   *options.log_level, kLogLevelNames));
     }
     config.log_level = *options.log_level;
   }
   if (options.web_config_file) {
     config.web_config_file = *options.web_config_file;
-    config.web = config.web_config_file.empty() ? WebConfig{} : LoadWebConfig(config.web_config_file);
+    config.web =
+        config.web_config_file.empty() ? WebConfig{} : LoadWebConfig(config.web_config_file);
   }
   return config;
 }
@@ -94,7 +101,7 @@ Config EffectiveConfig(const RunCommandOptions& options) {
 std::vector<probes::DeviceInfo> SelectConfigured(const std::vector<probes::DeviceInfo>& all,
                                                  const Config& config) {
   try {
-    return SelectDevices(all, config);
+    return SelectDevices(all, config.gpus);
   } catch (const UnknownGpuError& e) {
     throw ConfigError(config.source.string(), 0, "probe.gpus", e.what(),
                       "name GPUs by index or UUID as listed, or leave gpus empty for all");
@@ -106,19 +113,20 @@ std::unique_ptr<BusyDetector> MakeBusyDetector(const Config& config) {
                                   config.busy_pcie_bytes_per_s};
   if (!config.busy_detection) return MakeDisabledBusyDetector("off (busy.enabled = false)");
   if (config.simulate) {
-    return MakeSimBusyDetector(thresholds, config.sim_gpu_utilization_percent,
-                               config.sim_pcie_bytes_per_s);
+    return MakeBusyDetector(probes::MakeSimGpuLoadReader(config.sim_gpu_utilization_percent,
+                                                         config.sim_pcie_bytes_per_s),
+                            thresholds);
   }
-  return MakeNvmlBusyDetector(thresholds);
+  return MakeBusyDetector(probes::MakeNvmlGpuLoadReader(), thresholds);
 }
 
 // Different on every machine and every start, so a fleet booted together spreads out.
 std::uint64_t JitterSeed() {
   std::uint64_t seed = std::random_device{}();
   seed = (seed << 32) ^ std::random_device{}();
-  std::ifstream id("/etc/machine-id");
-  std::string text;
-  if (id >> text) seed ^= std::hash<std::string>{}(text);
+  if (const auto id = TryReadFileBounded("/etc/machine-id", 4096)) {
+    seed ^= std::hash<std::string>{}(*id);
+  }
   return seed;
 }
 
@@ -138,7 +146,11 @@ void WarnRestartOnly(const Config& running, const Config& next) {
   };
   if (running.listen_address != next.listen_address) warn("web.listen_address");
   if (running.telemetry_path != next.telemetry_path) warn("web.telemetry_path");
-  if (running.web.cert_file != next.web.cert_file || running.web.key_file != next.web.key_file) {
+  const auto tls_files = [](const WebConfig& web) {
+    return web.tls ? std::make_pair(web.tls->cert_file, web.tls->key_file)
+                   : std::pair<std::filesystem::path, std::filesystem::path>();
+  };
+  if (tls_files(running.web) != tls_files(next.web)) {
     warn("the TLS certificate or key");
   }
   if (running.state_dir != next.state_dir) warn("daemon.state_dir");
@@ -147,7 +159,8 @@ void WarnRestartOnly(const Config& running, const Config& next) {
   if (running.simulate && next.simulate &&
       (running.sim.devices != next.sim.devices || running.sim.seed != next.sim.seed ||
        running.sim.link_gen != next.sim.link_gen || running.sim.link_width != next.sim.link_width ||
-       running.sim.time_scale != next.sim.time_scale || running.sim.integrated != next.sim.integrated)) {
+       running.sim.time_scale != next.sim.time_scale ||
+       running.sim.integrated != next.sim.integrated)) {
     warn("the simulated device (devices, seed, link, time_scale, integrated)");
   }
 }
@@ -177,11 +190,11 @@ class Service {
     std::lock_guard lock(config_mutex_);
     return config_;
   }
-  void OnCycle(const CycleReport& report);  // probe thread
+  void OnCycle(const CycleReport& report);             // probe thread
   void LogVerdictChanges(const DeviceHealth& health);  // probe thread
-  void Reload();                            // main thread
-  HealthState Healthz() const;              // HTTP threads
-  void CheckStall();                        // main thread
+  void Reload();                                       // main thread
+  HealthState Healthz() const;                         // HTTP threads
+  void CheckStall();                                   // main thread
 
   const RunCommandOptions& options_;
   mutable std::mutex config_mutex_;
@@ -203,7 +216,7 @@ class Service {
   const SteadyTime started_ = std::chrono::steady_clock::now();
   std::atomic<bool> stalled_{false};
   mutable std::mutex status_mutex_;
-  std::string status_;          // the STATUS line of the last cycle
+  std::string status_;  // the STATUS line of the last cycle
   bool state_write_failing_ = false, textfile_failing_ = false;  // probe thread only
 };
 
@@ -217,11 +230,11 @@ HealthState Service::Healthz() const {
   const SteadyTime since = last.value_or(started_);
   const auto age = std::chrono::steady_clock::now() - since;
   if (age > stale_after) {
-    return {false, fmt::format("no probe cycle finished for {:.0f} s (interval {:.0f} s, "
-                               "stale after {:.0f} s)",
-                               duration<double>(age).count(),
-                               duration<double>(config->interval).count(),
-                               duration<double>(stale_after).count())};
+    return {false,
+            fmt::format("no probe cycle finished for {:.0f} s (interval {:.0f} s, "
+                        "stale after {:.0f} s)",
+                        duration<double>(age).count(), duration<double>(config->interval).count(),
+                        duration<double>(stale_after).count())};
   }
   return {true, last ? "ok" : "starting: first probe cycle running"};
 }
@@ -243,9 +256,9 @@ void Service::LogVerdictChanges(const DeviceHealth& health) {
                              s.Bad() ? " low" : "");
     }
     if (health.band.Known()) {
-      figures += fmt::format("; band {:.2f}-{:.2f} GB/s per direction",
-                             health.band.lower_bytes_per_s / 1e9,
-                             health.band.upper_bytes_per_s / 1e9);
+      figures +=
+          fmt::format("; band {:.2f}-{:.2f} GB/s per direction",
+                      health.band.lower_bytes_per_s / 1e9, health.band.upper_bytes_per_s / 1e9);
     }
     std::string causes;
     for (const Diagnosis& d : health.diagnoses) {
@@ -287,9 +300,9 @@ void Service::OnCycle(const CycleReport& report) {
 
   if (!config->textfile_path.empty()) {
     try {
-      WriteTextfile(config->textfile_path,
-                    RenderExposition(Collectables{registry_}, "xferd_"));
-      if (textfile_failing_) spdlog::info("textfile: writing {} works again", config->textfile_path.string());
+      WriteTextfile(config->textfile_path, RenderExposition(Collectables{registry_}, "xferd_"));
+      if (textfile_failing_)
+        spdlog::info("textfile: writing {} works again", config->textfile_path.string());
       textfile_failing_ = false;
     } catch (const std::exception& e) {
       metrics_.RecordTextfileWrite(false);
@@ -302,12 +315,13 @@ void Service::OnCycle(const CycleReport& report) {
   const double duty = report.wall_s + report.next_in.count() / 1e3 > 0
                           ? report.device_s / (report.wall_s + report.next_in.count() / 1e3)
                           : 0;
-  spdlog::info("cycle {}: {} ok, {} error, {} timeout, {} unsupported, {} skipped busy, {} over "
-               "budget, {} held back (allowance); {:.3f} s wall, {:.3f} s device, duty {:.4f}; "
-               "next in {:.1f} s; {}",
-               report.number, report.ok, report.errors, report.timeouts, report.unsupported,
-               report.skipped_busy, report.skipped_budget, report.held_back, report.wall_s,
-               report.device_s, duty, report.next_in.count() / 1e3, summary);
+  spdlog::info(
+      "cycle {}: {} ok, {} error, {} timeout, {} unsupported, {} skipped busy, {} over "
+      "budget, {} held back (allowance); {:.3f} s wall, {:.3f} s device, duty {:.4f}; "
+      "next in {:.1f} s; {}",
+      report.number, report.ok, report.errors, report.timeouts, report.unsupported,
+      report.skipped_busy, report.skipped_budget, report.held_back, report.wall_s, report.device_s,
+      duty, report.next_in.count() / 1e3, summary);
   std::lock_guard lock(status_mutex_);
   status_ = fmt::format("cycle {}: {}", report.number, summary);
 }
@@ -327,8 +341,7 @@ void Service::CheckStall() {
         duration<double>(s.deadline).count());
     notifier_->Status(fmt::format("HUNG: gpu {} {} {} probe not answering for {:.0f} s",
                                   stall->device, probes::ToString(s.mode),
-                                  probes::ToString(s.direction),
-                                  stall->running_for.count() / 1e3));
+                                  probes::ToString(s.direction), stall->running_for.count() / 1e3));
   }
 }
 
@@ -353,8 +366,7 @@ void Service::Reload() {
     if (next.web.basic_auth_users != running->web.basic_auth_users) {
       http_->SetBasicAuthUsers(next.web.basic_auth_users);
     }
-    next.web.cert_file = running->web.cert_file;
-    next.web.key_file = running->web.key_file;
+    next.web.tls = running->web.tls;
     auto busy = MakeBusyDetector(next);
     if (busy->Describe() != busy_description_) {
       busy_description_ = busy->Describe();
@@ -372,7 +384,7 @@ void Service::Reload() {
   } catch (const ConfigError& e) {
     metrics_.RecordConfigReload(false, now_s);
     spdlog::error("reload failed, keeping the running configuration: {}", e.what());
-  } catch (const std::invalid_argument& e) {
+  } catch (const platform::Error& e) {
     metrics_.RecordConfigReload(false, now_s);
     spdlog::error("reload failed, keeping the running configuration: {}", e.what());
   }
@@ -431,8 +443,8 @@ int Service::Run(const sigset_t& signals) {
     http_ = std::make_unique<HttpServer>(http_options, MakeExporterHandler(std::move(routes)));
   } catch (const HttpError& e) {
     spdlog::critical("cannot serve metrics: {}", e.what());
-    std::fprintf(stderr, "xferd: cannot serve metrics: %s\n", e.what());
-    return kExitOsError;
+    throw platform::Error(platform::Failure::kOsError,
+                          "cannot serve metrics: " + std::string(e.what()));
   }
   spdlog::info("serving {}{} (and /, /healthz)", http_->url(), config->telemetry_path);
 
@@ -509,9 +521,10 @@ int Service::Run(const sigset_t& signals) {
   if (!joined) {
     // A device call that ignores cancellation (a hung driver) cannot be waited for: the
     // state was saved after the last cycle, so leaving now loses nothing.
-    spdlog::error("stopping without the probe thread: a device call did not return within "
-                  "{:.1f} s",
-                  duration<double>(kProbeStopWait).count());
+    spdlog::error(
+        "stopping without the probe thread: a device call did not return within "
+        "{:.1f} s",
+        duration<double>(kProbeStopWait).count());
     spdlog::default_logger()->flush();
     std::fflush(nullptr);
     _exit(exit_code);
@@ -537,60 +550,24 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   // A scraper that hangs up mid-response must not kill the daemon.
   signal(SIGPIPE, SIG_IGN);
 
-  Config config;
-  try {
-    config = EffectiveConfig(options);
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "xferd: %s\n", e.what());
-    return kExitConfig;
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "xferd: %s\n", e.what());
-    return kExitUsage;
-  }
+  Config config = EffectiveConfig(options);
   const LogTarget target = SetUpLogging(config.log_level);
   spdlog::info("xferd {} starting; config {}; logging to {}", kVersion,
                options.config_file.empty() ? "(defaults)" : options.config_file,
                target == LogTarget::kJournal ? "the journal" : "stderr");
 
-  std::unique_ptr<probes::TransferBackend> backend;
-  probes::SimBackend* sim = nullptr;
-  if (config.simulate) {
-    auto s = std::make_unique<probes::SimBackend>(config.sim);
-    sim = s.get();
-    backend = std::move(s);
-  } else {
-    probes::CudaOptions cuda;
-    cuda.pinned_cap_bytes = config.pinned_cap_bytes;
-    for (auto size : config.sizes) cuda.max_size_bytes = std::max(cuda.max_size_bytes, size);
-    try {
-      backend = probes::MakeCudaBackend(cuda);
-    } catch (const probes::NoDeviceError& e) {
-      std::fprintf(stderr,
-                   "xferd: %s\nxferd: no NVIDIA driver/GPU found; run `xferd run --simulate` "
-                   "to try the simulated device\n",
-                   e.what());
-      return kExitNoDevice;
-    }
-  }
-
-  std::vector<probes::DeviceInfo> devices;
-  try {
-    devices = SelectConfigured(backend->Devices(), config);
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "xferd: %s\n", e.what());
-    return kExitConfig;
-  }
+  Backend made = MakeBackend(config, "run");
+  const std::vector<probes::DeviceInfo> devices = SelectConfigured(made.backend->Devices(), config);
   if (devices.empty()) {
-    std::fprintf(stderr, "xferd: the %s backend found no device to probe\n",
-                 backend->Name().c_str());
-    return kExitNoDevice;
+    throw probes::NoDeviceError("the " + made.backend->Name() +
+                                " backend found no device to probe");
   }
   for (const auto& d : devices) {
     spdlog::info("gpu {}: {} {} {}{}", d.index, d.name, d.uuid, d.pci_bus_id,
                  d.simulated ? " (SIMULATED device: not real hardware)" : "");
   }
 
-  Service service(options, std::move(config), std::move(backend), sim, std::move(devices),
+  Service service(options, std::move(config), std::move(made.backend), made.sim, devices,
                   MakeSystemdNotifier());
   return service.Run(signals);
 }

@@ -2,11 +2,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cmd/commands.h"
-#include "platform/exit_codes.h"
 #include "platform/build_info.h"
+#include "platform/exit_codes.h"
 
 namespace xferd::cmd {
-
 
 int VersionCommand(bool json) {
   if (json) {

@@ -1,16 +1,15 @@
-// The daemon's configuration: TOML -> validated Config. The one place that parses config.
+// The daemon's configuration: TOML -> validated Config, the model every command reads. The
+// file format and its checks: docs/configuration.md; how the layers use it:
+// docs/architecture.md.
 #pragma once
 
-#include <chrono>
-#include <cstdint>
 #include <filesystem>
-#include <map>
-#include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "config/config_error.h"
+#include "config/units.h"
 #include "core/settings.h"
 #include "web/web_config.h"
 #include "xferd/probes/sim_backend.h"
@@ -30,7 +29,7 @@ struct Config : core::Settings {
   std::string listen_address = ":9742";
   std::string telemetry_path = "/metrics";
   std::filesystem::path web_config_file;  // exporter-toolkit YAML; empty = plain HTTP
-  WebConfig web;                           // loaded from web_config_file
+  WebConfig web;                          // loaded from web_config_file
 
   // [daemon]
   std::filesystem::path state_dir = "/var/lib/xferd";
@@ -47,24 +46,6 @@ struct Config : core::Settings {
   double sim_pcie_bytes_per_s = 0;
 };
 
-// A config error a user can fix: where it is and what to do.
-class ConfigError : public std::runtime_error {
- public:
-  ConfigError(std::string file, int line, std::string key, std::string problem, std::string fix);
-  const std::string& file() const { return file_; }
-  int line() const { return line_; }  // 0 when not tied to a line
-  const std::string& key() const { return key_; }
-  const std::string& problem() const { return problem_; }
-  const std::string& fix() const { return fix_; }
-
- private:
-  std::string file_;
-  int line_;
-  std::string key_;
-  std::string problem_;
-  std::string fix_;
-};
-
 // Parse and validate TOML text; `source` names it in errors. Throws ConfigError.
 Config ParseConfig(std::string_view text, const std::filesystem::path& source);
 
@@ -75,12 +56,13 @@ Config LoadConfig(const std::filesystem::path& path);
 // exporter-toolkit web-config YAML. Throws ConfigError.
 WebConfig LoadWebConfig(const std::filesystem::path& path);
 
-// The value syntaxes of the config file, for flags and summaries that speak the same way.
-// "500ms", "5s", "1.5m", "1h" (units ms, s, m, h); nullopt on anything else.
-std::optional<std::chrono::milliseconds> ParseDuration(std::string_view text);
-std::string FormatDuration(std::chrono::milliseconds duration);  // "60s", "1500ms"
-// "20GB/s", "2.5 GiB/s", "20e9" (bytes/s); nullopt on anything else.
-std::optional<double> ParseBandwidth(std::string_view text);
-std::string FormatBandwidth(double bytes_per_s);  // "20GB/s"
+// The whole of a config file (platform::ReadFileBounded, 1 MiB at most); ConfigError
+// naming why it cannot be read.
+std::string ReadConfigFile(const std::filesystem::path& path);
+
+// A path written in the config file at `base_file`: relative ones are relative to that
+// file's directory; absolute and empty ones stay as they are.
+std::filesystem::path ResolveAgainst(const std::filesystem::path& base_file,
+                                     const std::filesystem::path& path);
 
 }  // namespace xferd::config

@@ -1,13 +1,13 @@
 // Is a GPU busy with someone else's work? Probes must never steal bandwidth from inference,
-// so a cycle skips a GPU whose utilisation or PCIe traffic is above the configured limits.
-// The real detector reads NVML, loaded with dlopen at run time (no NVML header or library
-// is needed to build, and a machine without the driver simply has no busy detection).
+// so a cycle skips a GPU whose utilisation or PCIe traffic is at or above the configured
+// limits. The load is read by probes (NVML, or the simulated load); judging it is here.
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "xferd/probes/gpu_load.h"
 #include "xferd/probes/types.h"
 
 namespace xferd::core {
@@ -33,19 +33,13 @@ class BusyDetector {
   virtual ~BusyDetector() = default;
   // nullopt: this device cannot be read (probes go ahead).
   virtual std::optional<BusyReading> Check(const probes::DeviceInfo& device) = 0;
-  // What the detector is, for the start-up log: "NVML 12.580.82" or why there is none.
+  // What the detector is, for the start-up log: "NVML (driver 580.82)" or why there is none.
   virtual std::string Describe() const = 0;
 };
 
-// NVML through dlopen(`library`). When the library or a symbol is missing, or nvmlInit
-// fails, the detector reads nothing and Describe() says why.
-std::unique_ptr<BusyDetector> MakeNvmlBusyDetector(const BusyThresholds& thresholds,
-                                                   const std::string& library = "libnvidia-ml.so.1");
-
-// The simulated devices' load (config [simulate]), judged like a real reading.
-std::unique_ptr<BusyDetector> MakeSimBusyDetector(const BusyThresholds& thresholds,
-                                                  double gpu_utilization_percent,
-                                                  double pcie_bytes_per_s);
+// Readings of `reader` judged against `thresholds`.
+std::unique_ptr<BusyDetector> MakeBusyDetector(std::unique_ptr<probes::GpuLoadReader> reader,
+                                               const BusyThresholds& thresholds);
 
 // Busy detection switched off in config.
 std::unique_ptr<BusyDetector> MakeDisabledBusyDetector(std::string why);

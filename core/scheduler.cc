@@ -1,11 +1,12 @@
 #include "core/scheduler.h"
 
-#include <algorithm>
-#include <cmath>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
+
+#include "core/plan.h"
 #include "platform/logging.h"
 
 namespace xferd::core {
@@ -23,65 +24,6 @@ bool SteadyClock::SleepUntil(SteadyTime until, std::stop_token stop) {
   // Nothing notifies cv: only the deadline or a stop request (which wakes it) end the wait.
   cv.wait_until(lock, stop, until, [] { return false; });
   return !stop.stop_requested();
-}
-
-UnknownGpuError::UnknownGpuError(std::string gpu, std::string known)
-    : std::runtime_error(fmt::format("no GPU \"{}\" on this machine; found: {}", gpu, known)),
-      gpu_(std::move(gpu)),
-      known_(std::move(known)) {}
-
-std::vector<probes::DeviceInfo> SelectDevices(const std::vector<probes::DeviceInfo>& devices,
-                                              const Settings& config) {
-  if (config.gpus.empty()) return devices;
-  std::vector<probes::DeviceInfo> selected;
-  for (const auto& want : config.gpus) {
-    auto it = std::find_if(devices.begin(), devices.end(), [&](const auto& d) {
-      return want == std::to_string(d.index) || want == d.uuid;
-    });
-    if (it == devices.end()) {
-      std::string known;
-      for (const auto& d : devices) {
-        known += fmt::format("{}{} ({})", known.empty() ? "" : ", ", d.index, d.uuid);
-      }
-      throw UnknownGpuError(want, known);
-    }
-    if (std::none_of(selected.begin(), selected.end(),
-                     [&](const auto& d) { return d.index == it->index; })) {
-      selected.push_back(*it);
-    }
-  }
-  return selected;
-}
-
-std::vector<probes::ProbeSpec> PlanProbes(const Settings& config) {
-  std::vector<probes::ProbeSpec> plan;
-  for (std::uint64_t size : config.sizes) {
-    auto add = [&](probes::TransferMode mode, probes::Direction direction) {
-      probes::ProbeSpec spec;
-      spec.mode = mode;
-      spec.direction = direction;
-      spec.size_bytes = size;
-      spec.iterations = config.iterations;
-      spec.warmup = config.warmup;
-      spec.deadline = config.probe_deadline;
-      spec.streams = config.streams;
-      spec.chunk_bytes = config.chunk_bytes;
-      plan.push_back(spec);
-    };
-    for (auto mode : config.modes) {
-      add(mode, probes::Direction::kH2D);
-      add(mode, probes::Direction::kD2H);
-    }
-    if (config.bidirectional) add(probes::TransferMode::kPinned, probes::Direction::kBidirectional);
-  }
-  return plan;
-}
-
-bool IsHeadline(const probes::ProbeSpec& spec, const Settings& config) {
-  if (spec.direction == probes::Direction::kBidirectional || config.modes.empty()) return false;
-  const bool pinned = std::find(config.modes.begin(), config.modes.end(),
-                                probes::TransferMode::kPinned) != config.modes.end();
-  return spec.mode == (pinned ? probes::TransferMode::kPinned : config.modes.front());
 }
 
 namespace {
@@ -231,15 +173,16 @@ SteadyTime Scheduler::NextStart(const Settings& config, SteadyTime cycle_start) 
     const double per_interval = config.max_duty_cycle * duration<double>(config.interval).count();
     if (!overdraw_warned_ && allowance.headline_s > per_interval) {
       overdraw_warned_ = true;
-      spdlog::warn("gpu {}: the headline probes (pinned h2d/d2h) alone took {:.1f} ms of device "
-                   "time, more than max_duty_cycle {:g} allows per {:g} s interval ({:.1f} ms); "
-                   "cycles are spaced about {:.0f} s apart to keep the cap. Raise "
-                   "probe.max_duty_cycle to {:.4f} or probe smaller sizes to keep the interval "
-                   "(said once)",
-                   debtor, allowance.headline_s * 1e3, config.max_duty_cycle,
-                   duration<double>(config.interval).count(), per_interval * 1e3,
-                   allowance.headline_s / config.max_duty_cycle,
-                   allowance.headline_s / duration<double>(config.interval).count());
+      spdlog::warn(
+          "gpu {}: the headline probes (pinned h2d/d2h) alone took {:.1f} ms of device "
+          "time, more than max_duty_cycle {:g} allows per {:g} s interval ({:.1f} ms); "
+          "cycles are spaced about {:.0f} s apart to keep the cap. Raise "
+          "probe.max_duty_cycle to {:.4f} or probe smaller sizes to keep the interval "
+          "(said once)",
+          debtor, allowance.headline_s * 1e3, config.max_duty_cycle,
+          duration<double>(config.interval).count(), per_interval * 1e3,
+          allowance.headline_s / config.max_duty_cycle,
+          allowance.headline_s / duration<double>(config.interval).count());
     }
   }
   const auto interval = duration_cast<SteadyTime::duration>(config.interval);
@@ -251,9 +194,8 @@ SteadyTime Scheduler::NextStart(const Settings& config, SteadyTime cycle_start) 
     // Slots the cycle or the duty cap overran are dropped, not made up for.
     slot = std::max<std::int64_t>(slot, (floor - grid_origin_) / interval);
   }
-  SteadyTime start =
-      grid_origin_ + slot * interval +
-      duration_cast<SteadyTime::duration>(interval * jitter_fraction(rng_));
+  SteadyTime start = grid_origin_ + slot * interval +
+                     duration_cast<SteadyTime::duration>(interval * jitter_fraction(rng_));
   if (start < floor) {
     ++slot;
     start = grid_origin_ + slot * interval +
@@ -346,12 +288,13 @@ CycleReport Scheduler::RunCycle(const Settings& config, BusyDetector* busy, std:
           elapsed > duration<double>(spec.deadline).count()) {
         // A backend that overran without noticing: the result came too late to trust.
         sample.status = probes::ProbeStatus::kTimeout;
-        sample.message = fmt::format("finished after {:.2f} s, past its {:.2f} s deadline",
-                                     elapsed, duration<double>(spec.deadline).count());
+        sample.message = fmt::format("finished after {:.2f} s, past its {:.2f} s deadline", elapsed,
+                                     duration<double>(spec.deadline).count());
       }
       // Device time cannot exceed the wall time the call took (the call waits for the
       // device); a simulated device running faster than real time reports more.
-      const double cost = sample.device_time_s > 0 ? std::min(sample.device_time_s, elapsed) : elapsed;
+      const double cost =
+          sample.device_time_s > 0 ? std::min(sample.device_time_s, elapsed) : elapsed;
       report.device_s += cost;
       {
         std::lock_guard lock(mutex_);
@@ -397,9 +340,10 @@ CycleReport Scheduler::RunCycle(const Settings& config, BusyDetector* busy, std:
   }
   report.wall_s = duration<double>(clock_.Now() - start).count();
   if (report.over_budget) {
-    spdlog::warn("cycle over its {:.1f} s budget: {} probes not started; raise "
-                 "probe.cycle_budget or probe fewer modes/sizes",
-                 duration<double>(config.cycle_budget).count(), report.skipped_budget);
+    spdlog::warn(
+        "cycle over its {:.1f} s budget: {} probes not started; raise "
+        "probe.cycle_budget or probe fewer modes/sizes",
+        duration<double>(config.cycle_budget).count(), report.skipped_budget);
   }
   return report;
 }

@@ -22,7 +22,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <tuple>
@@ -59,7 +58,7 @@ struct DeviceCycle {
   bool skipped_busy = false;                 // busy: none of its probes ran
   probes::LinkPath link_path;                // read right after a probe (link trained)
   int skipped_budget = 0;                    // probes not started: the budget ran out
-  int held_back = 0;      // rotating probes left for a later cycle: the allowance was short
+  int held_back = 0;       // rotating probes left for a later cycle: the allowance was short
   double allowance_s = 0;  // the device-time allowance left after this cycle (may be < 0)
 };
 
@@ -93,30 +92,6 @@ struct SchedulerCallbacks {
   // After each whole cycle (not after one cut short by stop).
   std::function<void(const CycleReport&)> on_cycle;
 };
-
-// A GPU named in the settings that this machine does not have.
-class UnknownGpuError : public std::runtime_error {
- public:
-  UnknownGpuError(std::string gpu, std::string known);
-  const std::string& gpu() const { return gpu_; }      // the entry as written
-  const std::string& known() const { return known_; }  // "0 (GPU-...), 1 (GPU-...)"
-
- private:
-  std::string gpu_, known_;
-};
-
-// Which of `devices` the gpus list (indices or UUIDs) selects; empty list = all.
-// Throws UnknownGpuError naming an entry that matches no device.
-std::vector<probes::DeviceInfo> SelectDevices(const std::vector<probes::DeviceInfo>& devices,
-                                              const Settings& config);
-
-// The probes of one cycle on one GPU, in the order they run: per size, each configured
-// mode h2d then d2h, then pinned bidirectional when enabled.
-std::vector<probes::ProbeSpec> PlanProbes(const Settings& config);
-
-// The probes that run every cycle whatever the allowance: pinned h2d and d2h of each size
-// when pinned is configured, else the first configured mode's pair.
-bool IsHeadline(const probes::ProbeSpec& spec, const Settings& config);
 
 // The allowance holds at most max_duty_cycle x this much device time: enough to save up
 // for the dearest probe at any sane duty cycle (1.5 s at the default 0.0025), little
@@ -171,7 +146,8 @@ class Scheduler {
   void Refill(DeviceAllowance& allowance, const Settings& config, SteadyTime now) const;
   // The cycle's probes for one GPU: headline first, then the rest stalest first.
   std::vector<probes::ProbeSpec> Order(const std::vector<probes::ProbeSpec>& plan,
-                                       const Settings& config, const DeviceAllowance& allowance) const;
+                                       const Settings& config,
+                                       const DeviceAllowance& allowance) const;
 
   probes::TransferBackend& backend_;
   std::vector<probes::DeviceInfo> devices_;
@@ -182,7 +158,7 @@ class Scheduler {
   mutable std::mutex mutex_;  // guards everything below
   Settings config_;
   std::shared_ptr<BusyDetector> busy_;  // shared: a cycle keeps its own across a reload
-  bool regrid_ = true;  // (re)anchor the cycle grid at the next start
+  bool regrid_ = true;                  // (re)anchor the cycle grid at the next start
   SteadyTime grid_origin_{};
   std::int64_t grid_slot_ = 0;
   // The probe in flight.
@@ -193,7 +169,7 @@ class Scheduler {
   std::uint64_t probe_serial_ = 0, stall_reported_serial_ = 0;
   std::optional<SteadyTime> last_cycle_end_;
   std::map<int, DeviceAllowance> allowances_;  // per GPU index
-  bool overdraw_warned_ = false;         // the headline-overdraw warning is said once
+  bool overdraw_warned_ = false;               // the headline-overdraw warning is said once
 
   std::atomic<std::uint64_t> cycles_completed_{0};
 };

@@ -3,12 +3,12 @@
 // the formatting.
 #pragma once
 
+#include <prometheus/collectable.h>
+
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <prometheus/collectable.h>
 
 namespace xferd::exporter {
 
@@ -22,7 +22,6 @@ inline constexpr std::string_view kExpositionContentType =
 // Every family of every live collectable, in order. With `name_prefix`, only families
 // whose name starts with it (e.g. "xferd_" for a textfile, where node_exporter already
 // exports its own process_* metrics).
-std::string RenderExposition(const Collectables& collectables,
-                             std::string_view name_prefix = {});
+std::string RenderExposition(const Collectables& collectables, std::string_view name_prefix = {});
 
 }  // namespace xferd::exporter

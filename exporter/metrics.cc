@@ -15,9 +15,9 @@ namespace xferd::exporter {
 using core::DeviceHealth;
 using core::Diagnosis;
 using core::DiagnosisCause;
+using core::kAllDiagnosisCauses;
 using core::PairVerdict;
 using core::SeriesHealth;
-using core::kAllDiagnosisCauses;
 
 namespace {
 

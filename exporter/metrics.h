@@ -22,7 +22,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/health.h"
+#include "core/health_tracker.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
 

@@ -11,28 +11,16 @@
 #include <optional>
 #include <sstream>
 
+#include "platform/files.h"
+
 namespace xferd::exporter {
 namespace {
 
-// Plain read(2): these files are small and read on every scrape, where the setup of an
-// ifstream and a stringstream cost more than the read itself.
+// procfs files of a process are a few KiB; /proc/stat grows with CPUs and interrupts.
+constexpr std::size_t kMaxProcFileBytes = 4u << 20;
+
 std::optional<std::string> ReadFile(const std::filesystem::path& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string text;
-  char buffer[4096];
-  for (;;) {
-    const ssize_t n = read(fd, buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      close(fd);
-      return std::nullopt;
-    }
-    if (n == 0) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  close(fd);
-  return text;
+  return platform::TryReadFileBounded(path, kMaxProcFileBytes);
 }
 
 prometheus::MetricFamily One(std::string name, std::string help, prometheus::MetricType type,
@@ -144,8 +132,8 @@ std::vector<prometheus::MetricFamily> ProcessMetrics::Collect() const {
       const auto rss = Number((*f)[21]);
       if (utime && stime) {
         out.push_back(One("process_cpu_seconds_total",
-                          "Total user and system CPU time spent in seconds.",
-                          MetricType::Counter, (*utime + *stime) / ticks));
+                          "Total user and system CPU time spent in seconds.", MetricType::Counter,
+                          (*utime + *stime) / ticks));
       }
       if (rss) {
         out.push_back(One("process_resident_memory_bytes", "Resident memory size in bytes.",
@@ -174,8 +162,8 @@ std::vector<prometheus::MetricFamily> ProcessMetrics::Collect() const {
   }
   const bool self = proc_root_ == "/proc" && pid_ == "self";
   if (const auto fds = OpenFds(process / "fd", self)) {
-    out.push_back(One("process_open_fds", "Number of open file descriptors.", MetricType::Gauge,
-                      *fds));
+    out.push_back(
+        One("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, *fds));
   }
   // This process's own limit needs no file: getrlimit is one cheap call per scrape where
   // the kernel formats all of /proc/PID/limits for a read.

@@ -2,14 +2,14 @@
 // none), read from procfs at each scrape, plus xferd_process_threads.
 #pragma once
 
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+
 #include <filesystem>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <prometheus/collectable.h>
-#include <prometheus/metric_family.h>
 
 namespace xferd::exporter {
 

@@ -4,15 +4,16 @@
 #include <mutex>
 #include <utility>
 
+#include "web/paths.h"
+
 namespace xferd::exporter {
 
-using web::HttpError;
 using web::HttpRequest;
 using web::HttpResponse;
 using web::HttpServer;
+using web::kHealthPath;
+using web::kLandingPath;
 namespace {
-
-constexpr const char* kHealthPath = "/healthz";
 
 std::string EscapeHtml(const std::string& text) {
   std::string out;
@@ -47,8 +48,7 @@ std::string LandingPage(const ExporterRoutes& routes) {
       "<p>Host&harr;GPU transfer bandwidth exporter, version " +
       EscapeHtml(routes.version) + "</p>\n";
   page += "<p>Health: " +
-          EscapeHtml(health.healthy ? std::string("ok") : "unhealthy: " + health.reason) +
-          "</p>\n";
+          EscapeHtml(health.healthy ? std::string("ok") : "unhealthy: " + health.reason) + "</p>\n";
   if (!status.empty()) page += "<p>Status: " + EscapeHtml(status) + "</p>\n";
   page += "<ul>\n<li><a href=\"" + EscapeHtml(routes.telemetry_path) + "\">Metrics</a></li>\n" +
           "<li><a href=\"" + std::string(kHealthPath) + "\">Health check</a></li>\n</ul>\n" +
@@ -95,12 +95,7 @@ std::string MetricsBody(const ExporterRoutes& routes, RenderedRegistry& registry
 }  // namespace
 
 HttpServer::Handler MakeExporterHandler(ExporterRoutes routes) {
-  if (routes.telemetry_path.empty() || routes.telemetry_path.front() != '/' ||
-      routes.telemetry_path == kHealthPath) {
-    throw HttpError("telemetry path '" + routes.telemetry_path +
-                    "' is not usable; fix: give --web.telemetry-path an absolute path other "
-                    "than /healthz, e.g. /metrics");
-  }
+  web::CheckTelemetryPath(routes.telemetry_path);
   auto shared = std::make_shared<const ExporterRoutes>(std::move(routes));
   auto rendered = std::make_shared<RenderedRegistry>();
   return [shared, rendered](const HttpRequest& request) -> HttpResponse {
@@ -118,7 +113,7 @@ HttpServer::Handler MakeExporterHandler(ExporterRoutes routes) {
       response.headers.emplace_back("Cache-Control", "no-store");
       return response;
     }
-    if (request.path == "/") {
+    if (request.path == kLandingPath) {
       HttpResponse response = Text(200, LandingPage(r));
       response.content_type = "text/html; charset=utf-8";
       return response;

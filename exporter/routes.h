@@ -33,7 +33,7 @@ struct ExporterRoutes {
   std::function<std::uint64_t()> generation;
 };
 
-// Throws web::HttpError when telemetry_path is not an absolute path other than "/healthz".
+// Throws web::HttpError when telemetry_path fails web::CheckTelemetryPath.
 web::HttpServer::Handler MakeExporterHandler(ExporterRoutes routes);
 
 }  // namespace xferd::exporter

@@ -87,8 +87,8 @@ LogTarget SetUpLogging(std::string_view level, std::optional<LogTarget> target) 
   if (chosen == LogTarget::kJournal) {
     logger = std::make_shared<spdlog::logger>("xferd", std::make_shared<JournalSink>());
   } else {
-    logger = std::make_shared<spdlog::logger>(
-        "xferd", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    logger = std::make_shared<spdlog::logger>("xferd",
+                                              std::make_shared<spdlog::sinks::stderr_sink_mt>());
     logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
   }
   logger->set_level(ParseLogLevel(level).value_or(spdlog::level::info));
@@ -116,7 +116,11 @@ ScopedLogFields::~ScopedLogFields() {
   t_mode = std::move(saved_mode_);
 }
 
-const std::string& ScopedLogFields::Gpu() { return t_gpu; }
-const std::string& ScopedLogFields::Mode() { return t_mode; }
+const std::string& ScopedLogFields::Gpu() {
+  return t_gpu;
+}
+const std::string& ScopedLogFields::Mode() {
+  return t_mode;
+}
 
 }  // namespace xferd::platform

@@ -2,15 +2,17 @@
 // stderr with timestamps. Everything logs through spdlog's default logger.
 #pragma once
 
+#include <spdlog/common.h>
+
 #include <optional>
 #include <string>
 #include <string_view>
 
-#include <spdlog/common.h>
-
 namespace xferd::platform {
 
-// "trace|debug|info|warn|error|critical|off" (also "warning"); nullopt otherwise.
+// The one parser of a log level (config file, --log.level, reload): the names below, and
+// "warning" for warn; nullopt otherwise.
+inline constexpr const char* kLogLevelNames = "trace, debug, info, warn, error, critical, off";
 std::optional<spdlog::level::level_enum> ParseLogLevel(std::string_view text);
 
 // True when fd 2 is the stream systemd connected to the journal: $JOURNAL_STREAM holds

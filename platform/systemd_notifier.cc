@@ -1,12 +1,11 @@
 #include "platform/systemd_notifier.h"
 
+#include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
 
 #include <cstdint>
 #include <string>
-
-#include <spdlog/spdlog.h>
 
 namespace xferd::platform {
 namespace {
@@ -39,9 +38,7 @@ class SystemdNotifier final : public Notifier {
     Send("RELOADING=1\nMONOTONIC_USEC=" + std::to_string(usec));
   }
   void Stopping() override { Send("STOPPING=1"); }
-  std::optional<std::chrono::microseconds> WatchdogInterval() const override {
-    return watchdog_;
-  }
+  std::optional<std::chrono::microseconds> WatchdogInterval() const override { return watchdog_; }
 
  private:
   void Send(const std::string& message) {
@@ -59,6 +56,8 @@ class SystemdNotifier final : public Notifier {
 
 }  // namespace
 
-std::unique_ptr<Notifier> MakeSystemdNotifier() { return std::make_unique<SystemdNotifier>(); }
+std::unique_ptr<Notifier> MakeSystemdNotifier() {
+  return std::make_unique<SystemdNotifier>();
+}
 
 }  // namespace xferd::platform

@@ -12,11 +12,11 @@ namespace xferd::platform {
 class Notifier {
  public:
   virtual ~Notifier() = default;
-  virtual void Ready() = 0;                      // READY=1
+  virtual void Ready() = 0;                        // READY=1
   virtual void Status(std::string_view text) = 0;  // STATUS=text (one line)
-  virtual void Watchdog() = 0;                   // WATCHDOG=1
-  virtual void Reloading() = 0;                  // RELOADING=1 + MONOTONIC_USEC
-  virtual void Stopping() = 0;                   // STOPPING=1
+  virtual void Watchdog() = 0;                     // WATCHDOG=1
+  virtual void Reloading() = 0;                    // RELOADING=1 + MONOTONIC_USEC
+  virtual void Stopping() = 0;                     // STOPPING=1
   // WATCHDOG_USEC when systemd expects pings from this process; nullopt otherwise.
   virtual std::optional<std::chrono::microseconds> WatchdogInterval() const = 0;
 };

@@ -1,11 +1,8 @@
 #include "web/http_server.h"
 
 #include <arpa/inet.h>
-#include <crypt.h>
 #include <fcntl.h>
 #include <gnutls/crypto.h>
-#include <gnutls/gnutls.h>
-#include <gnutls/x509.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -21,35 +18,22 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 #include <unordered_map>
+
+#include "web/basic_auth.h"
+#include "web/listen_address.h"
 
 namespace xferd::web {
 namespace {
 
 constexpr const char* kRealm = "xferd";
-constexpr const char* kListenFix =
-    "fix: give --web.listen-address (or [web] listen_address) as HOST:PORT, e.g. :9742, "
-    "127.0.0.1:9742 or [::1]:9742";
 
 // Checked against when the user is unknown, so that a wrong user name costs the same
 // bcrypt time as a wrong password and names cannot be probed by timing.
 constexpr const char* kDummyHash = "$2b$10$cj8KCBicPSusXR8GyesWZe/lMmWL70Qk59mImNDcQJDNxB.cfTzZ2";
-
-bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-  const std::size_t n = std::max(a.size(), b.size());
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
-}
 
 std::string Sha256(const std::string& data) {
   std::array<unsigned char, 32> digest{};
@@ -57,70 +41,6 @@ std::string Sha256(const std::string& data) {
     throw std::runtime_error("gnutls_hash_fast(SHA256) failed");
   }
   return std::string(reinterpret_cast<const char*>(digest.data()), digest.size());
-}
-
-std::string ReadWholeFile(const std::filesystem::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw HttpError(std::string("cannot read ") + what + " " + path.string() + ": " +
-                    std::strerror(errno) +
-                    "; fix: check the path in the web config file (tls_server_config) and "
-                    "that the xferd user may read it");
-  }
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) {
-    throw HttpError(std::string("cannot read ") + what + " " + path.string() +
-                    ": read error; fix: check the file");
-  }
-  return s.str();
-}
-
-// Checks the certificate and key the way the TLS library will load them, so that a bad
-// file is reported by name instead of as a server that does not start.
-void ValidateTlsFiles(const WebConfig& web, const std::string& cert, const std::string& key) {
-  auto datum = [](const std::string& s) {
-    return gnutls_datum_t{reinterpret_cast<unsigned char*>(const_cast<char*>(s.data())),
-                          static_cast<unsigned int>(s.size())};
-  };
-  const gnutls_datum_t cert_data = datum(cert);
-  const gnutls_datum_t key_data = datum(key);
-
-  gnutls_x509_crt_t* crts = nullptr;
-  unsigned int n_crts = 0;
-  int rc = gnutls_x509_crt_list_import2(&crts, &n_crts, &cert_data, GNUTLS_X509_FMT_PEM, 0);
-  if (rc < 0 || n_crts == 0) {
-    throw HttpError("TLS certificate " + web.cert_file.string() +
-                    " is not a PEM certificate (" + gnutls_strerror(rc) +
-                    "); fix: point cert_file at a PEM file starting with "
-                    "'-----BEGIN CERTIFICATE-----'");
-  }
-  for (unsigned int i = 0; i < n_crts; ++i) gnutls_x509_crt_deinit(crts[i]);
-  gnutls_free(crts);
-
-  gnutls_x509_privkey_t pkey = nullptr;
-  gnutls_x509_privkey_init(&pkey);
-  rc = gnutls_x509_privkey_import2(pkey, &key_data, GNUTLS_X509_FMT_PEM, nullptr, 0);
-  gnutls_x509_privkey_deinit(pkey);
-  if (rc < 0) {
-    const bool encrypted = key.find("ENCRYPTED") != std::string::npos;
-    throw HttpError("TLS key " + web.key_file.string() + " cannot be loaded (" +
-                    gnutls_strerror(rc) + "); fix: " +
-                    (encrypted ? "encrypted keys are not supported: write an unencrypted "
-                                 "copy readable only by xferd (openssl pkey -in KEY -out NEW)"
-                               : "point key_file at the PEM private key of the certificate"));
-  }
-
-  gnutls_certificate_credentials_t cred = nullptr;
-  gnutls_certificate_allocate_credentials(&cred);
-  rc = gnutls_certificate_set_x509_key_mem2(cred, &cert_data, &key_data, GNUTLS_X509_FMT_PEM,
-                                            nullptr, 0);
-  gnutls_certificate_free_credentials(cred);
-  if (rc < 0) {
-    throw HttpError("TLS certificate " + web.cert_file.string() + " and key " +
-                    web.key_file.string() + " do not fit together (" + gnutls_strerror(rc) +
-                    "); fix: use the key the certificate was issued for");
-  }
 }
 
 struct BoundSocket {
@@ -147,11 +67,9 @@ struct BoundSocket {
               " (ports below 1024 need root or CAP_NET_BIND_SERVICE)";
       fix = "choose a port of 1024 or above";
       break;
-    default:
-      cause = std::strerror(err);
-      fix = "check the address";
+    default: cause = std::strerror(err); fix = "check the address";
   }
-  throw HttpError("listen address " + address + ": " + cause + "; fix: " + fix);
+  throw HttpError("listen address " + address + ": " + cause, fix);
 }
 
 BoundSocket OpenListenSocket(const std::string& spec, const ListenAddress& address) {
@@ -184,8 +102,9 @@ BoundSocket OpenListenSocket(const std::string& spec, const ListenAddress& addre
     const std::string port = std::to_string(address.port);
     const int rc = getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found);
     if (rc != 0) {
-      throw HttpError("listen address " + spec + ": cannot resolve host '" + address.host +
-                      "' (" + gai_strerror(rc) + "); " + kListenFix);
+      throw HttpError("listen address " + spec + ": cannot resolve host '" + address.host + "' (" +
+                          gai_strerror(rc) + ")",
+                      "give a host name this machine resolves, or an IP address");
     }
     for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
       sockaddr_storage ss{};
@@ -203,8 +122,9 @@ BoundSocket OpenListenSocket(const std::string& spec, const ListenAddress& addre
     if (fd < 0) {
       last_error = errno;
       if (errno == EAFNOSUPPORT) continue;  // no IPv6 in this kernel or container
-      throw HttpError("listen address " + spec + ": cannot create a socket: " +
-                      std::strerror(errno) + "; fix: check the process's file limits");
+      throw HttpError(
+          "listen address " + spec + ": cannot create a socket: " + std::strerror(errno),
+          "check the process's file limits");
     }
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -238,56 +158,6 @@ BoundSocket OpenListenSocket(const std::string& spec, const ListenAddress& addre
 
 }  // namespace
 
-ListenAddress ParseListenAddress(const std::string& address) {
-  const std::string quoted = "'" + address + "'";
-  ListenAddress out;
-  std::string port;
-  if (!address.empty() && address.front() == '[') {
-    const auto close = address.find(']');
-    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
-      throw HttpError("listen address " + quoted +
-                      ": an IPv6 address needs brackets and a port, like [::1]:9742; " +
-                      kListenFix);
-    }
-    out.host = address.substr(1, close - 1);
-    port = address.substr(close + 2);
-    in6_addr probe{};
-    if (inet_pton(AF_INET6, out.host.c_str(), &probe) != 1) {
-      throw HttpError("listen address " + quoted + ": '" + out.host +
-                      "' is not an IPv6 address; " + kListenFix);
-    }
-  } else {
-    const auto colon = address.rfind(':');
-    if (colon == std::string::npos) {
-      throw HttpError("listen address " + quoted + ": no port (missing ':PORT'); " + kListenFix);
-    }
-    out.host = address.substr(0, colon);
-    port = address.substr(colon + 1);
-    if (out.host.find(':') != std::string::npos) {
-      throw HttpError("listen address " + quoted +
-                      ": an IPv6 address must be in brackets, like [::1]:9742; " + kListenFix);
-    }
-  }
-  if (port.empty() || port.size() > 5 ||
-      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-      std::stoul(port) > 65535) {
-    throw HttpError("listen address " + quoted + ": port '" + port +
-                    "' is not a number from 0 to 65535; " + kListenFix);
-  }
-  out.port = static_cast<std::uint16_t>(std::stoul(port));
-  return out;
-}
-
-bool VerifyPasswordHash(const std::string& password, const std::string& hash) {
-  if (hash.empty() || password.find('\0') != std::string::npos) return false;
-  auto data = std::make_unique<crypt_data>();  // ~32 KiB: not for the stack
-  std::memset(data.get(), 0, sizeof(crypt_data));
-  const char* out = crypt_r(password.c_str(), hash.c_str(), data.get());
-  // libxcrypt signals a bad setting with a string starting with '*', or NULL.
-  if (out == nullptr || out[0] == '*') return false;
-  return ConstantTimeEquals(out, hash);
-}
-
 struct HttpServer::Impl {
   HttpServerOptions options;
   Handler handler;
@@ -304,7 +174,7 @@ struct HttpServer::Impl {
 
   std::mutex bcrypt_mutex;
   std::mutex cache_mutex;
-  std::set<std::string> verified;   // SHA-256(user, password, hash) of recent successes
+  std::set<std::string> verified;  // SHA-256(user, password, hash) of recent successes
   std::deque<std::string> verified_order;
 
   // Open connections, for the request deadline.
@@ -459,8 +329,7 @@ struct HttpServer::Impl {
         (std::strcmp(method, "GET") != 0 && std::strcmp(method, "HEAD") != 0)) {
       return false;
     }
-    if (MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "Transfer-Encoding") !=
-        nullptr) {
+    if (MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "Transfer-Encoding") != nullptr) {
       return false;
     }
     const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "Content-Length");
@@ -506,8 +375,10 @@ struct HttpServer::Impl {
         }
         if (user != nullptr) MHD_free(user);
         if (verdict == Verdict::kBusy) {
-          HttpResponse busy{503, "text/plain; charset=utf-8",
-                            "Busy checking other credentials; retry\n", {{"Retry-After", "1"}}};
+          HttpResponse busy{503,
+                            "text/plain; charset=utf-8",
+                            "Busy checking other credentials; retry\n",
+                            {{"Retry-After", "1"}}};
           return Queue(connection, busy, false);
         }
         if (verdict == Verdict::kDenied) {
@@ -517,7 +388,8 @@ struct HttpServer::Impl {
       }
 
       if (request.method != "GET" && request.method != "HEAD") {
-        HttpResponse not_allowed{405, "text/plain; charset=utf-8",
+        HttpResponse not_allowed{405,
+                                 "text/plain; charset=utf-8",
                                  "Method Not Allowed: only GET and HEAD\n",
                                  {{"Allow", "GET, HEAD"}}};
         return Queue(connection, not_allowed, false);
@@ -540,27 +412,20 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
   Impl& s = *impl_;
   s.options = std::move(options);
   s.handler = std::move(handler);
-  s.users = std::make_shared<const std::map<std::string, std::string>>(
-      s.options.web.basic_auth_users);
+  s.users =
+      std::make_shared<const std::map<std::string, std::string>>(s.options.web.basic_auth_users);
   const WebConfig& web = s.options.web;
 
-  if (web.cert_file.empty() != web.key_file.empty()) {
-    throw HttpError(
-        "web config: TLS needs both cert_file and key_file under tls_server_config, only " +
-        std::string(web.cert_file.empty() ? "key_file" : "cert_file") +
-        " is set; fix: set both, or neither for plain HTTP");
-  }
   const bool tls = web.TlsEnabled();
   if (tls) {
-    s.tls_cert = ReadWholeFile(web.cert_file, "TLS certificate");
-    s.tls_key = ReadWholeFile(web.key_file, "TLS key");
-    ValidateTlsFiles(web, s.tls_cert, s.tls_key);
+    ValidateTlsMaterial(*web.tls);
+    // MHD keeps pointers to these while it runs: copies owned by the server.
+    s.tls_cert = web.tls->cert_pem;
+    s.tls_key = web.tls->key_pem;
   }
   for (const auto& [user, hash] : web.basic_auth_users) {
-    if (hash.rfind("$2", 0) != 0) {
-      throw HttpError("web config: basic_auth_users." + user +
-                      " is not a bcrypt hash (it must start with $2a$, $2b$ or $2y$); fix: "
-                      "generate one, e.g. with htpasswd -nBC 10 \"\" | tr -d ':\\n'");
+    if (const auto problem = BcryptHashProblem(hash)) {
+      throw HttpError("web config: basic_auth_users." + user + " " + *problem, kBcryptFix);
     }
   }
 
@@ -595,17 +460,17 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
   }
   add(MHD_OPTION_END, 0);
 
-  s.daemon = MHD_start_daemon(
-      flags, 0, nullptr, nullptr, &Impl::OnRequest, &s, MHD_OPTION_EXTERNAL_LOGGER,
-      &Impl::Log, &s, MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
+  s.daemon =
+      MHD_start_daemon(flags, 0, nullptr, nullptr, &Impl::OnRequest, &s, MHD_OPTION_EXTERNAL_LOGGER,
+                       &Impl::Log, &s, MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
   if (s.daemon == nullptr) {
     // Not closing s.socket.fd: MHD closes a given listen socket when it fails (checked
     // with 0.9.75), and a second close could hit a descriptor another thread just opened.
     std::lock_guard lock(s.log_mutex);
-    throw HttpError("cannot start the HTTP server on " + s.options.listen_address + ": " +
-                    (s.startup_log.empty() ? std::string("libmicrohttpd gave no reason")
-                                           : s.startup_log) +
-                    "; fix: check the listen address and the web config file");
+    throw HttpError(
+        "cannot start the HTTP server on " + s.options.listen_address + ": " +
+            (s.startup_log.empty() ? std::string("libmicrohttpd gave no reason") : s.startup_log),
+        "check the listen address and the web config file");
   }
   {
     std::lock_guard lock(s.log_mutex);
@@ -625,9 +490,13 @@ HttpServer::~HttpServer() {
   if (impl_->daemon != nullptr) MHD_stop_daemon(impl_->daemon);
 }
 
-std::uint16_t HttpServer::port() const { return impl_->socket.port; }
+std::uint16_t HttpServer::port() const {
+  return impl_->socket.port;
+}
 
-bool HttpServer::tls() const { return impl_->options.web.TlsEnabled(); }
+bool HttpServer::tls() const {
+  return impl_->options.web.TlsEnabled();
+}
 
 std::string HttpServer::url() const {
   const ListenAddress a = ParseListenAddress(impl_->options.listen_address);

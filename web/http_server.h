@@ -11,11 +11,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "web/http_error.h"
 #include "web/web_config.h"
 
 namespace xferd::web {
@@ -33,13 +33,6 @@ struct HttpResponse {
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers
-};
-
-// Something a user can cause (address in use, bad address, unreadable or invalid TLS
-// files): the message names the cause and the fix.
-class HttpError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
 };
 
 struct HttpServerOptions {
@@ -87,17 +80,5 @@ class HttpServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// "host:port" -> host and port, the forms HttpServerOptions::listen_address accepts.
-// Throws HttpError naming the problem and the fix.
-struct ListenAddress {
-  std::string host;  // "" = every interface; IPv6 literals without brackets
-  std::uint16_t port = 0;
-};
-ListenAddress ParseListenAddress(const std::string& address);
-
-// True when `password` matches the crypt(3) `hash` ($2b$/$2y$/$2a$ bcrypt, and any other
-// scheme libxcrypt knows). Compares in constant time. A malformed hash never matches.
-bool VerifyPasswordHash(const std::string& password, const std::string& hash);
 
 }  // namespace xferd::web

@@ -33,8 +33,6 @@ using cuda::HostFillPattern;
 using cuda::PatternChecksum;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::uint64_t kMinChunkBytes = 256ull << 10;
-constexpr int kMaxStreams = 32;
 constexpr unsigned char kPoisonByte = 0xA5;
 constexpr std::uint64_t kStaticSalt = 0;  // the copy modes' buffers keep one pattern
 
@@ -921,30 +919,14 @@ void DrainUnfinishedWork(DeviceState& s, const ProbeSpec& spec, std::stop_token 
   s.unfinished_work = false;
 }
 
+// The spec's general problems (SpecProblem), then this backend's own limit.
 std::string ValidateSpec(const ProbeSpec& spec, const CudaOptions& options) {
-  if (!IsValidPair(spec.mode, spec.direction)) {
-    return std::string("mode ") + std::string(ToString(spec.mode)) + " has no direction " +
-           std::string(ToString(spec.direction)) + " (only pinned runs both ways at once)";
-  }
-  if (spec.size_bytes == 0)
-    return "a probe of 0 bytes measures nothing: give a size of 1 KiB or more";
+  if (std::string problem = SpecProblem(spec); !problem.empty()) return problem;
   if (spec.size_bytes > options.max_size_bytes) {
     return "size " + FormatSize(spec.size_bytes) + " is larger than the " +
            FormatSize(options.max_size_bytes) +
            " the backend's buffers were sized for (max_size_bytes): raise it to the largest "
            "probe size";
-  }
-  if (spec.iterations < 1) return "iterations must be at least 1";
-  if (spec.warmup < 0) return "warmup must not be negative";
-  if (spec.mode == TransferMode::kPinnedAsync) {
-    if (spec.chunk_bytes < kMinChunkBytes) {
-      return "pinned_async chunks of " + FormatSize(spec.chunk_bytes) +
-             " are below the 256KiB minimum: smaller chunks measure launch overhead, not the link";
-    }
-    if (spec.streams < 1 || spec.streams > kMaxStreams) {
-      return "pinned_async needs 1 to " + std::to_string(kMaxStreams) + " streams, not " +
-             std::to_string(spec.streams);
-    }
   }
   return "";
 }

@@ -4,8 +4,9 @@
 
 #include <cctype>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <string>
+
+#include "platform/files.h"
 
 namespace xferd::probes::cuda {
 
@@ -71,11 +72,8 @@ std::string NvmlDriverVersion() {
 
 std::string DriverVersion(int cuda_driver_version) {
   if (std::string v = NvmlDriverVersion(); !v.empty()) return v;
-  std::ifstream proc("/proc/driver/nvidia/version");
-  if (proc) {
-    std::stringstream text;
-    text << proc.rdbuf();
-    if (std::string v = ParseProcDriverVersion(text.str()); !v.empty()) return v;
+  if (const auto text = platform::TryReadFileBounded("/proc/driver/nvidia/version", 4096)) {
+    if (std::string v = ParseProcDriverVersion(*text); !v.empty()) return v;
   }
   return "CUDA driver API " + std::to_string(cuda_driver_version / 1000) + "." +
          std::to_string(cuda_driver_version % 1000 / 10);

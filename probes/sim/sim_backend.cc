@@ -235,19 +235,8 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
                   "no simulated device " + std::to_string(device) + " (there are " +
                       std::to_string(o.devices) + ")");
   }
-  if (!IsValidPair(spec.mode, spec.direction)) {
-    return Failed(spec, ProbeStatus::kError,
-                  std::string(ToString(spec.direction)) + " is only measured for pinned, not " +
-                      std::string(ToString(spec.mode)));
-  }
-  if (spec.size_bytes == 0 || spec.iterations < 1 || spec.warmup < 0) {
-    return Failed(spec, ProbeStatus::kError,
-                  "a probe needs a size > 0 and at least one timed transfer");
-  }
-  if (spec.mode == TransferMode::kPinnedAsync &&
-      (spec.streams < 1 || spec.chunk_bytes < (256u << 10))) {
-    return Failed(spec, ProbeStatus::kError,
-                  "pinned_async needs at least 1 stream and chunks of at least 256KiB");
+  if (std::string problem = SpecProblem(spec); !problem.empty()) {
+    return Failed(spec, ProbeStatus::kError, problem);
   }
   if (auto it = o.unsupported.find(spec.mode); it != o.unsupported.end()) {
     return Failed(spec, ProbeStatus::kUnsupported, it->second);

@@ -5,8 +5,9 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <system_error>
+
+#include "platform/files.h"
 
 namespace xferd::probes {
 namespace {
@@ -84,11 +85,10 @@ std::string NormalizeBdf(std::string_view bdf) {
 
 // The first line of a sysfs attribute; nullopt when it cannot be read.
 std::optional<std::string> ReadAttribute(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) return std::nullopt;
-  std::string line;
-  if (!std::getline(in, line) && !in.eof()) return std::nullopt;
-  return std::string(Trim(line));
+  // sysfs attributes are a line; a page is the most the kernel hands out.
+  const std::optional<std::string> text = platform::TryReadFileBounded(file, 4096);
+  if (!text) return std::nullopt;
+  return std::string(Trim(std::string_view(*text).substr(0, text->find('\n'))));
 }
 
 // "16" or "x16"; 0 when unreadable or not a number.

@@ -50,6 +50,15 @@ std::string_view ToString(ProbeStatus status) {
   return "unknown";
 }
 
+std::string AllModeNames() {
+  std::string out;
+  for (TransferMode mode : kAllModes) {
+    if (!out.empty()) out += ", ";
+    out += ToString(mode);
+  }
+  return out;
+}
+
 std::optional<TransferMode> ParseMode(std::string_view text) {
   for (TransferMode mode : kAllModes) {
     if (ToString(mode) == text) return mode;
@@ -97,13 +106,42 @@ std::optional<std::uint64_t> ParseSize(std::string_view text) {
   std::transform(unit.begin(), unit.end(), unit.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   std::uint64_t scale = 0;
-  if (unit.empty() || unit == "b") scale = 1;
-  else if (unit == "k" || unit == "kib") scale = 1ull << 10;
-  else if (unit == "m" || unit == "mib") scale = 1ull << 20;
-  else if (unit == "g" || unit == "gib") scale = 1ull << 30;
-  else return std::nullopt;
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "k" || unit == "kib")
+    scale = 1ull << 10;
+  else if (unit == "m" || unit == "mib")
+    scale = 1ull << 20;
+  else if (unit == "g" || unit == "gib")
+    scale = 1ull << 30;
+  else
+    return std::nullopt;
   if (value > UINT64_MAX / scale) return std::nullopt;
   return value * scale;
+}
+
+std::string SpecProblem(const ProbeSpec& spec) {
+  if (!IsValidPair(spec.mode, spec.direction)) {
+    return std::string("mode ") + std::string(ToString(spec.mode)) + " has no direction " +
+           std::string(ToString(spec.direction)) + " (only pinned runs both ways at once)";
+  }
+  if (spec.size_bytes == 0) {
+    return "a probe of 0 bytes measures nothing: give a size of 1 KiB or more";
+  }
+  if (spec.iterations < 1) return "iterations must be at least 1";
+  if (spec.warmup < 0) return "warmup must not be negative";
+  if (spec.mode == TransferMode::kPinnedAsync) {
+    if (spec.chunk_bytes < kMinChunkBytes) {
+      return "pinned_async chunks of " + FormatSize(spec.chunk_bytes) + " are below the " +
+             FormatSize(kMinChunkBytes) +
+             " minimum: smaller chunks measure launch overhead, not the link";
+    }
+    if (spec.streams < 1 || spec.streams > kMaxStreams) {
+      return "pinned_async needs 1 to " + std::to_string(kMaxStreams) + " streams, not " +
+             std::to_string(spec.streams);
+    }
+  }
+  return "";
 }
 
 double ProbeSample::MedianBandwidth() const {

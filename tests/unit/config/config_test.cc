@@ -674,8 +674,8 @@ TEST_F(WebConfigTest, TlsAndUsersWithRelativePaths) {
   const WebConfig web = LoadWebConfig(file);
   EXPECT_TRUE(web.TlsEnabled());
   EXPECT_TRUE(web.AuthEnabled());
-  EXPECT_EQ(web.cert_file, dir_.path() / "server.crt");
-  EXPECT_EQ(web.key_file, dir_.path() / "server.key");
+  EXPECT_EQ(web.tls->cert_file, dir_.path() / "server.crt");
+  EXPECT_EQ(web.tls->key_file, dir_.path() / "server.key");
   EXPECT_EQ(web.basic_auth_users.at("prometheus"), kHash);
 }
 

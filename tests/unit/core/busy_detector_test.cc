@@ -18,7 +18,8 @@ TEST(BusyJudge, UtilizationOrPcieAtTheThresholdIsBusy) {
 }
 
 TEST(NvmlBusyDetector, MissingLibraryMeansNoDetectionAndSaysWhy) {
-  auto d = MakeNvmlBusyDetector(BusyThresholds{}, "libxferd-no-such-nvml.so.1");
+  auto d = MakeBusyDetector(probes::MakeNvmlGpuLoadReader("libxferd-no-such-nvml.so.1"),
+                            BusyThresholds{});
   probes::DeviceInfo dev;
   dev.pci_bus_id = "0000:01:00.0";
   EXPECT_FALSE(d->Check(dev));
@@ -27,14 +28,14 @@ TEST(NvmlBusyDetector, MissingLibraryMeansNoDetectionAndSaysWhy) {
 }
 
 TEST(SimBusyDetector, JudgesTheSimulatedLoadForSimulatedDevicesOnly) {
-  auto busy = MakeSimBusyDetector(BusyThresholds{50, 2e9}, 90, 0);
+  auto busy = MakeBusyDetector(probes::MakeSimGpuLoadReader(90, 0), BusyThresholds{50, 2e9});
   probes::DeviceInfo sim;
   sim.simulated = true;
   ASSERT_TRUE(busy->Check(sim));
   EXPECT_TRUE(busy->Check(sim)->busy);
   probes::DeviceInfo real;
   EXPECT_FALSE(busy->Check(real));
-  auto idle = MakeSimBusyDetector(BusyThresholds{50, 2e9}, 0, 0);
+  auto idle = MakeBusyDetector(probes::MakeSimGpuLoadReader(0, 0), BusyThresholds{50, 2e9});
   EXPECT_FALSE(idle->Check(sim)->busy);
 }
 

@@ -1,11 +1,11 @@
-#include "core/health.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core/health_tracker.h"
 
 namespace xferd::core {
 

@@ -23,7 +23,9 @@ class FakeClock final : public Clock {
     if (until > now_) now_ = until;
     return true;
   }
-  void Advance(std::chrono::nanoseconds d) { now_ += std::chrono::duration_cast<SteadyTime::duration>(d); }
+  void Advance(std::chrono::nanoseconds d) {
+    now_ += std::chrono::duration_cast<SteadyTime::duration>(d);
+  }
   SteadyTime now_{std::chrono::seconds(1000)};
 };
 
@@ -131,36 +133,6 @@ struct Harness {
   }
 };
 
-TEST(PlanProbes, EveryModeBothWaysPlusBidirectionalPerSize) {
-  Settings c = SmallConfig();
-  c.sizes = {1 << 20, 4 << 20};
-  auto plan = PlanProbes(c);
-  ASSERT_EQ(plan.size(), 10u);  // 2 sizes x (2 modes x 2 directions + bidir)
-  EXPECT_EQ(plan[4].direction, probes::Direction::kBidirectional);
-  EXPECT_EQ(plan[4].mode, probes::TransferMode::kPinned);
-  EXPECT_EQ(plan[5].size_bytes, 4u << 20);
-  EXPECT_EQ(plan[0].deadline, 5s);
-}
-
-TEST(SelectDevices, ByIndexOrUuidAndUnknownIsAnError) {
-  FakeClock clock;
-  FakeBackend b(clock);
-  Settings c;
-  EXPECT_EQ(SelectDevices(b.Devices(), c).size(), 2u);
-  c.gpus = {"FAKE-1"};
-  auto one = SelectDevices(b.Devices(), c);
-  ASSERT_EQ(one.size(), 1u);
-  EXPECT_EQ(one[0].index, 1);
-  c.gpus = {"7"};
-  try {
-    SelectDevices(b.Devices(), c);
-    FAIL() << "an unknown GPU must be rejected";
-  } catch (const UnknownGpuError& e) {
-    EXPECT_EQ(e.gpu(), "7");
-    EXPECT_NE(std::string(e.what()).find("no GPU \"7\""), std::string::npos);
-  }
-}
-
 TEST(Scheduler, CyclesStartAtTheIntervalWithoutOverlap) {
   Harness h;
   h.Run(SmallConfig());
@@ -215,17 +187,18 @@ Settings H200Config() {
 void SetH200Costs(FakeBackend& b) {
   using M = probes::TransferMode;
   using D = probes::Direction;
-  b.cost = {{{M::kPinned, D::kH2D}, 0.028},         {{M::kPinned, D::kD2H}, 0.027},
+  b.cost = {{{M::kPinned, D::kH2D}, 0.028},           {{M::kPinned, D::kD2H}, 0.027},
             {{M::kPinned, D::kBidirectional}, 0.032}, {{M::kPinnedAsync, D::kH2D}, 0.043},
-            {{M::kPinnedAsync, D::kD2H}, 0.039},    {{M::kZeroCopy, D::kH2D}, 0.029},
-            {{M::kZeroCopy, D::kD2H}, 0.029},       {{M::kPageable, D::kH2D}, 0.175},
-            {{M::kPageable, D::kD2H}, 0.175},       {{M::kManaged, D::kH2D}, 0.38},
-            {{M::kManaged, D::kD2H}, 0.38},         {{M::kManagedPrefetch, D::kH2D}, 0.185},
+            {{M::kPinnedAsync, D::kD2H}, 0.039},      {{M::kZeroCopy, D::kH2D}, 0.029},
+            {{M::kZeroCopy, D::kD2H}, 0.029},         {{M::kPageable, D::kH2D}, 0.175},
+            {{M::kPageable, D::kD2H}, 0.175},         {{M::kManaged, D::kH2D}, 0.38},
+            {{M::kManaged, D::kD2H}, 0.38},           {{M::kManagedPrefetch, D::kH2D}, 0.185},
             {{M::kManagedPrefetch, D::kD2H}, 0.185}};
 }
 
 // Cycle numbers (0-based) in which GPU 0 ran a probe of `mode` and `direction`.
-std::vector<int> CyclesThatRan(const Harness& h, probes::TransferMode mode, probes::Direction direction) {
+std::vector<int> CyclesThatRan(const Harness& h, probes::TransferMode mode,
+                               probes::Direction direction) {
   std::vector<int> cycles;
   for (std::size_t c = 0; c < h.ran_before_cycle.size(); ++c) {
     const std::size_t from = c == 0 ? 0 : h.ran_before_cycle[c - 1];
@@ -267,13 +240,14 @@ TEST(Scheduler, HeadlineProbesRunEveryCycleAndTheRestRotateStalestFirst) {
   // Every other probe keeps running: a full rotation costs (1.732 - 0.055) s at
   // (0.150 - 0.055) s a minute, about 18 minutes; none waits much longer than that.
   const std::vector<std::pair<M, D>> rotating = {
-      {M::kPinned, D::kBidirectional}, {M::kPinnedAsync, D::kH2D}, {M::kPinnedAsync, D::kD2H},
-      {M::kZeroCopy, D::kH2D},         {M::kZeroCopy, D::kD2H},    {M::kPageable, D::kH2D},
-      {M::kPageable, D::kD2H},         {M::kManaged, D::kH2D},     {M::kManaged, D::kD2H},
+      {M::kPinned, D::kBidirectional}, {M::kPinnedAsync, D::kH2D},    {M::kPinnedAsync, D::kD2H},
+      {M::kZeroCopy, D::kH2D},         {M::kZeroCopy, D::kD2H},       {M::kPageable, D::kH2D},
+      {M::kPageable, D::kD2H},         {M::kManaged, D::kH2D},        {M::kManaged, D::kD2H},
       {M::kManagedPrefetch, D::kH2D},  {M::kManagedPrefetch, D::kD2H}};
   for (const auto& [mode, direction] : rotating) {
     const auto cycles = CyclesThatRan(h, mode, direction);
-    SCOPED_TRACE(std::string(probes::ToString(mode)) + " " + std::string(probes::ToString(direction)));
+    SCOPED_TRACE(std::string(probes::ToString(mode)) + " " +
+                 std::string(probes::ToString(direction)));
     ASSERT_GE(cycles.size(), 5u);  // 120 minutes, a rotation every ~18
     for (std::size_t i = 1; i < cycles.size(); ++i) EXPECT_LE(cycles[i] - cycles[i - 1], 22);
     EXPECT_LE(119 - cycles.back(), 22);
@@ -325,8 +299,8 @@ TEST(Scheduler, HeadlineOverdrawDelaysTheNextCycle) {
   for (std::size_t i = 30; i < h.starts.size(); ++i) {
     EXPECT_GE(h.starts[i] - h.starts[i - 1], std::chrono::duration_cast<SteadyTime::duration>(39s));
   }
-  const double span = std::chrono::duration<double>(h.clock.Now() + h.reports.back().next_in -
-                                                    h.starts[0]).count();
+  const double span =
+      std::chrono::duration<double>(h.clock.Now() + h.reports.back().next_in - h.starts[0]).count();
   EXPECT_LE(TotalDevice(h) / 2, c.max_duty_cycle * span + c.max_duty_cycle * 600 + 1e-9);
   // Never a probe held back: these are the headline.
   for (const auto& r : h.reports) EXPECT_EQ(r.held_back, 0);
@@ -458,7 +432,7 @@ TEST(Scheduler, HungProbeIsReportedAsAStallOnce) {
   std::thread t([&] { s.Run(stop.get_token()); });
   while (!backend.entered) std::this_thread::sleep_for(1ms);
   const SteadyTime t0 = clock.Now();
-  EXPECT_FALSE(s.CheckStall(t0 + 2s));         // within its deadline
+  EXPECT_FALSE(s.CheckStall(t0 + 2s));          // within its deadline
   EXPECT_FALSE(s.CheckStall(t0 + 2s + 900ms));  // within the grace
   auto stall = s.CheckStall(t0 + 3500ms);
   ASSERT_TRUE(stall);

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/health.h"
+#include "core/health_tracker.h"
 
 namespace xferd::core {
 

@@ -25,6 +25,10 @@
 #include <vector>
 
 #include "exporter/routes.h"
+#include "platform/files.h"
+#include "web/basic_auth.h"
+#include "web/listen_address.h"
+#include "web/tls.h"
 
 namespace xferd::exporter {
 
@@ -56,7 +60,7 @@ int Connect(std::uint16_t port, std::chrono::seconds timeout) {
 }
 
 struct RawResponse {
-  int status = 0;  // 0: the server closed without an answer
+  int status = 0;                              // 0: the server closed without an answer
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
   std::string header(const std::string& name) const {
@@ -113,8 +117,8 @@ RawResponse Exchange(std::uint16_t port, const std::string& request,
 
 RawResponse Get(std::uint16_t port, const std::string& path, const std::string& method = "GET",
                 const std::string& extra_headers = "") {
-  return Exchange(port, method + " " + path + " HTTP/1.1\r\nHost: localhost\r\n" +
-                            extra_headers + "Connection: close\r\n\r\n");
+  return Exchange(port, method + " " + path + " HTTP/1.1\r\nHost: localhost\r\n" + extra_headers +
+                            "Connection: close\r\n\r\n");
 }
 
 std::string Base64(const std::string& in) {
@@ -131,8 +135,8 @@ std::string Base64(const std::string& in) {
     const unsigned v = static_cast<unsigned char>(in[i]) << 16;
     out += {table[v >> 18], table[(v >> 12) & 63], '=', '='};
   } else if (i + 2 == in.size()) {
-    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
-                       (static_cast<unsigned char>(in[i + 1]) << 8);
+    const unsigned v =
+        (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
     out += {table[v >> 18], table[(v >> 12) & 63], table[(v >> 6) & 63], '='};
   }
   return out;
@@ -194,8 +198,8 @@ TEST(ListenAddress, AcceptsNodeExporterForms) {
 }
 
 TEST(ListenAddress, RejectsBadFormsNamingTheFix) {
-  for (const std::string bad : {"9742", "host", ":", ":70000", ":-1", ":12ab", "::1:9742",
-                                "[::1]", "[nothost]:1", "[::1]9742", "1.2.3.4:"}) {
+  for (const std::string bad : {"9742", "host", ":", ":70000", ":-1", ":12ab", "::1:9742", "[::1]",
+                                "[nothost]:1", "[::1]9742", "1.2.3.4:"}) {
     try {
       ParseListenAddress(bad);
       ADD_FAILURE() << "accepted " << bad;
@@ -305,7 +309,7 @@ TEST(HttpServer, CustomTelemetryPath) {
 }
 
 TEST(HttpServer, BadTelemetryPathIsAClearError) {
-  for (const std::string path : {"", "metrics", "/healthz"}) {
+  for (const std::string path : {"", "metrics", "/healthz", "/", "/metrics?x", "/a b", "/%6d"}) {
     ExporterRoutes routes;
     routes.telemetry_path = path;
     try {
@@ -379,8 +383,7 @@ TEST(HttpServer, AddressNotOnThisHostIsAClearError) {
     HttpServer server(options, [](const HttpRequest&) { return HttpResponse{}; });
     FAIL() << "bound a foreign address";
   } catch (const HttpError& e) {
-    EXPECT_NE(std::string(e.what()).find("not one of this host's"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("not one of this host's"), std::string::npos) << e.what();
   }
 }
 
@@ -390,26 +393,29 @@ TEST(HttpServer, BadTlsFilesAreClearErrors) {
   const auto key = dir.path() / "key.pem";
   WriteFile(cert, "this is not a certificate\n");
   WriteFile(key, "nor a key\n");
-  auto expect_error = [](const WebConfig& web, const std::string& needle) {
-    HttpServerOptions options;
-    options.listen_address = "127.0.0.1:0";
-    options.web = web;
-    try {
-      HttpServer server(options, [](const HttpRequest&) { return HttpResponse{}; });
-      ADD_FAILURE() << "started with " << web.cert_file << " / " << web.key_file;
-    } catch (const HttpError& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("fix:"), std::string::npos) << e.what();
-    }
-  };
-  WebConfig web;
-  web.cert_file = cert;
-  web.key_file = key;
-  expect_error(web, cert.string() + " is not a PEM certificate");
-  web.cert_file = dir.path() / "missing.pem";
-  expect_error(web, "cannot read TLS certificate " + web.cert_file.string());
-  web.key_file.clear();
-  expect_error(web, "needs both cert_file and key_file");
+  HttpServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.web.tls = ReadTlsMaterial(cert, key);
+  try {
+    HttpServer server(options, [](const HttpRequest&) { return HttpResponse{}; });
+    ADD_FAILURE() << "started with " << cert << " / " << key;
+  } catch (const HttpError& e) {
+    EXPECT_NE(std::string(e.what()).find(cert.string() + " is not a PEM certificate"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("fix:"), std::string::npos) << e.what();
+  }
+  // A file that cannot be read is named when it is read, once, before any server starts.
+  const auto missing = dir.path() / "missing.pem";
+  try {
+    ReadTlsMaterial(missing, key);
+    ADD_FAILURE() << "read " << missing;
+  } catch (const platform::FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read TLS certificate " + missing.string()),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("fix:"), std::string::npos) << e.what();
+  }
 }
 
 TEST(HttpServer, NonBcryptHashIsAClearError) {
@@ -470,9 +476,12 @@ TEST(HttpServer, PasswordGuessingFloodDoesNotStarveVerifiedScrapes) {
         const int status = Get(port, "/metrics", "GET",
                                BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
                                .status;
-        if (status == 401) ++denied;
-        else if (status == 503) ++busy;
-        else ++other;
+        if (status == 401)
+          ++denied;
+        else if (status == 503)
+          ++busy;
+        else
+          ++other;
       }
     });
   }
@@ -616,8 +625,7 @@ TEST(HttpServer, ServesTlsWithAGeneratedCertificate) {
   ASSERT_EQ(std::system(make_cert.c_str()), 0);
 
   HttpServerOptions options;
-  options.web.cert_file = cert;
-  options.web.key_file = key;
+  options.web.tls = ReadTlsMaterial(cert, key);
   options.web.basic_auth_users["prometheus"] = kTestHash;
   Exporter exporter(options);
   EXPECT_TRUE(exporter.server->tls());
@@ -626,8 +634,8 @@ TEST(HttpServer, ServesTlsWithAGeneratedCertificate) {
 
   auto curl = [&](const std::string& args) {
     const std::string out = (dir.path() / "out.txt").string();
-    const std::string command = "curl -s -o " + out + " -w '%{http_code}' --max-time 20 " +
-                                args + " > " + (dir.path() / "code.txt").string();
+    const std::string command = "curl -s -o " + out + " -w '%{http_code}' --max-time 20 " + args +
+                                " > " + (dir.path() / "code.txt").string();
     std::system(command.c_str());
     std::ifstream code(dir.path() / "code.txt");
     std::string text;
@@ -645,19 +653,19 @@ TEST(HttpServer, ServesTlsWithAGeneratedCertificate) {
   EXPECT_EQ(Get(exporter.port(), "/metrics").status, 0);
   // Without the CA the client refuses the self-signed certificate.
   EXPECT_EQ(curl("-u prometheus:" + std::string(kTestPassword) + " " + url).first, "000");
-  EXPECT_EQ(curl("--cacert " + cert.string() + " -u prometheus:" + kTestPassword + " " + url)
-                .first,
+  EXPECT_EQ(curl("--cacert " + cert.string() + " -u prometheus:" + kTestPassword + " " + url).first,
             "200");
 
   // A key that is not the certificate's is refused by name.
   const auto other_key = dir.path() / "other.pem";
   ASSERT_EQ(std::system(("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 "
-                         "-out " + other_key.string() + " 2>/dev/null").c_str()),
+                         "-out " +
+                         other_key.string() + " 2>/dev/null")
+                            .c_str()),
             0);
   HttpServerOptions mismatched;
   mismatched.listen_address = "127.0.0.1:0";
-  mismatched.web.cert_file = cert;
-  mismatched.web.key_file = other_key;
+  mismatched.web.tls = ReadTlsMaterial(cert, other_key);
   try {
     HttpServer server(mismatched, [](const HttpRequest&) { return HttpResponse{}; });
     ADD_FAILURE() << "started with a key of another certificate";

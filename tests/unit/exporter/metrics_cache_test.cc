@@ -1,7 +1,6 @@
 // /metrics serves the registry's text from a cache between changes (Metrics::Generation)
 // and renders the per-scrape collectables (process_*) every time.
 #include <gtest/gtest.h>
-
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
@@ -12,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "exporter/routes.h"
 #include "exporter/metrics.h"
+#include "exporter/routes.h"
 
 namespace xferd::exporter {
 

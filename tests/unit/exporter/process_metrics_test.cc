@@ -87,10 +87,9 @@ TEST(ProcessMetrics, LeavesOutWhatItCannotRead) {
 TEST(ProcessMetrics, ReportsThisProcess) {
   ProcessMetrics metrics;
   const auto before = Values(metrics);
-  for (const char* name :
-       {"process_cpu_seconds_total", "process_resident_memory_bytes",
-        "process_virtual_memory_bytes", "process_start_time_seconds", "process_open_fds",
-        "process_max_fds", "xferd_process_threads"}) {
+  for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes",
+                           "process_virtual_memory_bytes", "process_start_time_seconds",
+                           "process_open_fds", "process_max_fds", "xferd_process_threads"}) {
     EXPECT_EQ(before.count(name), 1u) << name;
   }
   rlimit limit{};
@@ -99,11 +98,9 @@ TEST(ProcessMetrics, ReportsThisProcess) {
     EXPECT_DOUBLE_EQ(before.at("process_max_fds"), static_cast<double>(limit.rlim_cur));
   }
   EXPECT_GT(before.at("process_resident_memory_bytes"), 1 << 20);
-  EXPECT_GE(before.at("process_virtual_memory_bytes"),
-            before.at("process_resident_memory_bytes"));
-  const double now = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
+  EXPECT_GE(before.at("process_virtual_memory_bytes"), before.at("process_resident_memory_bytes"));
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   EXPECT_LE(before.at("process_start_time_seconds"), now + 1);
   EXPECT_GT(before.at("process_start_time_seconds"), now - 24 * 3600);
 
@@ -122,8 +119,7 @@ TEST(ProcessMetrics, SerializesAsValidExposition) {
   EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos) << text;
   EXPECT_NE(text.find("# TYPE process_open_fds gauge"), std::string::npos);
   EXPECT_EQ(RenderExposition({metrics}, "xferd_").find("process_open_fds"), std::string::npos);
-  EXPECT_NE(RenderExposition({metrics}, "xferd_").find("xferd_process_threads"),
-            std::string::npos);
+  EXPECT_NE(RenderExposition({metrics}, "xferd_").find("xferd_process_threads"), std::string::npos);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "platform/files.h"
+
 namespace xferd::exporter {
 
 namespace {
@@ -46,7 +48,7 @@ int EntryCount(const fs::path& dir) {
 std::string ErrorOf(const fs::path& path, const std::string& content) {
   try {
     WriteTextfile(path, content);
-  } catch (const TextfileError& e) {
+  } catch (const platform::FileError& e) {
     return e.what();
   }
   return "";
@@ -61,7 +63,7 @@ TEST(Textfile, WritesAndReplacesReadableByOthers) {
   EXPECT_EQ(Read(path), "xferd_up 2\n");
   struct stat st {};
   ASSERT_EQ(stat(path.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0644u);  // node_exporter runs as another user
+  EXPECT_EQ(st.st_mode & 0777, 0644u);   // node_exporter runs as another user
   EXPECT_EQ(EntryCount(dir.path()), 1);  // no temporary file left
 }
 

@@ -1,12 +1,11 @@
 #include "platform/logging.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
 #include <string>
-
-#include <spdlog/spdlog.h>
 
 namespace xferd::platform {
 namespace {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "platform/exit_codes.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
 
@@ -38,9 +39,10 @@ class TransferBackend {
 
 // Raised by a backend's factory when no device can be used at all (no driver, no GPU);
 // the message names the cause and what to do.
-class NoDeviceError : public std::runtime_error {
+class NoDeviceError : public platform::Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit NoDeviceError(const std::string& message)
+      : platform::Error(platform::Failure::kNoDevice, message) {}
 };
 
 }  // namespace xferd::probes

@@ -14,7 +14,8 @@
 
 namespace xferd::probes {
 
-// The memory paths of DESIGN.md: how the host side is allocated and how bytes cross.
+// The memory paths xferd measures (docs/probe.md): how the host side is allocated and how
+// bytes cross the link.
 enum class TransferMode {
   kPageable,         // malloc + cudaMemcpy: implicit staging through a pinned bounce buffer
   kPinned,           // cudaMallocHost + cudaMemcpy
@@ -38,9 +39,10 @@ inline constexpr std::array<TransferMode, 6> kAllModes = {
 // bidirectional.
 std::vector<std::pair<TransferMode, Direction>> AllModeDirections();
 
-std::string_view ToString(TransferMode mode);  // "pageable", "pinned_async", ...
+std::string_view ToString(TransferMode mode);    // "pageable", "pinned_async", ...
 std::string_view ToString(Direction direction);  // "h2d", "d2h", "bidir"
 std::optional<TransferMode> ParseMode(std::string_view text);
+std::string AllModeNames();  // "pageable, pinned, ...": for messages that list the choices
 std::optional<Direction> ParseDirection(std::string_view text);
 bool IsValidPair(TransferMode mode, Direction direction);
 
@@ -65,10 +67,20 @@ struct ProbeSpec {
   int warmup = 2;       // untimed transfers before them
   // The whole probe (warm-up included) must finish by this; past it the result is kTimeout.
   std::chrono::milliseconds deadline{5000};
-  // pinned_async only: chunks of chunk_bytes (>= 256 KiB) spread over `streams` streams.
+  // pinned_async only: chunks of chunk_bytes (>= kMinChunkBytes) over `streams` streams.
   int streams = 4;
   std::uint64_t chunk_bytes = 1ull << 20;
 };
+
+// pinned_async limits: smaller chunks measure launch overhead, not the link; more streams
+// do not add overlap and each costs events per chunk.
+inline constexpr std::uint64_t kMinChunkBytes = 256ull << 10;
+inline constexpr int kMaxStreams = 32;
+
+// What makes `spec` unrunnable on any backend, as a sentence that names the fix; "" when
+// it is fine. Both backends refuse such a spec with this message; config checks the same
+// limits when it reads them.
+std::string SpecProblem(const ProbeSpec& spec);
 
 enum class ProbeStatus { kOk, kError, kTimeout, kUnsupported };
 std::string_view ToString(ProbeStatus status);  // "ok", "error", "timeout", "unsupported"
@@ -95,14 +107,14 @@ struct ProbeSample {
 
 struct DeviceInfo {
   int index = 0;
-  std::string uuid;          // "GPU-xxxxxxxx-..." ; "SIM-..." for simulated devices
-  std::string name;          // "NVIDIA H200"
-  std::string pci_bus_id;    // "0000:00:06.0" (lower case, domain included); empty if none
+  std::string uuid;        // "GPU-xxxxxxxx-..." ; "SIM-..." for simulated devices
+  std::string name;        // "NVIDIA H200"
+  std::string pci_bus_id;  // "0000:00:06.0" (lower case, domain included); empty if none
   int cc_major = 0, cc_minor = 0;
   std::string driver_version;  // "580.159.04"; "sim" for simulated devices
   std::uint64_t memory_bytes = 0;
-  bool integrated = false;   // shares DRAM with the host (Jetson, IGX iGPU)
-  bool simulated = false;    // always true for the simulated backend
+  bool integrated = false;  // shares DRAM with the host (Jetson, IGX iGPU)
+  bool simulated = false;   // always true for the simulated backend
 };
 
 // What a device can do; an unsupported mode carries the reason it is skipped.

@@ -1,0 +1,123 @@
+// Text -> Config: the checks toml++ needs first, the parse, and each section's reader.
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+#include "config/config.h"
+#include "config/sections.h"
+#include "config/toml_reader.h"
+#include "config/toml_workarounds.h"
+#include "platform/files.h"
+
+namespace xferd::config {
+namespace {
+
+// Config files are a few KiB; anything this large is the wrong file.
+constexpr std::size_t kMaxConfigBytes = 1u << 20;
+
+bool IsBlank(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](unsigned char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+  });
+}
+
+}  // namespace
+
+std::filesystem::path ResolveAgainst(const std::filesystem::path& base_file,
+                                     const std::filesystem::path& path) {
+  if (path.empty() || path.is_absolute()) return path;
+  return base_file.parent_path() / path;
+}
+
+std::string ReadConfigFile(const std::filesystem::path& path) {
+  try {
+    return platform::ReadFileBounded(path, kMaxConfigBytes, "config file");
+  } catch (const platform::FileError& e) {
+    std::string fix = e.fix();
+    if (e.error() == ENOENT) fix += "; the example config is deploy/xferd.toml";
+    throw ConfigError(path.string(), 0, "", "cannot read the file: " + e.cause(), fix);
+  }
+}
+
+Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
+  const std::string file = source.string();
+  if (IsBlank(text)) {
+    throw ConfigError(file, 0, "", "the file is empty",
+                      "start from the annotated example deploy/xferd.toml (installed as "
+                      "/etc/xferd/xferd.toml), which spells out every default");
+  }
+  if (text.size() > kMaxConfigBytes) {
+    throw ConfigError(
+        file, 0, "", "the file is " + std::to_string(text.size()) + " bytes; a config is a few KiB",
+        "check that this is the xferd configuration (start from deploy/xferd.toml)");
+  }
+  unsigned bad_byte = 0;
+  if (const int line = FirstInvalidUtf8Line(text, &bad_byte)) {
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02x", bad_byte);
+    throw ConfigError(
+        file, line, KeyAtLine(text, line),
+        std::string("not valid TOML: invalid UTF-8 (byte ") + byte + "); is this a binary file?",
+        "save the file as UTF-8 text; start from deploy/xferd.toml");
+  }
+  if (const int line = FirstNonAsciiOutsideStrings(text)) {
+    throw ConfigError(file, line, KeyAtLine(text, line),
+                      "not valid TOML: a non-ASCII character outside a string or comment",
+                      "keys and values other than strings are plain ASCII; quote text, or remove "
+                      "the stray character (often a non-breaking space pasted from a web page)");
+  }
+  toml::table root;
+  try {
+    root = toml::parse(text, file);
+  } catch (const toml::parse_error& e) {
+    int line = static_cast<int>(e.source().begin.line);
+    std::string problem(e.description());
+    std::string key = KeyAtLine(text, line);
+    // Something left open at the end of the file (a string, an array) began at the last
+    // key above: name that one.
+    if (key.empty() && problem.find("end-of-file") != std::string::npos) {
+      auto [above, above_key] = LastKeyAtOrAbove(text, line);
+      if (above > 0) line = above, key = std::move(above_key);
+    }
+    if (!problem.empty())
+      problem[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(problem[0])));
+    throw ConfigError(file, line, key, "not valid TOML: " + problem,
+                      "correct the syntax on that line (strings need \"quotes\", one key per line, "
+                      "each key and [section] once; see deploy/xferd.toml)");
+  }
+
+  Config config;
+  config.source = source;
+  TableReader top(file, root, "");
+  top.RejectUnknown();
+
+  // [simulate] first: whether the device is simulated changes the limits in [probe].
+  ReadSimulate(file, root, config);
+  ReadWeb(file, source, root, config);
+  ReadDaemon(file, source, root, config);
+  ReadProbe(file, root, config.simulate, config);
+  ReadBusy(file, root, config);
+  ReadHealth(file, root, config);
+  return config;
+}
+
+Config LoadConfig(const std::filesystem::path& path) {
+  const std::string text = ReadConfigFile(path);
+  Config config = ParseConfig(text, path);
+  if (config.web_config_file.empty()) return config;
+  try {
+    config.web = LoadWebConfig(config.web_config_file);
+  } catch (const ConfigError& e) {
+    // A YAML file that cannot be read at all is a mistake in this file's web.config_file.
+    if (e.line() != 0 || e.file() != config.web_config_file.string()) throw;
+    throw ConfigError(path.string(), LineOfKey(text, "web.config_file"), "web.config_file",
+                      "cannot use " + e.file() + ": " + e.problem(),
+                      "check the path (relative paths are relative to this file's directory), or "
+                      "remove config_file for plain HTTP");
+  }
+  return config;
+}
+
+}  // namespace xferd::config

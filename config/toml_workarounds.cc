@@ -1,0 +1,179 @@
+#include "config/toml_workarounds.h"
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cstdint>
+
+namespace xferd::config {
+namespace {
+
+// The keys defined in the text, by line, for parse errors (which toml++ reports by
+// position only): `visit(line, key)` for each line up to `last_line` that starts a
+// [table] (key = the table) or a bare key (key = table.key); visit returns false to stop.
+// One pass: a file may be 1 MiB.
+template <typename Visit>
+void ForEachKeyLine(std::string_view text, int last_line, Visit visit) {
+  std::string table;
+  int line = 1;
+  std::size_t pos = 0;
+  while (pos <= text.size() && line <= last_line) {
+    const std::size_t end = std::min(text.find('\n', pos), text.size());
+    std::string_view row = text.substr(pos, end - pos);
+    while (!row.empty() && (row.front() == ' ' || row.front() == '\t')) row.remove_prefix(1);
+    if (!row.empty() && row.front() == '[') {
+      const std::size_t close = row.find(']');
+      std::string_view name = row.substr(0, close == std::string_view::npos ? row.size() : close);
+      while (!name.empty() && (name.front() == '[' || name.front() == ' ')) name.remove_prefix(1);
+      while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+      table = std::string(name);
+      if (!visit(line, table)) return;
+    } else {
+      std::size_t n = 0;
+      while (n < row.size() && (std::isalnum(static_cast<unsigned char>(row[n])) || row[n] == '_' ||
+                                row[n] == '-' || row[n] == '.')) {
+        ++n;
+      }
+      // A bare key followed by '=' or a blank ("interval "60s"" lacks its '=').
+      if (n > 0 && (n == row.size() || row[n] == '=' || row[n] == ' ' || row[n] == '\t')) {
+        const std::string key(row.substr(0, n));
+        if (!visit(line, table.empty() ? key : table + "." + key)) return;
+      }
+    }
+    if (end == text.size()) break;
+    pos = end + 1;
+    ++line;
+  }
+}
+
+}  // namespace
+
+// The key defined on `line`, or "".
+std::string KeyAtLine(std::string_view text, int line) {
+  std::string found;
+  ForEachKeyLine(text, line, [&](int at, const std::string& key) {
+    if (at == line) found = key;
+    return true;
+  });
+  return found;
+}
+
+// The last line at or above `line` that defines a key, and the key; {0, ""} if none.
+std::pair<int, std::string> LastKeyAtOrAbove(std::string_view text, int line) {
+  std::pair<int, std::string> last{0, ""};
+  ForEachKeyLine(text, line, [&](int at, const std::string& key) {
+    last = {at, key};
+    return true;
+  });
+  return last;
+}
+
+// The line that defines `key` ("web.config_file"), or 0.
+int LineOfKey(std::string_view text, std::string_view key) {
+  int found = 0;
+  ForEachKeyLine(text, INT_MAX, [&](int at, const std::string& k) {
+    if (k == key) found = at;
+    return found == 0;
+  });
+  return found;
+}
+
+// toml++ places some invalid UTF-8 on the line before; find the first bad byte ourselves.
+// Returns 0 when the text is valid UTF-8, else the 1-based line of the first bad byte.
+int FirstInvalidUtf8Line(std::string_view text, unsigned* byte) {
+  int line = 1;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t length = 0;
+    std::uint32_t min = 0;
+    if (c < 0x80) {
+      if (c == '\n') ++line;
+      ++i;
+      continue;
+    }
+    if ((c & 0xe0) == 0xc0)
+      length = 2, min = 0x80;
+    else if ((c & 0xf0) == 0xe0)
+      length = 3, min = 0x800;
+    else if ((c & 0xf8) == 0xf0)
+      length = 4, min = 0x10000;
+    std::uint32_t code = length == 2 ? c & 0x1f : length == 3 ? c & 0x0f : c & 0x07;
+    bool ok = length != 0 && i + length <= text.size();
+    for (std::size_t k = 1; ok && k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      ok = (next & 0xc0) == 0x80;
+      code = (code << 6) | (next & 0x3f);
+    }
+    if (!ok || code < min || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) {
+      *byte = c;
+      return line;
+    }
+    i += length;
+  }
+  return 0;
+}
+
+// TOML allows non-ASCII text only inside strings and comments. Such a character anywhere
+// else is rejected here, before toml++ 3.3 sees it: its whitespace classifier reaches
+// __builtin_unreachable() for some of them (U+00A1..U+0499; found by fuzz/config_fuzzer).
+// Returns the 1-based line of the first one, or 0.
+int FirstNonAsciiOutsideStrings(std::string_view text) {
+  int line = 1;
+  std::size_t i = 0;
+  const auto starts = [&](std::string_view token) { return text.substr(i, token.size()) == token; };
+  // Skips to just past `close` (not escaped when `escapes`), counting lines; a single-line
+  // string also ends at a newline (toml++ reports that error itself). Returns false for a
+  // backslash before a non-ASCII byte: never a valid escape, and toml++ would test that
+  // byte for whitespace.
+  const auto skip_string = [&](std::string_view close, bool escapes, bool multiline) {
+    while (i < text.size()) {
+      if (escapes && text[i] == '\\') {
+        if (i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80) return false;
+        if (i + 1 < text.size() && text[i + 1] == '\n') ++line;
+        i += 2;
+        continue;
+      }
+      if (starts(close)) {
+        i += close.size();
+        return true;
+      }
+      if (text[i] == '\n') {
+        if (!multiline) return true;
+        ++line;
+      }
+      ++i;
+    }
+    return true;
+  };
+  // A quote opens a string only where TOML allows one (a key or a value: after a line
+  // start, '=', '[', '{', ',' or '.'), so `5"..."` is not mistaken for one.
+  char previous = '\n';
+  while (i < text.size()) {
+    const char c = text[i];
+    const bool may_open = previous == '\n' || previous == '=' || previous == '[' ||
+                          previous == '{' || previous == ',' || previous == '.';
+    if (c == '\n') {
+      ++line;
+      ++i;
+      previous = '\n';
+    } else if (c == ' ' || c == '\t' || c == '\r') {
+      ++i;
+    } else if (c == '#') {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (may_open && (c == '"' || c == '\'')) {
+      const std::string_view triple = c == '"' ? "\"\"\"" : "'''";
+      const bool multiline = starts(triple);
+      i += multiline ? 3 : 1;
+      if (!skip_string(multiline ? triple : triple.substr(0, 1), c == '"', multiline)) return line;
+      previous = c;
+    } else if (static_cast<unsigned char>(c) >= 0x80) {
+      return line;
+    } else {
+      previous = c;
+      ++i;
+    }
+  }
+  return 0;
+}
+
+}  // namespace xferd::config

@@ -1,0 +1,87 @@
+// What one cycle saw on a GPU, what it made of each series, and the likely causes of a low
+// reading that the daemon can see (link, NUMA, IOMMU, staging, a busy GPU). The cause
+// names are labels of xferd_diagnosis: alerts and dashboards match on them.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xferd/probes/topology.h"
+#include "xferd/probes/types.h"
+
+namespace xferd::core {
+
+// Likely causes of a low reading, from what the daemon can see. The label values
+// (ToString) are stable: alerts and dashboards match on them.
+enum class DiagnosisCause {
+  kLinkDowntrained,      // "link_downtrained": a link on the path runs below its maximum
+  kNumaRemote,           // "numa_remote": host buffers on another NUMA node than the GPU
+  kIommuTranslating,     // "iommu_translating": IOMMU in DMA mode while bandwidth is low
+  kPinnedPageableRatio,  // "pinned_pageable_ratio": pinned/pageable h2d outside 1.5-6x
+  kGpuBusy,              // "gpu_busy": the busy detector saw other work during the probe
+  kBelowBand,            // "below_band": a link-bound mode under the band's lower bound
+  kBelowBaseline,        // "below_baseline": a mode under drift_fraction x its baseline
+};
+inline constexpr std::array<DiagnosisCause, 7> kAllDiagnosisCauses = {
+    DiagnosisCause::kLinkDowntrained,  DiagnosisCause::kNumaRemote,
+    DiagnosisCause::kIommuTranslating, DiagnosisCause::kPinnedPageableRatio,
+    DiagnosisCause::kGpuBusy,          DiagnosisCause::kBelowBand,
+    DiagnosisCause::kBelowBaseline};
+std::string_view ToString(DiagnosisCause cause);
+
+// The pinned/pageable h2d ratio outside which kPinnedPageableRatio fires. The usual figure
+// is 2-4x; the window is wider because pageable copies vary with the host's memory system
+// (the H200 test box shows 8.5x: see docs/health.md), and a false cause is worse than none.
+inline constexpr double kPinnedPageableRatioLow = 1.5;
+inline constexpr double kPinnedPageableRatioHigh = 10.0;
+
+struct Diagnosis {
+  DiagnosisCause cause;
+  std::string detail;  // "0000:00:01.0 Gen4 x8, max Gen4 x16": short, for STATUS lines
+  std::string advice;  // a sentence naming what to check
+};
+
+// What one cycle saw on one GPU.
+struct CycleObservation {
+  probes::DeviceInfo device;
+  probes::LinkPath link_path;                // read while probing (idle links train down)
+  std::vector<probes::ProbeSample> samples;  // modes not probed this cycle are left out
+  bool busy = false;                         // the busy detector said busy during the probes
+  // The node the probe's host buffers are on; -1 = take it from the samples'
+  // host_numa_node (the backend's finding), else unknown.
+  int host_numa_node = -1;
+};
+
+// One (mode, direction, size) series after a cycle.
+struct SeriesHealth {
+  probes::TransferMode mode = probes::TransferMode::kPinned;
+  probes::Direction direction = probes::Direction::kH2D;
+  std::uint64_t size_bytes = 0;
+  probes::ProbeStatus status = probes::ProbeStatus::kOk;  // of the last probe
+  double median_bytes_per_s = 0;    // the last ok probe's median; 0 before any
+  double baseline_bytes_per_s = 0;  // 0 until learned
+  int baseline_cycles = 0;          // cycles the baseline rests on
+  bool below_band = false;          // this cycle
+  bool below_baseline = false;      // this cycle
+  int bad_streak = 0, good_streak = 0;
+  bool degraded = false;  // the verdict, with hysteresis
+  bool Bad() const { return below_band || below_baseline; }
+};
+
+// The causes one cycle shows on one device: `observed` are the series this cycle measured
+// (their below_band / below_baseline already judged), `band` the device's expected band.
+std::vector<Diagnosis> Diagnose(const CycleObservation& observation,
+                                const probes::ExpectedBand& band,
+                                const std::vector<const SeriesHealth*>& observed,
+                                double drift_fraction);
+
+// "12.1 GB/s"; "pinned h2d"; a series' reading as the band sees it ("45.0 GB/s per
+// direction" for both ways at once): the words of STATUS lines and causes.
+std::string FormatGBps(double bytes_per_s);
+std::string PairName(probes::TransferMode mode, probes::Direction direction);
+std::string BandReading(const SeriesHealth& series);
+
+}  // namespace xferd::core

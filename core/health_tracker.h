@@ -1,0 +1,99 @@
+// Health: baselines learned from recent cycles, drift and band verdicts with hysteresis,
+// and the causes that explain a low reading. How it works: docs/health.md.
+//
+// Use (the service, once per cycle and GPU):
+//   HealthTracker health(settings);
+//   health.Restore(state.Load(now).baselines);
+//   ... each cycle, per GPU:
+//   const DeviceHealth h = health.Observe(observation);   // metrics.RecordHealth(h)
+//   ... after the cycle:
+//   state.Save(health.Snapshot(), now);  sd_notify("STATUS=" + health.Summary());
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/band.h"
+#include "core/diagnosis.h"
+#include "core/settings.h"
+#include "core/state_file.h"
+
+namespace xferd::core {
+
+// Cycles a baseline needs before drift against it counts.
+inline constexpr int kMinBaselineCycles = 5;
+
+// The verdict rolled up per (mode, direction): degraded when any size is.
+struct PairVerdict {
+  probes::TransferMode mode = probes::TransferMode::kPinned;
+  probes::Direction direction = probes::Direction::kH2D;
+  bool degraded = false;
+  bool changed = false;  // flipped in the cycle just observed: worth a log line with advice
+};
+
+struct DeviceHealth {
+  int gpu = 0;
+  std::string uuid;
+  probes::ExpectedBand band;
+  std::vector<SeriesHealth> series;   // every series seen, ordered
+  std::vector<PairVerdict> verdicts;  // every (mode, direction) seen, ordered
+  std::vector<Diagnosis> diagnoses;   // the causes that hold after the last cycle
+  bool Degraded() const;
+  bool Has(DiagnosisCause cause) const;
+};
+
+std::string SeriesKey(probes::TransferMode mode, probes::Direction direction,
+                      std::uint64_t size_bytes);
+
+// The causes one cycle shows without any history (no baseline): for one-shot runs such as
+// `xferd probe`, whose table can print each cause's detail and advice.
+std::vector<Diagnosis> DiagnoseOnce(const Settings& config, const CycleObservation& observation);
+
+// Thread-safe: Observe from the probe loop, Summary/Devices from anywhere.
+class HealthTracker {
+ public:
+  explicit HealthTracker(const Settings& config);
+
+  // A reloaded config: thresholds and bands change, what was learned stays.
+  void Reconfigure(const Settings& config);
+
+  // Fold one cycle of one GPU in; returns that GPU's health after it.
+  DeviceHealth Observe(const CycleObservation& observation);
+
+  // The learned baseline of a series in bytes/s (0 when not yet learned).
+  double Baseline(const std::string& uuid, probes::TransferMode mode, probes::Direction direction,
+                  std::uint64_t size_bytes) const;
+
+  // One line for sd_notify STATUS and the log: "ok: 13/13 within band" (plus causes that
+  // hold on a healthy device: "; gpu0 link_downtrained (...)") or
+  // "DEGRADED gpu0 pinned h2d 12.1 GB/s < 20.0 GB/s band; likely: link_downtrained (...)".
+  std::string Summary() const;
+
+  std::vector<DeviceHealth> Devices() const;
+
+  BaselineSet Snapshot() const;
+  void Restore(const BaselineSet& baselines);
+
+ private:
+  struct SeriesState {
+    std::deque<double> medians;  // recent learned cycle medians, oldest first
+    SeriesHealth health;
+  };
+  using Key = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
+  struct DeviceState {
+    DeviceHealth last;
+    std::map<Key, SeriesState> series;
+  };
+
+  mutable std::mutex mutex_;
+  Settings config_;
+  std::map<std::string, DeviceState> devices_;  // by UUID
+  BaselineSet restored_;                        // loaded, not yet matched to a series
+};
+
+}  // namespace xferd::core

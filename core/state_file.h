@@ -1,0 +1,61 @@
+// The state file: <state_dir>/state.json, the learned baselines, kept across restarts. A
+// corrupt file is moved aside, a newer one left untouched; writes are atomic
+// (platform::WriteFileAtomically), so a crash never leaves half a file.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace xferd::core {
+
+// Learned cycle medians per GPU UUID and series key ("pinned/h2d/64MiB"), oldest first:
+// what the state file holds.
+using BaselineSet = std::map<std::string, std::map<std::string, std::vector<double>>>;
+inline constexpr int kStateVersion = 1;
+
+struct StateLoad {
+  enum class Outcome {
+    kFresh,          // no file: start learning
+    kLoaded,         // read back
+    kCorrupt,        // unparsable or truncated: moved aside, start fresh
+    kFutureVersion,  // written by a newer xferd: kept untouched, persisting is off
+    kUnreadable,     // exists but cannot be read (permissions): kept, persisting is off
+  };
+  Outcome outcome = Outcome::kFresh;
+  BaselineSet baselines;
+  std::string message;  // what happened and the fix; empty for kFresh/kLoaded
+};
+
+struct StateWrite {
+  bool ok = true;
+  bool skipped = false;  // persisting is off (future version / unreadable file)
+  std::string error;     // what failed and the fix
+};
+
+class StateFile {
+ public:
+  explicit StateFile(std::filesystem::path dir);
+
+  const std::filesystem::path& path() const { return path_; }
+
+  // Read the file; never throws. `now` names a corrupt file moved aside.
+  StateLoad Load(std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
+
+  // Atomic write: temp file in the same directory, write, fsync, rename, fsync the
+  // directory. On failure the old file stays whole and the caller keeps its data.
+  StateWrite Save(const BaselineSet& baselines,
+                  std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
+
+  bool persisting() const { return persisting_; }
+
+ private:
+  std::filesystem::path dir_;
+  std::filesystem::path path_;
+  bool persisting_ = true;
+  std::string not_persisting_reason_;
+};
+
+}  // namespace xferd::core

@@ -1,0 +1,193 @@
+#include "platform/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+namespace xferd::platform {
+namespace {
+
+std::string ReadFix(int error) {
+  switch (error) {
+    case ENOENT: return "check the path";
+    case EACCES:
+    case EPERM:
+      return "make it readable by the user xferd runs as (chmod 0644, or chgrp xferd and "
+             "chmod 0640)";
+    case EISDIR: return "name the file, not its directory";
+    default: return "check the path and its permissions";
+  }
+}
+
+std::string KindOf(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "not a regular file";
+}
+
+// Closes on every path out.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_;
+};
+
+struct ReadFailure {
+  int error = 0;      // errno, or 0 for a check of ours
+  std::string cause;  // empty: strerror(error)
+  std::string fix;
+};
+
+std::optional<std::string> Read(const std::filesystem::path& path, std::size_t max_bytes,
+                                ReadFailure& failure) {
+  // O_NONBLOCK: opening a FIFO with no writer would block; fstat then refuses it.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (fd.get() < 0) {
+    failure = {errno, "", ReadFix(errno)};
+    return std::nullopt;
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    failure = {errno, "", ReadFix(errno)};
+    return std::nullopt;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    failure = {EISDIR, "", ReadFix(EISDIR)};
+    return std::nullopt;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    failure = {0, "it is " + KindOf(st.st_mode) + ", not a regular file",
+               "point it at a regular file"};
+    return std::nullopt;
+  }
+  std::string text;
+  // procfs and sysfs report sizes of 0 or 4096 whatever they hold: read to the end.
+  std::vector<char> buffer(std::min<std::size_t>(max_bytes + 1, 65536));
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      failure = {errno, "", ReadFix(errno)};
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    text.append(buffer.data(), static_cast<std::size_t>(n));
+    if (text.size() > max_bytes) {
+      failure = {0, "it is larger than " + std::to_string(max_bytes) + " bytes",
+                 "check that this is the right file"};
+      return std::nullopt;
+    }
+  }
+  return text;
+}
+
+std::string WriteFix(int error, const std::filesystem::path& dir, const AtomicWrite& how) {
+  const std::string elsewhere = how.setting.empty() ? "" : ", or change " + how.setting;
+  switch (error) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG: return "free space on the file system of " + dir.string();
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return "let the xferd user write to " + dir.string() +
+             (how.writable_hint.empty() ? "" : " (" + how.writable_hint + ")") + elsewhere;
+    case ENOENT:
+    case ENOTDIR: return "create the directory " + dir.string() + elsewhere;
+    default: return "check " + dir.string() + elsewhere;
+  }
+}
+
+}  // namespace
+
+FileError::FileError(std::string_view verb, std::string_view what, std::filesystem::path path,
+                     std::string cause, std::string fix, int error)
+    : Error(Failure::kOsError, std::string(verb) + " " + std::string(what) + " " + path.string() +
+                                   ": " + cause + "; fix: " + fix),
+      path_(std::move(path)),
+      cause_(std::move(cause)),
+      fix_(std::move(fix)),
+      error_(error) {}
+
+std::string ReadFileBounded(const std::filesystem::path& path, std::size_t max_bytes,
+                            std::string_view what) {
+  ReadFailure failure;
+  std::optional<std::string> text = Read(path, max_bytes, failure);
+  if (text) return std::move(*text);
+  std::string cause = failure.cause.empty() ? std::strerror(failure.error) : failure.cause;
+  throw FileError("cannot read", what, path, std::move(cause), std::move(failure.fix),
+                  failure.error);
+}
+
+std::optional<std::string> TryReadFileBounded(const std::filesystem::path& path,
+                                              std::size_t max_bytes) {
+  ReadFailure ignored;
+  return Read(path, max_bytes, ignored);
+}
+
+std::string AtomicTempPrefix(const std::filesystem::path& path) {
+  return "." + path.filename().string() + ".tmp.";
+}
+
+void WriteFileAtomically(const std::filesystem::path& path, std::string_view content,
+                         const AtomicWrite& how) {
+  const std::filesystem::path dir =
+      path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const auto fail = [&](const char* step, int error) {
+    throw FileError("cannot write", how.what, path,
+                    std::string(step) + ": " + std::strerror(error) + "; the previous file is kept",
+                    WriteFix(error, dir, how), error);
+  };
+  std::string temp = (dir / AtomicTempPrefix(path)).string() + "XXXXXX";
+  Fd fd(::mkostemp(temp.data(), O_CLOEXEC));
+  if (fd.get() < 0) fail("create a temporary file", errno);
+  const auto abandon = [&](const char* step, int error) {
+    ::close(fd.release());
+    ::unlink(temp.c_str());
+    fail(step, error);
+  };
+  std::size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      abandon("write", errno);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fchmod(fd.get(), how.mode) != 0) abandon("chmod", errno);
+  if (::fsync(fd.get()) != 0) abandon("fsync", errno);
+  if (::close(fd.release()) != 0) {
+    const int error = errno;
+    ::unlink(temp.c_str());
+    fail("close", error);
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temp.c_str());
+    fail("rename", error);
+  }
+  // The rename is durable only once the directory is: a crash must not bring back the old file.
+  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.get() >= 0) ::fsync(dir_fd.get());
+}
+
+}  // namespace xferd::platform

@@ -1,0 +1,69 @@
+// The one way xferd reads a file and the one way it replaces one.
+//
+// Reading: every file xferd reads (config, web config, TLS material, state, sysfs, procfs)
+// goes through ReadFileBounded, so each is checked the same way: a regular file (a FIFO, a
+// device or a directory is refused; opened non-blocking, so a FIFO never hangs the daemon),
+// at most the size the caller expects, and an error that names the file, the cause and the
+// fix. Writing: WriteFileAtomically replaces a file so that a reader (or a crash) sees the
+// old content or the new, never a mix.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "platform/exit_codes.h"
+
+namespace xferd::platform {
+
+class FileError : public Error {
+ public:
+  // what(): "<verb> <what> <path>: <cause>; fix: <fix>".
+  FileError(std::string_view verb, std::string_view what, std::filesystem::path path,
+            std::string cause, std::string fix, int error);
+  const std::filesystem::path& path() const { return path_; }
+  const std::string& cause() const { return cause_; }  // strerror's text for OS errors
+  const std::string& fix() const { return fix_; }
+  int error() const { return error_; }  // errno; 0 when no system call failed
+
+ private:
+  std::filesystem::path path_;
+  std::string cause_, fix_;
+  int error_;
+};
+
+// The whole of `path`, at most `max_bytes`. `what` names the file in messages ("config
+// file", "TLS certificate"). Throws FileError.
+std::string ReadFileBounded(const std::filesystem::path& path, std::size_t max_bytes,
+                            std::string_view what = "file");
+
+// The same for files whose absence or unreadability is an answer, not an error (sysfs
+// attributes, procfs): nullopt instead of an exception.
+std::optional<std::string> TryReadFileBounded(const std::filesystem::path& path,
+                                              std::size_t max_bytes);
+
+struct AtomicWrite {
+  std::string what = "file";  // names the file in messages: "state file", "textfile"
+  mode_t mode = 0644;
+  // What the operator changes to put the file elsewhere ("[daemon] textfile_path").
+  std::string setting;
+  // How the directory is usually made writable ("systemd: StateDirectory=xferd").
+  std::string writable_hint;
+};
+
+// Replaces `path` with `content`: a temporary file in the same directory (named
+// AtomicTempPrefix(path) + 6 random characters), written, fsynced, given `mode`, renamed
+// over `path`, the directory fsynced. On failure the temporary file is removed, `path` is
+// as it was, and FileError names the step, the cause and a fix.
+void WriteFileAtomically(const std::filesystem::path& path, std::string_view content,
+                         const AtomicWrite& how);
+
+// ".<filename>.tmp.": hidden, and without the file's extension, so that a reader that
+// picks files by extension (node_exporter's *.prom) never sees a half-written one.
+std::string AtomicTempPrefix(const std::filesystem::path& path);
+
+}  // namespace xferd::platform

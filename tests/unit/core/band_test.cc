@@ -1,0 +1,72 @@
+// The band and the rule that holds a result to it, shared by `xferd probe` and `xferd run`.
+#include "core/band.h"
+
+#include <gtest/gtest.h>
+
+namespace xferd::core {
+namespace {
+
+using probes::Direction;
+using probes::TransferMode;
+
+probes::DeviceInfo SimGpu() {
+  probes::DeviceInfo d;
+  d.index = 0;
+  d.uuid = "SIM-e9fd6049-d65a-f21e-5775-264a9a7e1b09";
+  return d;
+}
+
+probes::LinkPath Gen4x16() {
+  probes::LinkPath path;
+  path.pcie = true;
+  path.links.push_back({"0000:11:00.0", 4, 16, 4, 16});
+  return path;
+}
+
+TEST(ResolveBand, OverrideByIndexOrUuidInAnyCaseElseTheLink) {
+  Settings s;
+  const auto from_link = ResolveBand(s, SimGpu(), Gen4x16());
+  EXPECT_NE(from_link.source, "config");
+  EXPECT_NEAR(from_link.lower_bytes_per_s, 0.63 * 31.5e9, 0.2e9);
+  s.bands = {{"SIM-E9FD6049-D65A-F21E-5775-264A9A7E1B09", 20e9, 26e9}};
+  const auto upper_case = ResolveBand(s, SimGpu(), Gen4x16());
+  EXPECT_EQ(upper_case.source, "config");
+  EXPECT_EQ(upper_case.lower_bytes_per_s, 20e9);
+  s.bands = {{"0", 21e9, 27e9}};
+  EXPECT_EQ(ResolveBand(s, SimGpu(), Gen4x16()).lower_bytes_per_s, 21e9);
+  s.bands = {{"1", 21e9, 27e9}};
+  EXPECT_NE(ResolveBand(s, SimGpu(), Gen4x16()).source, "config");
+}
+
+TEST(JudgeBand, LinkBoundFromFourMiBPerDirection) {
+  const probes::ExpectedBand band{20e9, 26e9, "config"};
+  const std::uint64_t big = 64ull << 20;
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, big, 25e9, band), BandVerdict::kOk);
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, big, 19e9, band),
+            BandVerdict::kBelowBand);
+  // Both ways at once: 38 GB/s is 19 per direction.
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kBidirectional, big, 38e9, band),
+            BandVerdict::kBelowBand);
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kBidirectional, big, 45e9, band),
+            BandVerdict::kOk);
+  // Not held to the band: staging, faults, host population, latency-bound sizes, no band.
+  EXPECT_EQ(JudgeBand(TransferMode::kPageable, Direction::kH2D, big, 1e9, band),
+            BandVerdict::kNotLinkBound);
+  EXPECT_EQ(JudgeBand(TransferMode::kManaged, Direction::kD2H, big, 1e9, band),
+            BandVerdict::kNotLinkBound);
+  EXPECT_EQ(JudgeBand(TransferMode::kManagedPrefetch, Direction::kD2H, big, 1e9, band),
+            BandVerdict::kNotLinkBound);
+  EXPECT_EQ(JudgeBand(TransferMode::kManagedPrefetch, Direction::kH2D, big, 1e9, band),
+            BandVerdict::kBelowBand);
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, kBandMinSizeBytes - 1, 1e9, band),
+            BandVerdict::kLatencyBound);
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, kBandMinSizeBytes, 1e9, band),
+            BandVerdict::kBelowBand);
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, big, 1e9, probes::ExpectedBand{}),
+            BandVerdict::kNoBand);
+  EXPECT_EQ(ToString(BandVerdict::kBelowBand), "below band");
+  EXPECT_EQ(ToString(BandVerdict::kNotLinkBound), "n/a (not link-bound)");
+}
+
+}  // namespace
+}  // namespace xferd::core
