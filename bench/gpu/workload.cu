@@ -13,7 +13,10 @@
 // --out gets one JSON line per 100 ms slot of CLOCK_REALTIME: {"t": slot start (s since the
 // epoch), "bytes": bytes copied in it, "busy": whether the schedule had the workload on in
 // it, "on_s": how much of the slot it was on}, then one {"summary": {...}} line (also printed
-// on stdout): bytes, seconds on, GB/s over the seconds on, the median GB/s of fully-on slots.
+// on stdout): bytes, seconds on (active_s), gb_per_s = bytes / seconds on (whatever slowed
+// the workload counts), slot_gb_per_s_median over the fully-on slots, and copy_gb_per_s =
+// bytes over the time its copies took on the GPU (idle gaps between bursts do not count,
+// nor the few copies that drain after each burst's end: the figure to hold bursts to).
 //
 // Timing costs the copies nothing: up to --depth copies stay queued (default: 256 MiB
 // worth, at least 4) and the thread waits only for the oldest, so the copy engine never
@@ -201,6 +204,12 @@ class Run {
     std::vector<std::thread> threads;
     for (Lane& lane : lanes_) threads.emplace_back([this, &lane] { Drive(lane); });
     for (std::thread& t : threads) t.join();
+    // Bursts may end before --duration does: the record still covers all of it.
+    while (!g_stop && Seconds(Clock::now()) < o_.duration_s) {
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(std::min(0.05, o_.duration_s - Seconds(Clock::now()))));
+    }
+    stopped_early_ = g_stop != 0;
     ended_s_ = Seconds(Clock::now());
   }
 
@@ -230,7 +239,9 @@ class Run {
     cudaDeviceGetPCIBusId(bus, sizeof bus, o_.gpu);
 
     std::string lanes;
+    double copy_rate = 0;  // each lane's bytes over its copying time, summed
     for (const Lane& lane : lanes_) {
+      if (lane.copy_s > 0) copy_rate += lane.bytes / lane.copy_s;
       char buf[256];
       std::snprintf(buf, sizeof buf,
                     "%s\"%s\": {\"bytes\": %" PRIu64 ", \"copies\": %" PRIu64
@@ -249,11 +260,11 @@ class Run {
         ", \"slot_s\": %.1f, \"start_realtime_s\": %.3f, \"end_realtime_s\": %.3f, "
         "\"duration_s\": %.3f, \"stopped_early\": %s, \"periods_started\": %d, \"active_s\": "
         "%.4f, \"bytes\": %.0f, \"gb_per_s\": %.4f, \"full_slots\": %zu, "
-        "\"slot_gb_per_s_median\": %.4f, \"per_direction\": {",
+        "\"slot_gb_per_s_median\": %.4f, \"copy_gb_per_s\": %.4f, \"per_direction\": {",
         o_.mode.c_str(), o_.direction.c_str(), o_.gpu, prop.name, bus, o_.size, depth_, o_.seed,
-        kSlotS, realtime0_, realtime0_ + ended_s_, o_.duration_s,
-        ended_s_ < o_.duration_s ? "true" : "false", started, active_s, bytes,
-        active_s > 0 ? bytes / active_s / 1e9 : 0.0, full_slot_rates.size(), slot_median / 1e9);
+        kSlotS, realtime0_, realtime0_ + ended_s_, o_.duration_s, stopped_early_ ? "true" : "false",
+        started, active_s, bytes, active_s > 0 ? bytes / active_s / 1e9 : 0.0,
+        full_slot_rates.size(), slot_median / 1e9, copy_rate / 1e9);
     summary = buf + lanes + "}}}";
     std::fprintf(out, "%s\n", summary.c_str());
     std::printf("%s\n", summary.c_str());
@@ -334,6 +345,7 @@ class Run {
   cudaEvent_t anchor_ = nullptr;
   Clock::time_point t0_;
   double realtime0_ = 0, ended_s_ = 0;
+  bool stopped_early_ = false;
 };
 
 int Usage(const char* argv0) {
