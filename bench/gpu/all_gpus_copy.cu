@@ -62,10 +62,12 @@ __device__ unsigned long long GlobalTimerNs() {
   return t;
 }
 
-// Holds its stream until the host sets *release; gives up (and says so) after timeout_ns
-// so that a lost release cannot hang the GPU.
-__global__ void HoldUntilRelease(const volatile int* release, int* timed_out,
+// Says it runs (*started), then holds its stream until the host sets *release; gives up
+// (and says so) after timeout_ns so that a lost release cannot hang the GPU.
+__global__ void HoldUntilRelease(const volatile int* release, volatile int* started, int* timed_out,
                                  unsigned long long timeout_ns) {
+  *started = 1;
+  __threadfence_system();
   const unsigned long long t0 = GlobalTimerNs();
   while (*release == 0) {
     if (GlobalTimerNs() - t0 > timeout_ns) {
@@ -129,6 +131,7 @@ HostBuffer PinnedOnNode(std::size_t bytes, int node, std::string& note) {
 }
 
 enum Lane { kH2D = 0, kD2H = 1 };
+enum Flag { kRelease = 0, kTimedOut = 1, kStarted = 2 /* + lane */, kFlags = 4 };
 
 struct Gpu {
   int index = 0;
@@ -138,10 +141,9 @@ struct Gpu {
   void* device[2] = {nullptr, nullptr};
   cudaStream_t stream[2] = {nullptr, nullptr};
   cudaEvent_t start[2] = {nullptr, nullptr}, end[2] = {nullptr, nullptr};
-  int* release = nullptr;  // mapped host memory the hold kernel polls
-  int* release_dev = nullptr;
-  int* timed_out = nullptr;
-  int* timed_out_dev = nullptr;
+  // Mapped host memory shared with the hold kernels: release, timed out, started per lane.
+  int* flags = nullptr;
+  int* flags_dev = nullptr;
 };
 
 struct Options {
@@ -181,22 +183,40 @@ Measured RunOnce(std::vector<Gpu>& all, const std::vector<int>& gpus, const std:
     Check(cudaSetDevice(g.index), "cudaSetDevice");
     for (Lane l : lanes) Enqueue(g, l, o.size, o.warmup);
     Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    *reinterpret_cast<volatile int*>(g.release) = 0;
-    *reinterpret_cast<volatile int*>(g.timed_out) = 0;
+    for (int f = 0; f < kFlags; ++f) reinterpret_cast<volatile int*>(g.flags)[f] = 0;
   }
   for (int i : gpus) {
     Gpu& g = all[i];
     Check(cudaSetDevice(g.index), "cudaSetDevice");
     for (Lane l : lanes) {
-      HoldUntilRelease<<<1, 1, 0, g.stream[l]>>>(g.release_dev, g.timed_out_dev, kReleaseTimeoutNs);
+      HoldUntilRelease<<<1, 1, 0, g.stream[l]>>>(g.flags_dev + kRelease, g.flags_dev + kStarted + l,
+                                                 g.flags_dev + kTimedOut, kReleaseTimeoutNs);
       Check(cudaGetLastError(), "launching the hold kernel");
       Check(cudaEventRecord(g.start[l], g.stream[l]), "cudaEventRecord");
       Enqueue(g, l, o.size, o.iterations);
       Check(cudaEventRecord(g.end[l], g.stream[l]), "cudaEventRecord");
     }
   }
+  // Release only once every hold kernel runs, so that no GPU's copies can still be on their
+  // way to it when the others start (cudaStreamQuery flushes work a driver may batch).
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  for (bool all_started = false; !all_started;) {
+    all_started = true;
+    for (int i : gpus) {
+      for (Lane l : lanes) {
+        if (reinterpret_cast<volatile int*>(all[i].flags)[kStarted + l]) continue;
+        all_started = false;
+        Check(cudaSetDevice(all[i].index), "cudaSetDevice");
+        cudaStreamQuery(all[i].stream[l]);
+      }
+    }
+    if (!all_started && Clock::now() > deadline) {
+      std::fprintf(stderr, "xferd_all_gpus_copy: the hold kernels did not start within 5 s\n");
+      std::exit(70);
+    }
+  }
   const auto released = Clock::now();
-  for (int i : gpus) *reinterpret_cast<volatile int*>(all[i].release) = 1;
+  for (int i : gpus) reinterpret_cast<volatile int*>(all[i].flags)[kRelease] = 1;
   Measured m;
   for (int l = 0; l < 2; ++l) m.lane_bytes_per_s[l].assign(gpus.size(), 0);
   for (std::size_t k = 0; k < gpus.size(); ++k) {
@@ -208,7 +228,7 @@ Measured RunOnce(std::vector<Gpu>& all, const std::vector<int>& gpus, const std:
       Check(cudaEventElapsedTime(&ms, g.start[l], g.end[l]), "cudaEventElapsedTime");
       m.lane_bytes_per_s[l][k] = static_cast<double>(o.size) * o.iterations / (ms / 1e3);
     }
-    if (*reinterpret_cast<volatile int*>(g.timed_out)) {
+    if (reinterpret_cast<volatile int*>(g.flags)[kTimedOut]) {
       std::fprintf(stderr,
                    "xferd_all_gpus_copy: GPU %d's copies were not released within %.0f s; "
                    "the figures would not be simultaneous\n",
@@ -368,14 +388,12 @@ int main(int argc, char** argv) {
       Check(cudaEventCreateWithFlags(&g.end[l], cudaEventBlockingSync), "cudaEventCreate");
     }
     void* flags = nullptr;
-    Check(cudaHostAlloc(&flags, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable),
+    Check(cudaHostAlloc(&flags, kFlags * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable),
           "cudaHostAlloc");
-    g.release = static_cast<int*>(flags);
-    g.timed_out = g.release + 1;
+    g.flags = static_cast<int*>(flags);
     void* flags_dev = nullptr;
     Check(cudaHostGetDevicePointer(&flags_dev, flags, 0), "cudaHostGetDevicePointer");
-    g.release_dev = static_cast<int*>(flags_dev);
-    g.timed_out_dev = g.release_dev + 1;
+    g.flags_dev = static_cast<int*>(flags_dev);
     Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
 
@@ -401,8 +419,9 @@ int main(int argc, char** argv) {
 
   std::fprintf(stderr, "xferd_all_gpus_copy: %zu MiB x %d, median of %d trials, GB/s\n",
                o.size >> 20, o.iterations, o.trials);
-  std::fprintf(stderr, "%-6s%-5s%-6s%-8s%9s%9s%9s%13s%9s\n", "dir", "gpu", "numa", "buffer", "solo",
-               "all", "all/solo", "(h2d+d2h)", "");
+  // numa: the GPU's node (sysfs); buffer: the node its host buffer landed on.
+  std::fprintf(stderr, "%-6s%-5s%-6s%-8s%9s%9s%9s%13s\n", "dir", "gpu", "numa", "buffer", "solo",
+               "all", "all/solo", "(h2d+d2h)");
   for (std::size_t d = 0; d < o.directions.size(); ++d) {
     const std::string& direction = o.directions[d];
     const std::size_t n = gpus.size();
@@ -485,7 +504,7 @@ int main(int argc, char** argv) {
       munmap(g.host[l].ptr, g.host[l].bytes);
       cudaFree(g.device[l]);
     }
-    cudaFreeHost(g.release);
+    cudaFreeHost(g.flags);
   }
   return 0;
 }
