@@ -87,7 +87,8 @@ def wait_until(what, predicate, timeout, interval=0.5, describe=None):
 
 class Processes:
     """Every process a test starts, each logging to NAME.log in `tmp`; stop() ends them all
-    (SIGTERM, then SIGKILL after 10 s), by their own handles."""
+    by their own handles, the last started first (SIGTERM, then SIGKILL after 10 s), so a
+    Prometheus agent still finds the server it flushes to on its way out."""
 
     def __init__(self, tmp):
         self.tmp = tmp
@@ -106,15 +107,14 @@ class Processes:
                 pytest.fail(f"{name} exited with {p.returncode}:\n{log}")
 
     def stop(self):
-        for _, p, _ in self.procs:
+        for _, p, log in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()
-        for _, p, log in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
             log.close()
 
 
