@@ -199,9 +199,16 @@ def test_variable_queries_return_values(fleet, name):
 
 
 def test_series_per_gpu_within_budget(fleet):
-    # The figure docs/operations.md sizes a fleet's Prometheus with.
-    gpus = len(fleet.query("xferd_device_info"))
-    series = fleet.query('count({job="xferd",gpu!=""})')
+    # The figure docs/operations.md sizes a fleet's Prometheus with, over the hosts that
+    # probe every mode ("slow" probes three).
+    default = 'job="xferd",instance!="%s"' % fleet.targets["slow"]
+    gpus = len(fleet.query("xferd_device_info{%s}" % default))
+    series = fleet.query('count({%s,gpu!=""})' % default)
     per_gpu = float(series[0]["value"][1]) / gpus
     print(f"{gpus} GPUs, {per_gpu:.0f} series per GPU")
     assert per_gpu <= 300
+    # And what the rules add (recorded series, fleet-wide ones included), per GPU.
+    all_gpus = len(fleet.query("xferd_device_info"))
+    recorded = float(fleet.query('count({__name__=~".+:.+"})')[0]["value"][1])
+    print(f"rules: {recorded:.0f} recorded series for {all_gpus} GPUs, "
+          f"{recorded / all_gpus:.0f} per GPU")

@@ -10,14 +10,16 @@ although neither site alone has enough GPUs for it. The rules are the shipped fi
 `for:` shortened, as in test_fleet.py. Everything is on loopback, on free ports, and torn
 down at the end.
 """
+import re
 import shutil
+import subprocess
 import time
 import urllib.error
 
 import pytest
 
 from dashboard_queries import DASHBOARDS, load, query_data_report
-from deploy_support import require_binary, require_tool
+from deploy_support import RULES_FILE, SOURCE_DIR, require_binary, require_tool
 from fleet_support import (Processes, firing, get_json, shortened_rules, start_daemons,
                            start_prometheus, wait_until)
 
@@ -160,3 +162,23 @@ def test_every_dashboard_query_returns_data_centrally(tiers, name):
     if waiting:
         print("waiting for series no daemon exports yet:\n" + "\n".join(waiting))
     assert not empty, "panel queries without data centrally:\n" + "\n".join(empty)
+
+
+def test_the_documented_configs_are_valid(tmp_path):
+    """docs/operations.md shows the agent's and the central server's configuration: both
+    pass promtool (the agent's as an agent config)."""
+    promtool = require_tool("promtool")
+    doc = (SOURCE_DIR / "docs/operations.md").read_text()
+    section = doc[doc.index("## Past one Prometheus"):]
+    section = section[:section.index("\n## ", 1)]
+    agent, central = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    assert "remote_write" in agent and "rule_files" in central
+    checks = [("agent.yml", agent, ["--agent"]),
+              ("central.yml", central.replace("/etc/prometheus/rules/xferd.rules.yml",
+                                              str(RULES_FILE)), [])]
+    for name, text, flags in checks:
+        path = tmp_path / name
+        path.write_text(text)
+        r = subprocess.run([promtool, "check", "config", *flags, str(path)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"{name}:\n{r.stdout}{r.stderr}"
