@@ -92,9 +92,10 @@ def bootstrap_root(cache_dir, packages):
         if r.returncode != 0:
             partial.unlink(missing_ok=True)
             tail = (r.stdout + r.stderr)[-3000:]
-            if NO_NETWORK.search(r.stderr):
+            unreachable = [line for line in r.stderr.splitlines() if NO_NETWORK.search(line)]
+            if unreachable:
                 pytest.skip(f"no cached container root ({tar}) and the apt mirrors cannot be "
-                            f"reached to bootstrap one: {tail.strip().splitlines()[-1]}")
+                            f"reached to bootstrap one: {unreachable[0].strip()}")
             pytest.fail(f"{' '.join(cmd)} failed ({r.returncode}):\n{tail}")
         partial.rename(tar)
         print(f"bootstrapped {tar.name} in {time.monotonic() - started:.0f} s "

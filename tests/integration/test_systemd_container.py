@@ -64,6 +64,7 @@ HANG = "[[simulate.fault]]\nkind = \"hang\"\n"
 @pytest.fixture(scope="module")
 def debs(tmp_path_factory):
     """Version N and N+1 of the package (same files, higher version), for the upgrade."""
+    require_container_tools()
     n = build_deb(tmp_path_factory.mktemp("deb-n"))
     version = subprocess.run(["dpkg-deb", "-f", str(n), "Version"], capture_output=True,
                              text=True, check=True).stdout.strip()
@@ -73,7 +74,6 @@ def debs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def box(debs, tmp_path_factory):
-    require_container_tools()
     cache = Path(os.environ.get("XFERD_CONTAINER_CACHE", BUILD_DIR / "systemd-container"))
     started = time.monotonic()
     tar = bootstrap_root(cache, [*BASE_PACKAGES, *depends_packages(debs[0])])
