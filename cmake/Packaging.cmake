@@ -41,11 +41,12 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION "admin")
 set(CPACK_DEBIAN_PACKAGE_PRIORITY "optional")
 # Library dependencies are computed from the binary (dpkg-shlibdeps); the scripts need
-# deb-systemd-helper. libcuda is loaded by the CUDA runtime at run time and comes with the
+# deb-systemd-helper, and the unit's ExecReload needs /bin/kill (procps: not in a minimal
+# Debian, where `systemctl reload xferd` would fail without it). libcuda is loaded by the CUDA runtime at run time and comes with the
 # NVIDIA driver, which has too many package names to depend on: without it xferd says so
 # and exits 69.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "init-system-helpers (>= 1.54)")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "init-system-helpers (>= 1.54), procps")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "prometheus, prometheus-node-exporter")
 
 configure_file(${PROJECT_SOURCE_DIR}/deploy/debian/conffiles.in

@@ -14,10 +14,12 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 # Link-bound bandwidth (held against the expected band), as probes::IsLinkBound and the
 # rules' link-bound recording rule: pinned, pinned_async, zero_copy, and managed_prefetch
 # h2d only; its d2h half is bounded by the host populating the pages it migrates back.
-# Raw series, not the recorded one, so the device dashboard works without the rules loaded.
+# Both directions at once (bidir) per direction, as the band is. Raw series, not the
+# recorded one, so the device dashboard works without the rules loaded.
 # %(m)s: the panel's own label matchers.
-LINK_BOUND = ('(xferd_bandwidth_bytes_per_second{%(m)s,mode=~"pinned|pinned_async|zero_copy"}'
-              ' or xferd_bandwidth_bytes_per_second{%(m)s,mode="managed_prefetch",direction="h2d"})')
+LINK_BOUND = ('(xferd_bandwidth_bytes_per_second{%(m)s,mode=~"pinned|pinned_async|zero_copy",direction!="bidir"}'
+              ' or xferd_bandwidth_bytes_per_second{%(m)s,mode="managed_prefetch",direction="h2d"}'
+              ' or xferd_bandwidth_bytes_per_second{%(m)s,mode=~"pinned|pinned_async|zero_copy",direction="bidir"} / 2)')
 DEVICE = 'instance=~"$instance",gpu=~"$gpu"'
 DEVICE_MODE = DEVICE + ',mode=~"$mode"'
 FLEET = 'instance=~"$instance"'
@@ -290,6 +292,44 @@ def device_dashboard():
         "none", legend_calcs=("lastNotNull", "min")),
         8, 8)
 
+    lay.row("Host aggregates")
+    lay.add(timeseries(
+        "Aggregate bandwidth of each concurrent group",
+        "What every GPU of a group (the whole host, or the GPUs behind one shared uplink) "
+        "moved together while all of them copied at once (pinned), with the lower bound of "
+        "what the group's shared path should carry (dashed). XferdHostAggregateBelowExpected "
+        "fires when an h2d or d2h aggregate stays under it for 30 minutes.",
+        [target('max by (group, direction) (xferd_host_aggregate_bandwidth_bytes_per_second{instance=~"$instance"})',
+                "{{group}} {{direction}}", "A"),
+         target('max by (group) (xferd_host_aggregate_expected_bandwidth_bytes_per_second{instance=~"$instance",bound="lower"})',
+                "{{group}} expected lower", "B")],
+        "Bps",
+        overrides=[{"matcher": {"id": "byRegexp", "options": ".* expected lower$"},
+                    "properties": [{"id": "custom.lineStyle",
+                                    "value": {"fill": "dash", "dash": [10, 10]}}]}]),
+        12, 9)
+    lay.add(bargauge(
+        "Concurrent over solo bandwidth, per GPU and group",
+        "What each GPU got while its whole group moved data, over what it gets alone "
+        "(pinned, same direction). GPUs behind one uplink share it by design: 0.5 each for "
+        "two GPUs on an uplink as wide as their own links. Far below that, with the group's "
+        "aggregate inside its band, the GPU loses out to its neighbours (NUMA placement, "
+        "root port).",
+        [target('max by (gpu, direction, group) (xferd_concurrent_bandwidth_bytes_per_second{%s})'
+                ' / on (gpu, direction) group_left max by (gpu, direction) '
+                '(xferd_bandwidth_bytes_per_second{%s,mode="pinned"})' % (DEVICE, DEVICE),
+                "gpu{{gpu}} {{direction}} {{group}}", instant=True)],
+        "percentunit", (("red", None), ("orange", 0.5), ("green", 0.8)), maximum=1.2),
+        12, 9)
+    lay.add(table(
+        "Concurrent groups and the links they share",
+        "The groups xferd probes at once on this host: every GPU (host), and each set of "
+        "GPUs behind one upstream port (uplink_<bus id>), with the link they share. The "
+        "diagnosis table names shared_uplink when sharing explains a low figure.",
+        [target('xferd_concurrent_group_info{instance=~"$instance"}', instant=True, fmt="table")],
+        hide=("Value", "instance"), color_cell=False),
+        24, 6)
+
     lay.row("Probes")
     lay.add(timeseries(
         "Probe results",
@@ -358,10 +398,16 @@ def device_dashboard():
 def fleet_dashboard():
     lay = Layout()
     ratio = "instance_gpu_mode_direction:xferd_bandwidth_over_expected_lower:ratio{%s}" % (FLEET + ',mode=~"$mode"')
+    peer_ratio = ("instance_gpu_mode_direction_size:xferd_bandwidth_over_fleet_peer_median:ratio{%s}"
+                  % (FLEET + ',mode=~"$mode"'))
+    aggregate_ratio = "instance_group_direction:xferd_host_aggregate_over_expected_lower:ratio{%s}" % FLEET
     device_link = {"title": "Open device dashboard",
                    "url": "/d/%s/xferd-device?var-instance=${__data.fields.instance}"
                           "&var-gpu=${__data.fields.gpu}&${datasource:queryparam}&${__url_time_range}"
                           % DEVICE_UID}
+    host_link = {"title": "Open device dashboard",
+                 "url": "/d/%s/xferd-device?var-instance=${__data.fields.instance}"
+                        "&${datasource:queryparam}&${__url_time_range}" % DEVICE_UID}
 
     lay.row("Fleet now")
     for title, desc, expr, steps in (
@@ -379,6 +425,16 @@ def fleet_dashboard():
         ("Links downtrained", "GPUs whose narrowest PCIe link runs below its maximum.",
          "count(instance_gpu:xferd_pcie_link_downtrained:bool{%s} == 1) or vector(0)" % FLEET,
          (("green", None), ("red", 1))),
+        ("Below fleet peers", "GPUs with a link-bound reading under 0.9 of the median of "
+         "their peers (same model, same narrowest link) right now; "
+         "XferdBandwidthBelowFleetPeers needs 30 minutes of it and a reading inside the band.",
+         "count(min by (instance, gpu) (%s) < 0.9) or vector(0)" % peer_ratio,
+         (("green", None), ("orange", 1))),
+        ("Host groups below expected", "Concurrent groups (a host's GPUs, or those behind "
+         "one uplink) whose h2d or d2h aggregate is under the lower bound of their shared "
+         "path's band.",
+         "count(count by (instance, group) (%s < 1)) or vector(0)" % aggregate_ratio,
+         (("green", None), ("orange", 1))),
         ("Targets down", "xferd endpoints Prometheus cannot scrape.",
          'count(up{job=~".*xferd.*",%s} == 0) or vector(0)' % FLEET, (("green", None), ("red", 1))),
         ("Firing xferd alerts", "Alerts from xferd.rules.yml firing now.",
@@ -386,7 +442,7 @@ def fleet_dashboard():
          (("green", None), ("orange", 1))),
     ):
         lay.add(stat(title, desc, [target(expr, title, instant=True)], "none", steps,
-                     text_mode="value", decimals=0), 4, 4)
+                     text_mode="value", decimals=0), 3, 4)
 
     lay.row("Distribution across the fleet")
     lay.add({"type": "histogram", "title": "Bandwidth / band lower bound, all GPUs",
@@ -446,6 +502,48 @@ def fleet_dashboard():
         unit="percentunit", steps=(("green", None), ("orange", 0.01), ("red", 0.1)),
         links=[device_link], sort_by=None),
         12, 9)
+    lay.row("Fleet peers")
+    lay.add(table(
+        "Slowest 10 against their fleet peers (bandwidth / peer median)",
+        "Each GPU's slowest link-bound (mode, direction, size) over the median of its peer "
+        "group: the same GPU model on the same narrowest link, at least 3 peers. Red under "
+        "90%: XferdBandwidthBelowFleetPeers after 30 minutes, unless the reading is below the "
+        "band (then XferdBandwidthBelowExpected says more).",
+        [target("bottomk(10, min by (instance, gpu, peer_group) (%s))" % peer_ratio,
+                instant=True, fmt="table")],
+        unit="percentunit", steps=(("red", None), ("green", 0.9)), links=[device_link],
+        sort_by="Value"),
+        12, 9)
+    lay.add(timeseries(
+        "Slowest GPU of each peer group, against the group's median",
+        "Per peer group, mode and direction: the lowest bandwidth / peer median in the "
+        "group over time. A line that stays under 0.9 is a GPU its peers outrun.",
+        [target("min by (peer_group, mode, direction) (%s)" % peer_ratio,
+                "{{peer_group}} {{mode}} {{direction}}")],
+        "percentunit", minimum=None, legend_calcs=("lastNotNull", "min")),
+        12, 9)
+
+    lay.row("Host aggregates")
+    lay.add(table(
+        "Concurrent groups, worst 10 (aggregate / expected lower bound)",
+        "What the GPUs of a group moved together over the lower bound of their shared path's "
+        "band, h2d and d2h. Red under 100%: XferdHostAggregateBelowExpected after 30 minutes.",
+        [target("bottomk(10, %s)" % aggregate_ratio, instant=True, fmt="table")],
+        unit="percentunit", steps=(("red", None), ("green", 1.0)), links=[host_link],
+        sort_by="Value"),
+        12, 9)
+    lay.add(table(
+        "GPUs losing most to their neighbours (concurrent / solo), worst 10",
+        "What a GPU got while its group moved data at once, over what it gets alone. GPUs "
+        "behind one shared uplink get their share of it by design; the device dashboard "
+        "shows the groups and their links.",
+        [target("bottomk(10, instance_gpu_direction_group:xferd_concurrent_over_solo:ratio{%s})" % FLEET,
+                instant=True, fmt="table")],
+        unit="percentunit", steps=(("red", None), ("orange", 0.5), ("green", 0.8)),
+        links=[device_link], sort_by="Value"),
+        12, 9)
+
+    lay.row("Alerts")
     lay.add(table(
         "Firing xferd alerts",
         "Alerts from xferd.rules.yml firing now.",
@@ -456,7 +554,8 @@ def fleet_dashboard():
     return dashboard(
         FLEET_UID, "xferd / fleet",
         "Every GPU xferd watches: who is below its band, how the fleet spreads, the worst "
-        "devices, downtrained links.",
+        "devices, downtrained links, GPUs slower than their fleet peers, hosts whose GPUs "
+        "together move less than their shared paths should carry.",
         lay.panels,
         [datasource_variable(),
          query_variable("instance", "Instance", "label_values(xferd_device_info, instance)"),

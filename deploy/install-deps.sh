@@ -12,7 +12,8 @@ build=(cmake make g++ pkg-config git ca-certificates
        libgtest-dev libgmock-dev libbenchmark-dev ccache)
 test=(python3 python3-pytest python3-yaml curl openssl procps systemd prometheus prometheus-node-exporter
       clang libclang-rt-14-dev
-      dpkg-dev file)  # cpack's .deb: dpkg-shlibdeps computes Depends, file finds the ELF files
+      dpkg-dev file   # cpack's .deb: dpkg-shlibdeps computes Depends, file finds the ELF files
+      mmdebstrap systemd-container util-linux)  # the unit and .deb under a booted systemd
 bench=(wrk nginx-light)
 
 want=("${build[@]}" "${test[@]}")

@@ -4,28 +4,74 @@
 #
 #   ./deploy/quickstart.sh [extra `xferd run` flags]
 #
+# Flags given here win over the script's own choices (--config deploy/xferd.toml,
+# --state-dir, --web.listen-address), e.g.
+#   ./deploy/quickstart.sh --web.listen-address 127.0.0.1:19742
+# Environment: XFERD_LISTEN (default 127.0.0.1:9742) and XFERD_STATE_DIR (default
+# ./.xferd-state) set the same defaults; BUILD_DIR (default build) the build directory;
+# XFERD_BINARY an xferd already built or installed (then nothing is installed or built).
+#
 # Then: curl -s localhost:9742/metrics | grep ^xferd_   (Ctrl-C stops it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [[ $(id -u) -eq 0 ]]; then ./deploy/install-deps.sh
-else sudo ./deploy/install-deps.sh; fi
+extra=("$@")
 
-build=${BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)" --target xferd
+# Whether the extra flags set FLAG (any of the given spellings), as "FLAG VALUE" or "FLAG=VALUE".
+given() {
+  local a f
+  for a in "${extra[@]}"; do
+    for f in "$@"; do [[ $a == "$f" || $a == "$f="* ]] && return 0; done
+  done
+  return 1
+}
 
-state=${XFERD_STATE_DIR:-$PWD/.xferd-state}
-mkdir -p "$state"
-args=(run --config deploy/xferd.toml --state-dir "$state"
-      --web.listen-address "${XFERD_LISTEN:-127.0.0.1:9742}")
-# One small pinned probe tells whether a usable GPU is there (exit 69: no driver / GPU).
-rc=0
-"$build/xferd" probe --mode pinned --size 1MiB --iterations 1 --warmup 0 >/dev/null 2>&1 || rc=$?
-if [[ $rc -eq 69 ]]; then
-  echo "quickstart: no NVIDIA driver / GPU here: starting xferd on the simulated device"
-  args+=(--simulate)
+# The value the extra flags give FLAG (the last one, as xferd would see it), or "".
+given_value() {
+  local flag=$1 value="" i
+  for ((i = 0; i < ${#extra[@]}; i++)); do
+    case "${extra[i]}" in
+      "$flag") value=${extra[i + 1]:-} ;;
+      "$flag="*) value=${extra[i]#*=} ;;
+    esac
+  done
+  printf '%s' "$value"
+}
+
+if [[ -n ${XFERD_BINARY:-} ]]; then
+  xferd=$XFERD_BINARY
+else
+  if [[ $(id -u) -eq 0 ]]; then ./deploy/install-deps.sh
+  else sudo ./deploy/install-deps.sh; fi
+  build=${BUILD_DIR:-build}
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build" -j "$(nproc)" --target xferd
+  xferd=$build/xferd
 fi
+
+args=(run)
+given -c --config || args+=(--config deploy/xferd.toml)
+if ! given --state-dir; then
+  state=${XFERD_STATE_DIR:-$PWD/.xferd-state}
+  mkdir -p "$state"
+  args+=(--state-dir "$state")
+fi
+listen=${XFERD_LISTEN:-127.0.0.1:9742}
+if given --web.listen-address; then
+  listen=$(given_value --web.listen-address)
+else
+  args+=(--web.listen-address "$listen")
+fi
+if ! given --simulate; then
+  # One small pinned probe tells whether a usable GPU is there (exit 69: no driver / GPU).
+  rc=0
+  "$xferd" probe --mode pinned --size 1MiB --iterations 1 --warmup 0 >/dev/null 2>&1 || rc=$?
+  if [[ $rc -eq 69 ]]; then
+    echo "quickstart: no NVIDIA driver / GPU here: starting xferd on the simulated device"
+    args+=(--simulate)
+  fi
+fi
+args+=("${extra[@]}")
 echo "quickstart: xferd ${args[*]}"
-echo "quickstart: metrics at http://${XFERD_LISTEN:-127.0.0.1:9742}/metrics"
-exec "$build/xferd" "${args[@]}" "$@"
+echo "quickstart: metrics at http://${listen}/metrics"
+exec "$xferd" "${args[@]}"

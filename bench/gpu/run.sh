@@ -10,6 +10,8 @@
 #
 # It runs the programs of a bundle made on the build machine (XFERD_BUNDLE, default
 # .devbundle: ../shared/device/bundle.sh build-cuda .devbundle). Writes at most 8 files.
+# The other GPU programs and scripts (the co-located workload and contention run, the
+# every-GPU-at-once reference) are listed in bench/gpu/README.md.
 set -uo pipefail
 out=${1:-${OUT:?give an output directory}}
 mkdir -p "$out"

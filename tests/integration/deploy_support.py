@@ -2,8 +2,10 @@
 Kubernetes, fleet): where things are, and small helpers that keep the tests hermetic."""
 import os
 import pathlib
+import re
 import shutil
 import socket
+import subprocess
 
 import pytest
 
@@ -39,3 +41,30 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def sanitizer_build():
+    """The sanitizer of this build directory ("address", "thread"), or "" for a plain build."""
+    cache = BUILD_DIR / "CMakeCache.txt"
+    if not cache.is_file():
+        return ""
+    m = re.search(r"^XFERD_SANITIZE:\w+=(\w*)$", cache.read_text(), re.M)
+    return m.group(1) if m else ""
+
+
+def build_deb(out_dir, version=None):
+    """The .deb of this build directory, made by cpack into out_dir; `version` overrides
+    the package version (an upgrade test needs a second, newer package)."""
+    if sanitizer_build():
+        pytest.skip(f"sanitizer build ({sanitizer_build()}): the package is tested in the plain build")
+    cpack = require_tool("cpack")
+    require_tool("dpkg-deb")
+    config = BUILD_DIR / "CPackConfig.cmake"
+    assert config.is_file(), f"{config} missing: configure the build first"
+    cmd = [cpack, "-G", "DEB", "--config", str(config), "-B", str(out_dir)]
+    if version:
+        cmd += ["-D", f"CPACK_PACKAGE_VERSION={version}"]
+    r = subprocess.run(cmd, cwd=BUILD_DIR, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (package,) = pathlib.Path(out_dir).glob("xferd_*.deb")
+    return package

@@ -121,6 +121,46 @@ def test_fleet_dashboard_has_the_panels_the_issue_asks_for():
     assert any(p["type"] == "histogram" for p in panels(doc))
 
 
+def row_contents(doc, title):
+    """The panels placed under the row called `title` (up to the next row)."""
+    out, inside = [], False
+    for p in doc["panels"]:
+        if p["type"] == "row":
+            inside = p["title"] == title
+        elif inside:
+            out.append(p)
+    return out
+
+
+def test_fleet_dashboard_compares_each_gpu_with_its_peers():
+    doc = load("xferd-fleet.json")
+    peers = row_contents(doc, "Fleet peers")
+    exprs = [t["expr"] for p in peers for t in p["targets"]]
+    assert any("xferd_bandwidth_over_fleet_peer_median:ratio" in e and "peer_group" in e
+               for e in exprs), exprs
+    table = next(p for p in peers if p["type"] == "table")
+    # Red below the 0.9 the alert uses.
+    steps = table["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps == [{"color": "red", "value": None}, {"color": "green", "value": 0.9}]
+
+
+@pytest.mark.parametrize("name", DASHBOARDS)
+def test_host_aggregates_row(name):
+    doc = load(name)
+    row = row_contents(doc, "Host aggregates")
+    assert row, f"{name}: no Host aggregates row"
+    exprs = " ".join(t["expr"] for p in row for t in p["targets"])
+    if name == "xferd-device.json":
+        for needle in ("xferd_host_aggregate_bandwidth_bytes_per_second",
+                       'xferd_host_aggregate_expected_bandwidth_bytes_per_second{instance=~"$instance",bound="lower"}',
+                       "xferd_concurrent_bandwidth_bytes_per_second", "xferd_concurrent_group_info"):
+            assert needle in exprs, f"{name}: Host aggregates row lacks {needle}"
+    else:
+        for needle in ("instance_group_direction:xferd_host_aggregate_over_expected_lower:ratio",
+                       "instance_gpu_direction_group:xferd_concurrent_over_solo:ratio"):
+            assert needle in exprs, f"{name}: Host aggregates row lacks {needle}"
+
+
 def test_json_matches_its_generator():
     spec = importlib.util.spec_from_file_location("generate", SOURCE_DIR / "dashboards/generate.py")
     gen = importlib.util.module_from_spec(spec)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from deploy_support import BUILD_DIR, SOURCE_DIR, UNIT_FILE, require_tool
+from deploy_support import SOURCE_DIR, UNIT_FILE, build_deb, require_tool
 
 REQUIRED_FILES = {
     "./usr/bin/xferd",
@@ -26,28 +26,9 @@ REQUIRED_FILES = {
 }
 
 
-def sanitizer_build():
-    cache = BUILD_DIR / "CMakeCache.txt"
-    if not cache.is_file():
-        return ""
-    m = re.search(r"^XFERD_SANITIZE:\w+=(\w*)$", cache.read_text(), re.M)
-    return m.group(1) if m else ""
-
-
 @pytest.fixture(scope="module")
 def deb(tmp_path_factory):
-    if sanitizer_build():
-        pytest.skip(f"sanitizer build ({sanitizer_build()}): the package is tested in the plain build")
-    cpack = require_tool("cpack")
-    require_tool("dpkg-deb")
-    config = BUILD_DIR / "CPackConfig.cmake"
-    assert config.is_file(), f"{config} missing: configure the build first"
-    out = tmp_path_factory.mktemp("cpack")
-    r = subprocess.run([cpack, "-G", "DEB", "--config", str(config), "-B", str(out)],
-                       cwd=BUILD_DIR, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout + r.stderr
-    (package,) = out.glob("xferd_*.deb")
-    return package
+    return build_deb(tmp_path_factory.mktemp("cpack"))
 
 
 def dpkg_deb(*args):
@@ -68,7 +49,9 @@ def test_control(deb):
     assert re.search(r"^ Package: xferd$", info, re.M)
     depends = re.search(r"^ Depends: (.*)$", info, re.M).group(1)
     # Computed by dpkg-shlibdeps from the binary, not written by hand.
-    for lib in ("libc6", "libstdc++6", "libprometheus-cpp-core", "libmicrohttpd", "libsystemd0"):
+    # procps: /bin/kill, which the unit's ExecReload runs.
+    for lib in ("libc6", "libstdc++6", "libprometheus-cpp-core", "libmicrohttpd", "libsystemd0",
+                "procps"):
         assert lib in depends, f"Depends lacks {lib}: {depends}"
     # Marked as a conffile: local edits survive upgrades.
     assert dpkg_deb("--info", str(deb), "conffiles").split() == ["/etc/xferd/xferd.toml"]

@@ -38,7 +38,27 @@ def test_example_scrape_config_is_valid():
 def test_the_alerts_the_issue_asks_for_exist():
     assert {"XferdBandwidthBelowExpected", "XferdBandwidthDriftBelowBaseline",
             "XferdPcieLinkDowntrained", "XferdProbesFailing", "XferdProbesStale",
-            "XferdTargetDown"} <= set(alert_names())
+            "XferdTargetDown", "XferdBandwidthBelowFleetPeers",
+            "XferdHostAggregateBelowExpected",
+            "XferdConcurrentBandwidthFarBelowSolo"} <= set(alert_names())
+
+
+def test_every_recording_rule_is_checked_by_a_unit_test():
+    # Each recorded series is evaluated by name in some promql_expr_test, or read by an
+    # alert that a unit test fires.
+    rules = yaml.safe_load(RULES_FILE.read_text())
+    tests = yaml.safe_load(RULES_TEST_FILE.read_text())
+    checked = " ".join(t["expr"] for case in tests["tests"]
+                       for t in case.get("promql_expr_test", []))
+    fired = {t["alertname"] for case in tests["tests"] for t in case.get("alert_rule_test", [])
+             if t.get("exp_alerts")}
+    alerts = " ".join(r["expr"] for g in rules["groups"] for r in g["rules"]
+                      if r.get("alert") in fired)
+    for g in rules["groups"]:
+        for r in g["rules"]:
+            if "record" in r:
+                assert r["record"] in checked or r["record"] in alerts, \
+                    f"no promtool case evaluates {r['record']}"
 
 
 def test_every_alert_has_a_runbook_style_description():
