@@ -17,15 +17,6 @@ using std::chrono::duration;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-bool SteadyClock::SleepUntil(SteadyTime until, std::stop_token stop) {
-  std::mutex m;
-  std::condition_variable_any cv;
-  std::unique_lock lock(m);
-  // Nothing notifies cv: only the deadline or a stop request (which wakes it) end the wait.
-  cv.wait_until(lock, stop, until, [] { return false; });
-  return !stop.stop_requested();
-}
-
 namespace {
 
 double AllowanceCapacity(const Settings& config) {

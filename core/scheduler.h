@@ -28,27 +28,11 @@
 #include <vector>
 
 #include "core/busy_detector.h"
+#include "core/clock.h"
 #include "core/settings.h"
 #include "xferd/probes/backend.h"
 
 namespace xferd::core {
-
-using SteadyTime = std::chrono::steady_clock::time_point;
-
-// Time as the scheduler sees it; tests inject a fake.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual SteadyTime Now() const = 0;
-  // Wait until `until` or until `stop` is requested; false when stopped.
-  virtual bool SleepUntil(SteadyTime until, std::stop_token stop) = 0;
-};
-
-class SteadyClock final : public Clock {
- public:
-  SteadyTime Now() const override { return std::chrono::steady_clock::now(); }
-  bool SleepUntil(SteadyTime until, std::stop_token stop) override;
-};
 
 // What one cycle did on one GPU.
 struct DeviceCycle {
