@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <random>
 #include <stop_token>
+#include <tuple>
 
+#include "probes/sim/foreign_traffic.h"
 #include "xferd/probes/topology.h"
 
 namespace xferd::probes {
@@ -122,12 +124,17 @@ std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text) {
 
 struct SimBackend::State {
   struct Device {
-    std::mutex mutex;  // the RNG and counter; the caller serialises a device, this is cheap
+    // The RNG, counter and link; the caller serialises a device's probes, and the link is
+    // also read by the simulated GPU-load reader.
+    mutable std::mutex mutex;
     std::mt19937_64 rng;
     std::uint64_t probes = 0;
+    std::unique_ptr<SimLinkTraffic> link;
+    double busy_until_s = 0;  // the end of its last probe on the timeline
   };
 
   SimOptions options;
+  std::chrono::steady_clock::time_point epoch;  // the timeline's zero
   std::vector<std::unique_ptr<Device>> devices;
 
   mutable std::mutex faults_mutex;
@@ -157,6 +164,16 @@ struct SimBackend::State {
     return {gen, width};
   }
 
+  std::chrono::steady_clock::time_point Clock() const {
+    return options.clock ? options.clock() : std::chrono::steady_clock::now();
+  }
+  // The device's "now" on the timeline: the clock, or the end of its last probe when
+  // simulated time ran ahead of the clock.
+  double Now(const Device& device) const {
+    const double clock = std::chrono::duration<double>(Clock() - epoch).count();
+    return std::max(clock, device.busy_until_s);
+  }
+
   // Waits `seconds` of real time or until stop is requested; false when stopped.
   bool Wait(double seconds, std::stop_token stop) {
     if (seconds <= 0) return !stop.stop_requested();
@@ -173,9 +190,13 @@ SimBackend::SimBackend(SimOptions options) : state_(std::make_unique<State>()) {
   for (int i = 0; i < options.devices; ++i) {
     auto device = std::make_unique<State::Device>();
     device->rng.seed(DeviceKey(options.seed, i));
+    // Each GPU's bursts on their own seeded timeline.
+    device->link = std::make_unique<SimLinkTraffic>(options.foreign_traffic,
+                                                    SplitMix64(DeviceKey(options.seed, i)));
     state_->devices.push_back(std::move(device));
   }
   state_->options = std::move(options);
+  state_->epoch = state_->Clock();
 }
 
 SimBackend::~SimBackend() = default;
@@ -225,6 +246,7 @@ LinkPath SimBackend::ReadLinkPath(int device) const {
   path.links.push_back({BusId(bus - 1), o.link_gen, o.link_width, o.link_gen, o.link_width});
   path.numa_node = SimNumaNode(device);
   path.iommu_type = "identity";
+  PairLinkEnds(path);
   return path;
 }
 
@@ -315,6 +337,23 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
     return d;
   };
 
+  // Foreign bursts in the same direction take their share of what the link carries at most
+  // (what pinned copies reach), stretching the transfers they overlap.
+  const double capacity = link_rate * ModelFor(TransferMode::kPinned, spec.direction).link_fraction;
+  const double own_rate = spec.direction == Direction::kBidirectional ? bandwidth / 2 : bandwidth;
+  const double start_s = state_->Now(dev);
+  // What the probe moves over the link per transfer: managed memory migrates its pages
+  // both ways each round (home first, then where the transfer takes them).
+  const bool both_ways = spec.direction == Direction::kBidirectional ||
+                         spec.mode == TransferMode::kManaged ||
+                         spec.mode == TransferMode::kManagedPrefetch;
+  const double h2d_each = both_ways || spec.direction == Direction::kH2D ? spec.size_bytes : 0.0;
+  const double d2h_each = both_ways || spec.direction == Direction::kD2H ? spec.size_bytes : 0.0;
+  auto book = [&](int transfers, double elapsed_s) {
+    dev.link->Book(h2d_each * transfers, d2h_each * transfers);
+    dev.busy_until_s = start_s + elapsed_s;
+  };
+
   const double deadline_s = std::chrono::duration<double>(spec.deadline).count();
   ProbeSample sample;
   sample.spec = spec;
@@ -323,8 +362,10 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
   double elapsed = 0;
   const int total = spec.warmup + spec.iterations;
   for (int i = 0; i < total; ++i) {
-    const double d = one_transfer();
+    const double d =
+        dev.link->Stretch(start_s + elapsed, one_transfer(), spec.direction, own_rate, capacity);
     if (deadline_s > 0 && elapsed + d > deadline_s) {
+      book(i, deadline_s);
       device_lock.unlock();
       if (!state_->Wait((deadline_s - elapsed) * o.time_scale, stop)) {
         return Failed(spec, ProbeStatus::kError, "cancelled");
@@ -341,6 +382,9 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
     elapsed += d;
     if (i >= spec.warmup) sample.durations_s.push_back(d);
   }
+  book(total, elapsed);
+  sample.link_h2d_bytes = static_cast<std::uint64_t>(h2d_each * total);
+  sample.link_d2h_bytes = static_cast<std::uint64_t>(d2h_each * total);
   device_lock.unlock();
   // The RNG is done with: sleeping the simulated time needs no lock.
   if (!state_->Wait(elapsed * o.time_scale, stop)) {
@@ -355,6 +399,27 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
 void SimBackend::SetFaults(std::vector<SimFault> faults) {
   std::lock_guard lock(state_->faults_mutex);
   state_->faults = std::move(faults);
+}
+
+std::optional<SimLinkCounters> SimBackend::ReadLinkCounters(int device, double ahead_s) const {
+  if (device < 0 || device >= static_cast<int>(state_->devices.size()) ||
+      state_->options.integrated) {
+    return std::nullopt;
+  }
+  State::Device& dev = *state_->devices[device];
+  std::lock_guard lock(dev.mutex);
+  SimLinkCounters c;
+  c.at_s = state_->Now(dev) + std::max(ahead_s, 0.0);
+  std::tie(c.rx_bytes, c.tx_bytes) = dev.link->Counters(c.at_s);
+  return c;
+}
+
+double SimBackend::ForeignBytesPerSecond(int device) const {
+  if (device < 0 || device >= static_cast<int>(state_->devices.size())) return 0;
+  State::Device& dev = *state_->devices[device];
+  std::lock_guard lock(dev.mutex);
+  const auto [h2d, d2h] = dev.link->ForeignRate(state_->Now(dev));
+  return h2d + d2h;
 }
 
 }  // namespace xferd::probes

@@ -165,9 +165,51 @@ double PcieLink::MaxBytesPerSecond() const {
   return PcieBytesPerSecond(max_gen, max_width);
 }
 
+namespace {
+
+// The lower of two maxima, either of which may be unknown (0).
+int LowerKnown(int a, int b) {
+  if (a == 0) return b;
+  if (b == 0) return a;
+  return std::min(a, b);
+}
+
+}  // namespace
+
+int PcieLink::LinkMaxGen() const {
+  return LowerKnown(max_gen, other_end_max_gen);
+}
+
+int PcieLink::LinkMaxWidth() const {
+  return LowerKnown(max_width, other_end_max_width);
+}
+
+double PcieLink::LinkMaxBytesPerSecond() const {
+  return PcieBytesPerSecond(LinkMaxGen(), LinkMaxWidth());
+}
+
 bool PcieLink::Downtrained() const {
-  if (current_gen == 0 || current_width == 0 || max_gen == 0 || max_width == 0) return false;
-  return current_gen < max_gen || current_width < max_width;
+  const int gen = LinkMaxGen(), width = LinkMaxWidth();
+  if (current_gen == 0 || current_width == 0 || gen == 0 || width == 0) return false;
+  return current_gen < gen || current_width < width;
+}
+
+bool PcieLink::CappedByOtherEnd() const {
+  return (max_gen > 0 && other_end_max_gen > 0 && max_gen > other_end_max_gen) ||
+         (max_width > 0 && other_end_max_width > 0 && max_width > other_end_max_width);
+}
+
+void PairLinkEnds(LinkPath& path) {
+  for (std::size_t i = 0; i + 1 < path.links.size(); i += 2) {
+    PcieLink& lower = path.links[i];
+    PcieLink& upper = path.links[i + 1];
+    lower.other_end_bdf = upper.bdf;
+    lower.other_end_max_gen = upper.max_gen;
+    lower.other_end_max_width = upper.max_width;
+    upper.other_end_bdf = lower.bdf;
+    upper.other_end_max_gen = lower.max_gen;
+    upper.other_end_max_width = lower.max_width;
+  }
 }
 
 const PcieLink* LinkPath::Narrowest() const {
@@ -176,6 +218,16 @@ const PcieLink* LinkPath::Narrowest() const {
     const double rate = link.CurrentBytesPerSecond();
     if (rate <= 0) continue;
     if (narrowest == nullptr || rate < narrowest->CurrentBytesPerSecond()) narrowest = &link;
+  }
+  return narrowest;
+}
+
+const PcieLink* LinkPath::NarrowestMax() const {
+  const PcieLink* narrowest = nullptr;
+  for (const PcieLink& link : links) {
+    const double rate = link.LinkMaxBytesPerSecond();
+    if (rate <= 0) continue;
+    if (narrowest == nullptr || rate < narrowest->LinkMaxBytesPerSecond()) narrowest = &link;
   }
   return narrowest;
 }
@@ -217,6 +269,7 @@ LinkPath ReadLinkPath(const fs::path& sysfs_root, std::string_view bdf) {
     path.links.push_back(ReadLink(dir, path));
     if (dir.parent_path() == dir) break;
   }
+  PairLinkEnds(path);
   return path;
 }
 

@@ -50,6 +50,29 @@ std::string_view ToString(ProbeStatus status) {
   return "unknown";
 }
 
+std::string_view ToString(ContentionState state) {
+  switch (state) {
+    case ContentionState::kUnknown: return "unknown";
+    case ContentionState::kClear: return "clear";
+    case ContentionState::kContended: return "contended";
+  }
+  return "unknown";
+}
+
+std::pair<double, double> ProbeSample::OwnLinkBytes() const {
+  if (link_h2d_bytes > 0 || link_d2h_bytes > 0) {
+    return {static_cast<double>(link_h2d_bytes), static_cast<double>(link_d2h_bytes)};
+  }
+  const double bytes =
+      static_cast<double>(spec.size_bytes) * static_cast<double>(spec.warmup + spec.iterations);
+  switch (spec.direction) {
+    case Direction::kH2D: return {bytes, 0.0};
+    case Direction::kD2H: return {0.0, bytes};
+    case Direction::kBidirectional: return {bytes, bytes};
+  }
+  return {0.0, 0.0};
+}
+
 std::string AllModeNames() {
   std::string out;
   for (TransferMode mode : kAllModes) {

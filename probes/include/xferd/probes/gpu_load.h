@@ -22,16 +22,33 @@ class GpuLoadReader {
   virtual std::optional<GpuLoad> Read(const DeviceInfo& device) = 0;
   // What the reader is, for the start-up log: "NVML (driver 580.82)" or why there is none.
   virtual std::string Describe() const = 0;
+
+  // A window around one probe of `device`: BeginWindow right before it, EndWindow right
+  // after, on the same thread; EndWindow returns what the link carried in between and in a
+  // short reading right after it, or nullopt when the link cannot be read on this device
+  // (no NVML, no support on this GPU, a vGPU). A reader that cannot read links at all
+  // leaves both as they are here.
+  virtual void BeginWindow(const DeviceInfo& device) { (void)device; }
+  virtual std::optional<LinkTraffic> EndWindow(const DeviceInfo& device) {
+    (void)device;
+    return std::nullopt;
+  }
 };
 
 // NVML through dlopen(`library`), so no NVML header or library is needed to build and a
-// machine without the driver simply reads nothing: Describe() then says why.
+// machine without the driver simply reads nothing: Describe() then says why. Its windows
+// use the PCIe byte counters (nvmlDeviceGetFieldValues) where the GPU has them, else
+// PCIe throughput samples taken by a thread while the probe runs.
 std::unique_ptr<GpuLoadReader> MakeNvmlGpuLoadReader(
     const std::string& library = "libnvidia-ml.so.1");
 
+class SimBackend;
+
 // The simulated devices' load (config [simulate]): a fixed reading for simulated devices,
-// nothing for others.
+// nothing for others; with `sim`, also the foreign traffic its link model carries, in the
+// busy reading and in the windows around each probe (the simulated link counters).
 std::unique_ptr<GpuLoadReader> MakeSimGpuLoadReader(double utilization_percent,
-                                                    double pcie_bytes_per_s);
+                                                    double pcie_bytes_per_s,
+                                                    SimBackend* sim = nullptr);
 
 }  // namespace xferd::probes

@@ -2,7 +2,9 @@
 // faults. It is how xferd runs on machines with no GPU, and it always says it is simulated.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,22 +19,30 @@ namespace xferd::probes {
 
 struct SimFault {
   enum class Kind {
-    kDegrade,    // bandwidth of every mode x factor (0 < factor <= 1)
-    kDownTrain,  // link trained down to (gen, width): bandwidth follows the link
-    kErrorEvery, // every nth probe on the device returns kError
-    kHang,       // probes block until cancelled (a hung driver call)
-    kSlow,       // every transfer takes `factor` times longer (factor >= 1)
-    kLost,       // the device is gone: every probe returns kError "device lost"
+    kDegrade,     // bandwidth of every mode x factor (0 < factor <= 1)
+    kDownTrain,   // link trained down to (gen, width): bandwidth follows the link
+    kErrorEvery,  // every nth probe on the device returns kError
+    kHang,        // probes block until cancelled (a hung driver call)
+    kSlow,        // every transfer takes `factor` times longer (factor >= 1)
+    kLost,        // the device is gone: every probe returns kError "device lost"
   };
   Kind kind = Kind::kDegrade;
-  int device = -1;        // -1: every device
-  double factor = 1.0;    // kDegrade, kSlow
-  int gen = 0, width = 0; // kDownTrain
-  int every = 0;          // kErrorEvery
+  int device = -1;         // -1: every device
+  double factor = 1.0;     // kDegrade, kSlow
+  int gen = 0, width = 0;  // kDownTrain
+  int every = 0;           // kErrorEvery
 };
 
 std::string_view ToString(SimFault::Kind kind);  // "degrade", "downtrain", ...
 std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text);
+
+// Another process's traffic on each simulated GPU's link ([simulate]
+// foreign_traffic_bytes_per_second, foreign_traffic_duty): bursts at random moments.
+struct ForeignTrafficOptions {
+  double bytes_per_s = 0;                 // what a burst moves; 0 = none
+  double duty = 0;                        // share of the time a burst is on, in [0, 1]; 1 = steady
+  Direction direction = Direction::kH2D;  // kBidirectional: that rate each way
+};
 
 struct SimOptions {
   int devices = 1;
@@ -45,6 +55,17 @@ struct SimOptions {
   std::vector<SimFault> faults;
   // Modes every simulated device reports unsupported, with the reason (to exercise skips).
   std::map<TransferMode, std::string> unsupported;
+  ForeignTrafficOptions foreign_traffic;
+  // The time the simulated link's timeline follows (bursts, counters); empty = the steady
+  // clock. Tests that drive a scheduler on a fake clock pass that clock here.
+  std::function<std::chrono::steady_clock::time_point()> clock;
+};
+
+// The simulated link's byte counters (NVML's PCIe byte counters, in place): rx = host to
+// device, overhead included; `at_s` on the device's timeline.
+struct SimLinkCounters {
+  double at_s = 0;
+  double rx_bytes = 0, tx_bytes = 0;
 };
 
 class SimBackend final : public TransferBackend {
@@ -60,6 +81,14 @@ class SimBackend final : public TransferBackend {
 
   // Replace the injected faults (config reload); thread-safe.
   void SetFaults(std::vector<SimFault> faults);
+
+  // The link counters of `device` now, or `ahead_s` later (only foreign traffic flows
+  // then); nullopt for an unknown or integrated device (no PCIe link to count). "Now" is
+  // the device's timeline: the clock, or the end of its last probe when simulated time ran
+  // ahead of it (time_scale < 1). Thread-safe.
+  std::optional<SimLinkCounters> ReadLinkCounters(int device, double ahead_s = 0) const;
+  // The foreign traffic's rate on `device` now, both directions summed (0 for none).
+  double ForeignBytesPerSecond(int device) const;
 
  private:
   struct State;

@@ -11,29 +11,56 @@
 
 namespace xferd::probes {
 
-// One PCIe link as the device at its downstream end reports it. 0 = unknown.
+// One PCIe link as one of its two ends reports it (sysfs gives each device's view of its
+// link: a GPU or a switch's upstream port the link above it, a root port or a switch's
+// downstream port the link below it). 0 = unknown.
 struct PcieLink {
-  std::string bdf;  // "0000:01:00.0": the device whose link this is
+  std::string bdf;  // "0000:01:00.0": the device whose view this is
   int current_gen = 0, current_width = 0;
-  int max_gen = 0, max_width = 0;
+  int max_gen = 0, max_width = 0;  // what this end can do
+  // What the other end of the same link can do (its max_link_speed/width): the upstream
+  // port for a GPU or a switch's upstream port, the device below for a port. 0 = unknown
+  // (no other end on the path, e.g. a GPU on a virtual machine's root bus).
+  std::string other_end_bdf = {};
+  int other_end_max_gen = 0, other_end_max_width = 0;
 
-  // Theoretical bytes/s per direction of the current (max) link; 0 when unknown.
+  // Theoretical bytes/s per direction of the current link / of what this end can do; 0
+  // when unknown.
   double CurrentBytesPerSecond() const;
   double MaxBytesPerSecond() const;
-  bool Downtrained() const;  // current below max in generation or width (both known)
+  // The most the link can train to: the lower of its two ends' maxima (this end's alone
+  // when the other is unknown); 0 when unknown.
+  int LinkMaxGen() const;
+  int LinkMaxWidth() const;
+  double LinkMaxBytesPerSecond() const;
+  // A fault: the link runs below what both of its ends can do (generation or width).
+  bool Downtrained() const;
+  // Not a fault: this end can do more than the other end allows (a Gen5 GPU in a Gen4
+  // slot, an x16 root port linked to an x8 switch).
+  bool CappedByOtherEnd() const;
 };
 
 struct LinkPath {
   // The GPU's own link first, then each bridge above it up to the root port.
   std::vector<PcieLink> links;
-  bool pcie = true;         // false for an integrated GPU or a device with no PCIe path
-  int numa_node = -1;       // -1: unknown or a single-node machine
-  std::string iommu_type;   // sysfs iommu_group/type: "identity", "DMA", "DMA-FQ"; "" = none
-  std::string note;         // why the path is incomplete, if it is
+  bool pcie = true;        // false for an integrated GPU or a device with no PCIe path
+  int numa_node = -1;      // -1: unknown or a single-node machine
+  std::string iommu_type;  // sysfs iommu_group/type: "identity", "DMA", "DMA-FQ"; "" = none
+  std::string note;        // why the path is incomplete, if it is
 
   // The link with the lowest known current bandwidth; nullptr if none is known.
   const PcieLink* Narrowest() const;
+  // The link (by the view of either end) whose maximum, the lower of its ends' maxima, is
+  // the lowest on the path: what caps the GPU however well every link trains; nullptr if
+  // no maximum is known.
+  const PcieLink* NarrowestMax() const;
 };
+
+// Fill each link's other_end_* from the path's order: sysfs lists a GPU, then the port
+// above it (the same link seen from its other end), then the switch's upstream port and
+// the port above that, and so on up to the root port. Pairs (0,1), (2,3), ... are the two
+// ends of one link; an unpaired last entry keeps its other end unknown.
+void PairLinkEnds(LinkPath& path);
 
 // Per-direction theoretical bandwidth of a PCIe link in bytes/s: transfer rate x lanes x
 // encoding efficiency / 8 (8b/10b for gen 1-2, 128b/130b for gen 3-5, 242/256 FLIT for 6).

@@ -85,6 +85,38 @@ std::string SpecProblem(const ProbeSpec& spec);
 enum class ProbeStatus { kOk, kError, kTimeout, kUnsupported };
 std::string_view ToString(ProbeStatus status);  // "ok", "error", "timeout", "unsupported"
 
+// What the driver counted on a GPU's link around one probe (NVML's PCIe byte counters or
+// throughput samples; the simulated device's own): the raw material of the contention
+// judgement (core/contention.h). rx = host to device, tx = device to host, as the GPU sees
+// them; counts include the link's protocol overhead.
+struct LinkTraffic {
+  std::string source;   // "nvml counters", "nvml throughput", "simulated"
+  double window_s = 0;  // from the reading just before the probe to the one just after
+  double rx_bytes = 0, tx_bytes = 0;  // counted in that window
+  int samples = 0;                    // readings the window rests on
+  double after_s = 0;                 // the reading taken right after the probe ended
+  double after_rx_bytes = 0, after_tx_bytes = 0;
+  // GPU utilization of the driver's samples taken after the probe ended (copies count too);
+  // nullopt when none was taken yet.
+  std::optional<double> after_utilization_percent;
+};
+
+// Did another process move data over the link while the probe ran? Judged by core.
+enum class ContentionState {
+  kUnknown,    // the link could not be read: judged as before (busy check only)
+  kClear,      // no foreign traffic above the thresholds
+  kContended,  // foreign traffic: the reading is neither judged nor learned
+};
+std::string_view ToString(ContentionState state);  // "unknown", "clear", "contended"
+
+struct Contention {
+  ContentionState state = ContentionState::kUnknown;
+  // Foreign traffic per direction over the probe's window (and right after it); 0 when
+  // none or unknown.
+  double foreign_h2d_bytes_per_s = 0, foreign_d2h_bytes_per_s = 0;
+  std::string reason;  // why unknown, or what made it contended; short, for logs
+};
+
 struct ProbeSample {
   ProbeSpec spec;
   ProbeStatus status = ProbeStatus::kError;
@@ -100,9 +132,21 @@ struct ProbeSample {
   // The NUMA node the host buffer's pages are on (get_mempolicy MPOL_F_NODE|MPOL_F_ADDR);
   // -1 = unknown. Health compares it with the GPU's node (diagnosis numa_remote).
   int host_numa_node = -1;
+  // Bytes the probe moved over the link per direction, warm-up, page migrations and extra
+  // rounds included: what the link counters see of it. 0 both = the backend does not say
+  // (OwnLinkBytes falls back to the timed transfers).
+  std::uint64_t link_h2d_bytes = 0, link_d2h_bytes = 0;
+  // The link around the probe as the driver counted it (nullopt: not readable), and what
+  // core made of it.
+  std::optional<LinkTraffic> traffic;
+  Contention contention;
 
   // bytes_per_transfer / median(durations); 0 when there are no durations.
   double MedianBandwidth() const;
+  bool Contended() const { return contention.state == ContentionState::kContended; }
+  // link_h2d_bytes / link_d2h_bytes, or when the backend left them at 0 the warm-up and
+  // timed transfers of the spec in its direction(s).
+  std::pair<double, double> OwnLinkBytes() const;
 };
 
 struct DeviceInfo {
