@@ -1,8 +1,46 @@
 #include "core/band.h"
 
+#include <fmt/format.h>
+
 #include "core/plan.h"
 
 namespace xferd::core {
+
+const ModeProfile& ProfileOf(probes::TransferMode mode, probes::Direction direction) {
+  using probes::Direction;
+  using probes::TransferMode;
+  const bool h2d = direction != Direction::kD2H;
+  // cost_fraction: about 0.7 x what each reached of a Gen5 x16 link (63 GB/s) in the
+  // probe's device time on a healthy H200 (docs/gpu-results.md, 64 MiB, 22 transfers).
+  static const ModeProfile kPageableH2D{1.0, 0.07}, kPageableD2H{1.0, 0.14};
+  static const ModeProfile kPinned{1.0, 0.60}, kPinnedBoth{1.0, 0.50};
+  static const ModeProfile kPinnedAsync{1.0, 0.40}, kZeroCopy{1.0, 0.60};
+  static const ModeProfile kManagedH2D{1.0, 0.04}, kManagedD2H{1.0, 0.035};
+  static const ModeProfile kPrefetchH2D{0.8, 0.09}, kPrefetchD2H{1.0, 0.08};
+  switch (mode) {
+    case TransferMode::kPageable: return h2d ? kPageableH2D : kPageableD2H;
+    case TransferMode::kPinned:
+      return direction == Direction::kBidirectional ? kPinnedBoth : kPinned;
+    case TransferMode::kPinnedAsync: return kPinnedAsync;
+    case TransferMode::kZeroCopy: return kZeroCopy;
+    case TransferMode::kManaged: return h2d ? kManagedH2D : kManagedD2H;
+    case TransferMode::kManagedPrefetch: return h2d ? kPrefetchH2D : kPrefetchD2H;
+  }
+  static const ModeProfile kOther;
+  return kOther;
+}
+
+probes::ExpectedBand ModeBand(const probes::ExpectedBand& band, probes::TransferMode mode,
+                              probes::Direction direction) {
+  const double scale = ProfileOf(mode, direction).band_scale;
+  if (scale == 1.0 || !band.Known()) return band;
+  probes::ExpectedBand scaled = band;
+  scaled.lower_bytes_per_s *= scale;
+  scaled.upper_bytes_per_s *= scale;
+  scaled.source = band.source + fmt::format(", x {:g} for {} {}", scale, probes::ToString(mode),
+                                            probes::ToString(direction));
+  return scaled;
+}
 
 probes::ExpectedBand ResolveBand(const Settings& settings, const probes::DeviceInfo& device,
                                  const probes::LinkPath& path) {
@@ -37,7 +75,8 @@ BandVerdict JudgeBand(probes::TransferMode mode, probes::Direction direction,
   if (!probes::IsLinkBound(mode, direction)) return BandVerdict::kNotLinkBound;
   if (!band.Known()) return BandVerdict::kNoBand;
   if (!HeldToBand(mode, direction, size_bytes)) return BandVerdict::kLatencyBound;
-  if (PerDirection(direction, median_bytes_per_s) < band.lower_bytes_per_s) {
+  if (PerDirection(direction, median_bytes_per_s) <
+      ModeBand(band, mode, direction).lower_bytes_per_s) {
     return BandVerdict::kBelowBand;
   }
   return BandVerdict::kOk;

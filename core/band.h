@@ -16,8 +16,28 @@ namespace xferd::core {
 // judged against their baseline only. At 4 MiB the floor costs under 5% even on Gen5 x16.
 inline constexpr std::uint64_t kBandMinSizeBytes = 4ull << 20;
 
+// What each (mode, direction) reaches on healthy hardware, in one table: how far the band
+// holds it, and how fast it moves data for a cost estimate. Figures: docs/health.md
+// ("Per-mode bands") and docs/gpu-results.md.
+struct ModeProfile {
+  // The share of the GPU's band (the band of pinned copies) a link-bound mode is held to:
+  // 1 = the band as it is. managed_prefetch h2d reads 62-71 % of the link on healthy
+  // H200s against pinned's 87 %, so the band's 0.63 would sit on its normal spread.
+  double band_scale = 1.0;
+  // A conservative share of the link's current rate it moves data at, warm-up, page
+  // migrations and checks included: an unmeasured probe's device time is estimated from
+  // it, so the allowance saves up enough before running it for the first time.
+  double cost_fraction = 0.05;
+};
+const ModeProfile& ProfileOf(probes::TransferMode mode, probes::Direction direction);
+
+// The band `mode` and `direction` are held to: `band` scaled by its profile's band_scale.
+probes::ExpectedBand ModeBand(const probes::ExpectedBand& band, probes::TransferMode mode,
+                              probes::Direction direction);
+
 // The expected band of one GPU: a [[health.band]] naming it (by index or UUID, any case),
-// else the band of its narrowest PCIe link with the settings' fractions.
+// else the band of its narrowest PCIe link with the settings' fractions. It is the band of
+// pinned copies; ModeBand gives each mode's.
 probes::ExpectedBand ResolveBand(const Settings& settings, const probes::DeviceInfo& device,
                                  const probes::LinkPath& path);
 
@@ -42,7 +62,7 @@ bool HeldToBand(probes::TransferMode mode, probes::Direction direction, std::uin
 
 // The band rule for a result of `median_bytes_per_s`: link-bound (mode, direction) only
 // (probes::IsLinkBound), sizes of at least kBandMinSizeBytes, compared per direction with
-// the band's lower bound.
+// the lower bound of the mode's band (ModeBand of the GPU's `band`).
 BandVerdict JudgeBand(probes::TransferMode mode, probes::Direction direction,
                       std::uint64_t size_bytes, double median_bytes_per_s,
                       const probes::ExpectedBand& band);

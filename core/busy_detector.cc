@@ -8,18 +8,28 @@ namespace {
 class JudgingBusyDetector final : public BusyDetector {
  public:
   JudgingBusyDetector(std::unique_ptr<probes::GpuLoadReader> reader,
-                      const BusyThresholds& thresholds)
-      : reader_(std::move(reader)), thresholds_(thresholds) {}
+                      const BusyThresholds& thresholds, bool check)
+      : reader_(std::move(reader)), thresholds_(thresholds), check_(check) {}
   std::optional<BusyReading> Check(const probes::DeviceInfo& device) override {
+    if (!check_) return std::nullopt;
     const auto load = reader_->Read(device);
     if (!load) return std::nullopt;
     return Judge(load->utilization_percent, load->pcie_bytes_per_s, thresholds_);
   }
-  std::string Describe() const override { return reader_->Describe(); }
+  std::string Describe() const override {
+    return check_ ? reader_->Describe()
+                  : "off (busy.enabled = false); link traffic around each probe: " +
+                        reader_->Describe();
+  }
+  void BeginProbe(const probes::DeviceInfo& device) override { reader_->BeginWindow(device); }
+  std::optional<probes::LinkTraffic> EndProbe(const probes::DeviceInfo& device) override {
+    return reader_->EndWindow(device);
+  }
 
  private:
   std::unique_ptr<probes::GpuLoadReader> reader_;
   BusyThresholds thresholds_;
+  bool check_;
 };
 
 class DisabledBusyDetector final : public BusyDetector {
@@ -52,8 +62,8 @@ BusyReading Judge(double gpu_utilization_percent, double pcie_bytes_per_s,
 }
 
 std::unique_ptr<BusyDetector> MakeBusyDetector(std::unique_ptr<probes::GpuLoadReader> reader,
-                                               const BusyThresholds& thresholds) {
-  return std::make_unique<JudgingBusyDetector>(std::move(reader), thresholds);
+                                               const BusyThresholds& thresholds, bool check) {
+  return std::make_unique<JudgingBusyDetector>(std::move(reader), thresholds, check);
 }
 
 std::unique_ptr<BusyDetector> MakeDisabledBusyDetector(std::string why) {

@@ -1,6 +1,8 @@
 // Is a GPU busy with someone else's work? Probes must never steal bandwidth from inference,
 // so a cycle skips a GPU whose utilisation or PCIe traffic is at or above the configured
 // limits. The load is read by probes (NVML, or the simulated load); judging it is here.
+// The same reader also watches the link around each probe (BeginProbe/EndProbe), for the
+// contention judgement (core/contention.h), whether or not the pre-cycle check is on.
 #pragma once
 
 #include <memory>
@@ -31,17 +33,27 @@ BusyReading Judge(double gpu_utilization_percent, double pcie_bytes_per_s,
 class BusyDetector {
  public:
   virtual ~BusyDetector() = default;
-  // nullopt: this device cannot be read (probes go ahead).
+  // The pre-cycle check. nullopt: this device cannot be read, or the check is off (probes
+  // go ahead).
   virtual std::optional<BusyReading> Check(const probes::DeviceInfo& device) = 0;
   // What the detector is, for the start-up log: "NVML (driver 580.82)" or why there is none.
   virtual std::string Describe() const = 0;
+
+  // The link-traffic window around one probe (probes::GpuLoadReader::BeginWindow and
+  // EndWindow); nullopt: the link cannot be read on this device.
+  virtual void BeginProbe(const probes::DeviceInfo& device) { (void)device; }
+  virtual std::optional<probes::LinkTraffic> EndProbe(const probes::DeviceInfo& device) {
+    (void)device;
+    return std::nullopt;
+  }
 };
 
-// Readings of `reader` judged against `thresholds`.
+// Readings of `reader` judged against `thresholds`; with `check` false the pre-cycle check
+// is off ([busy] enabled = false) while the windows around each probe are still read.
 std::unique_ptr<BusyDetector> MakeBusyDetector(std::unique_ptr<probes::GpuLoadReader> reader,
-                                               const BusyThresholds& thresholds);
+                                               const BusyThresholds& thresholds, bool check = true);
 
-// Busy detection switched off in config.
+// Nothing read at all: no pre-cycle check, no windows (tests; a reader that cannot exist).
 std::unique_ptr<BusyDetector> MakeDisabledBusyDetector(std::string why);
 
 }  // namespace xferd::core

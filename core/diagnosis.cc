@@ -1,6 +1,8 @@
 #include "core/diagnosis.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "core/band.h"
 
@@ -43,6 +45,8 @@ std::string_view ToString(DiagnosisCause cause) {
     case DiagnosisCause::kGpuBusy: return "gpu_busy";
     case DiagnosisCause::kBelowBand: return "below_band";
     case DiagnosisCause::kBelowBaseline: return "below_baseline";
+    case DiagnosisCause::kLinkShared: return "link_shared";
+    case DiagnosisCause::kCapabilityMismatch: return "capability_mismatch";
   }
   return "unknown";
 }
@@ -75,23 +79,50 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::Expec
   }
 
   // A downtrained link is a fault whether or not this cycle was slow: it caps every copy.
+  // Both ends of a link report it; it is named once.
   std::vector<std::string> downtrained;
   std::string first_bdf;
+  std::vector<std::pair<std::string, std::string>> named;
   for (const probes::PcieLink& link : path.links) {
     if (!link.Downtrained()) continue;
+    if (std::find(named.begin(), named.end(), std::pair(link.other_end_bdf, link.bdf)) !=
+        named.end()) {
+      continue;
+    }
+    named.emplace_back(link.bdf, link.other_end_bdf);
     if (first_bdf.empty()) first_bdf = link.bdf;
     downtrained.push_back(link.bdf + " " + LinkText(link.current_gen, link.current_width) +
-                          ", max " + LinkText(link.max_gen, link.max_width));
+                          ", max " + LinkText(link.LinkMaxGen(), link.LinkMaxWidth()));
   }
   if (!downtrained.empty()) {
     std::string detail;
     for (const auto& d : downtrained) detail += (detail.empty() ? "" : "; ") + d;
     out.push_back({DiagnosisCause::kLinkDowntrained, detail,
-                   "A PCIe link on the GPU's path runs below its maximum: compare LnkSta with "
-                   "LnkCap in `lspci -vv -s " +
+                   "A PCIe link on the GPU's path runs below what both of its ends can do: "
+                   "compare LnkSta with LnkCap in `lspci -vv -s " +
                        first_bdf +
-                       "`, reseat the card or riser, check the slot and the BIOS PCIe speed "
-                       "setting."});
+                       "` and its upstream port, reseat the card or riser, check the slot and "
+                       "the BIOS PCIe speed setting."});
+  }
+
+  // The GPU can do more than its path allows (a Gen5 GPU in a Gen4 slot, an x8 switch on
+  // the way): not a fault, and not link_downtrained; the band follows the trained link.
+  if (!path.links.empty()) {
+    const probes::PcieLink& own = path.links.front();
+    const probes::PcieLink* cap = path.NarrowestMax();
+    if (cap != nullptr && own.MaxBytesPerSecond() > 0 &&
+        cap->LinkMaxBytesPerSecond() < own.MaxBytesPerSecond()) {
+      const std::string ends =
+          cap->other_end_bdf.empty() ? cap->bdf : cap->bdf + " - " + cap->other_end_bdf;
+      out.push_back(
+          {DiagnosisCause::kCapabilityMismatch,
+           "GPU can do " + LinkText(own.max_gen, own.max_width) + ", its path at most " +
+               LinkText(cap->LinkMaxGen(), cap->LinkMaxWidth()) + " (link " + ends + ")",
+           "Not a fault: the slot or a port upstream caps the GPU below what it can do, and "
+           "the expected band follows the link as it is. For the GPU's full bandwidth, move "
+           "it to a slot whose path supports " +
+               LinkText(own.max_gen, own.max_width) + " (`lspci -vv` LnkCap of each port)."});
+    }
   }
 
   // The node the caller names, else the one a probe found its host buffer on.
@@ -122,14 +153,15 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::Expec
   // share DRAM with the host, where a ratio near 1 is normal.
   if (!obs.device.integrated) {
     for (const SeriesHealth* pinned : observed) {
+      // A reading that shared the link says nothing about staging or pinning.
       if (pinned->mode != TransferMode::kPinned || pinned->direction != Direction::kH2D ||
-          pinned->status != ProbeStatus::kOk) {
+          pinned->status != ProbeStatus::kOk || pinned->contended) {
         continue;
       }
       for (const SeriesHealth* pageable : observed) {
         if (pageable->mode != TransferMode::kPageable || pageable->direction != Direction::kH2D ||
             pageable->size_bytes != pinned->size_bytes || pageable->status != ProbeStatus::kOk ||
-            pageable->median_bytes_per_s <= 0) {
+            pageable->contended || pageable->median_bytes_per_s <= 0) {
           continue;
         }
         const double ratio = pinned->median_bytes_per_s / pageable->median_bytes_per_s;
@@ -151,20 +183,46 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::Expec
   }
 
   if (obs.busy) {
-    out.push_back({DiagnosisCause::kGpuBusy, "other work on the GPU or link during the probes",
-                   "Another workload used the GPU or its link while probing: this cycle counts "
-                   "toward neither verdicts nor baselines; if it persists, raise the busy "
-                   "thresholds or the interval."});
+    out.push_back({DiagnosisCause::kGpuBusy, "other work on the GPU or link before the probes",
+                   "Another workload used the GPU or its link when the cycle began, so its "
+                   "probes did not run: this cycle counts toward neither verdicts nor "
+                   "baselines; if it persists, raise the busy thresholds or the interval."});
+  }
+
+  // Probes whose window saw another process's traffic: their readings were set aside.
+  int contended = 0;
+  double worst_h2d = 0, worst_d2h = 0;
+  for (const probes::ProbeSample& sample : obs.samples) {
+    if (!sample.Contended()) continue;
+    ++contended;
+    worst_h2d = std::max(worst_h2d, sample.contention.foreign_h2d_bytes_per_s);
+    worst_d2h = std::max(worst_d2h, sample.contention.foreign_d2h_bytes_per_s);
+  }
+  if (contended > 0) {
+    char detail[160];
+    std::snprintf(detail, sizeof detail,
+                  "%.1f GB/s foreign traffic (h2d %.1f, d2h %.1f) during %d probe%s",
+                  (worst_h2d + worst_d2h) / 1e9, worst_h2d / 1e9, worst_d2h / 1e9, contended,
+                  contended == 1 ? "" : "s");
+    out.push_back({DiagnosisCause::kLinkShared, detail,
+                   "Another process moved data over this GPU's link while xferd probed it: "
+                   "those readings measure the neighbour, not the hardware, so they were "
+                   "neither judged nor learned. Nothing to fix; `nvidia-smi dmon -s t` shows "
+                   "the traffic. If it is there at every cycle, xferd judges nothing: probe "
+                   "when the workload pauses (busy detection, a longer interval)."});
   }
 
   if (worst_band) {
-    out.push_back({DiagnosisCause::kBelowBand,
-                   PairName(worst_band->mode, worst_band->direction) + " " +
-                       BandReading(*worst_band) + " < " + FormatGBps(band.lower_bytes_per_s) +
-                       " band",
-                   "A link-bound copy is below what the link should carry (" + band.source +
-                       "): see the other causes; check `nvidia-smi -q -d PERFORMANCE` for "
-                       "throttling and `lspci -vv` for the link."});
+    out.push_back(
+        {DiagnosisCause::kBelowBand,
+         PairName(worst_band->mode, worst_band->direction) + " " + BandReading(*worst_band) +
+             " < " +
+             FormatGBps(ModeBand(band, worst_band->mode, worst_band->direction).lower_bytes_per_s) +
+             " band",
+         "A link-bound copy is below what the link should carry (" +
+             ModeBand(band, worst_band->mode, worst_band->direction).source +
+             "): see the other causes; check `nvidia-smi -q -d PERFORMANCE` for "
+             "throttling and `lspci -vv` for the link."});
   }
   if (worst_baseline) {
     char detail[160];

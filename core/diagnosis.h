@@ -21,15 +21,18 @@ enum class DiagnosisCause {
   kNumaRemote,           // "numa_remote": host buffers on another NUMA node than the GPU
   kIommuTranslating,     // "iommu_translating": IOMMU in DMA mode while bandwidth is low
   kPinnedPageableRatio,  // "pinned_pageable_ratio": pinned/pageable h2d outside 1.5-6x
-  kGpuBusy,              // "gpu_busy": the busy detector saw other work during the probe
+  kGpuBusy,              // "gpu_busy": the busy detector saw other work before the probes
   kBelowBand,            // "below_band": a link-bound mode under the band's lower bound
   kBelowBaseline,        // "below_baseline": a mode under drift_fraction x its baseline
+  kLinkShared,           // "link_shared": foreign traffic on the link during a probe
+  kCapabilityMismatch,   // "capability_mismatch": the GPU can do more than its path allows
 };
-inline constexpr std::array<DiagnosisCause, 7> kAllDiagnosisCauses = {
-    DiagnosisCause::kLinkDowntrained,  DiagnosisCause::kNumaRemote,
-    DiagnosisCause::kIommuTranslating, DiagnosisCause::kPinnedPageableRatio,
-    DiagnosisCause::kGpuBusy,          DiagnosisCause::kBelowBand,
-    DiagnosisCause::kBelowBaseline};
+inline constexpr std::array<DiagnosisCause, 9> kAllDiagnosisCauses = {
+    DiagnosisCause::kLinkDowntrained,   DiagnosisCause::kNumaRemote,
+    DiagnosisCause::kIommuTranslating,  DiagnosisCause::kPinnedPageableRatio,
+    DiagnosisCause::kGpuBusy,           DiagnosisCause::kBelowBand,
+    DiagnosisCause::kBelowBaseline,     DiagnosisCause::kLinkShared,
+    DiagnosisCause::kCapabilityMismatch};
 std::string_view ToString(DiagnosisCause cause);
 
 // The pinned/pageable h2d ratio outside which kPinnedPageableRatio fires. The usual figure
@@ -47,9 +50,11 @@ struct Diagnosis {
 // What one cycle saw on one GPU.
 struct CycleObservation {
   probes::DeviceInfo device;
-  probes::LinkPath link_path;                // read while probing (idle links train down)
-  std::vector<probes::ProbeSample> samples;  // modes not probed this cycle are left out
-  bool busy = false;                         // the busy detector said busy during the probes
+  probes::LinkPath link_path;  // read while probing (idle links train down)
+  // Modes not probed this cycle are left out; a series may appear more than once (fast
+  // confirmation re-measures it), in the order measured.
+  std::vector<probes::ProbeSample> samples;
+  bool busy = false;  // the busy detector said busy before the probes: none ran
   // The node the probe's host buffers are on; -1 = take it from the samples'
   // host_numa_node (the backend's finding), else unknown.
   int host_numa_node = -1;
@@ -61,14 +66,23 @@ struct SeriesHealth {
   probes::Direction direction = probes::Direction::kH2D;
   std::uint64_t size_bytes = 0;
   probes::ProbeStatus status = probes::ProbeStatus::kOk;  // of the last probe
-  double median_bytes_per_s = 0;    // the last ok probe's median; 0 before any
+  double median_bytes_per_s = 0;    // the last judged probe's median; 0 before any
   double baseline_bytes_per_s = 0;  // 0 until learned
   int baseline_cycles = 0;          // cycles the baseline rests on
-  bool below_band = false;          // this cycle
-  bool below_baseline = false;      // this cycle
+  bool below_band = false;          // its last reading this cycle
+  bool below_baseline = false;      // its last reading this cycle
+  bool contended = false;           // its last reading this cycle shared the link
   int bad_streak = 0, good_streak = 0;
   bool degraded = false;  // the verdict, with hysteresis
   bool Bad() const { return below_band || below_baseline; }
+};
+
+// What one more reading of a series would do to its verdict: `readings` more readings
+// like the last one (after it counts) flip it, toward degraded or back to ok; 0 = none
+// pending. Fast confirmation re-measures while readings > 0.
+struct FlipAhead {
+  int readings = 0;
+  bool to_degraded = false;
 };
 
 // The causes one cycle shows on one device: `observed` are the series this cycle measured

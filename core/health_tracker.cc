@@ -12,7 +12,8 @@ using probes::ProbeStatus;
 using probes::TransferMode;
 
 // The series judged worst for a headline: below band first, then the largest shortfall.
-double Shortfall(const SeriesHealth& s, const probes::ExpectedBand& band) {
+double Shortfall(const SeriesHealth& s, const probes::ExpectedBand& device_band) {
+  const probes::ExpectedBand band = ModeBand(device_band, s.mode, s.direction);
   if (s.below_band && band.lower_bytes_per_s > 0) {
     return 1.0 + (1.0 - PerDirection(s.direction, s.median_bytes_per_s) / band.lower_bytes_per_s);
   }
@@ -23,6 +24,51 @@ double Shortfall(const SeriesHealth& s, const probes::ExpectedBand& band) {
 }
 
 }  // namespace
+
+HealthTracker::Reading HealthTracker::JudgeReading(const Settings& config,
+                                                   const probes::ExpectedBand& band,
+                                                   const SeriesState& state,
+                                                   const probes::ProbeSample& sample) {
+  const double median = sample.MedianBandwidth();
+  const std::vector<double> learned(state.medians.begin(), state.medians.end());
+  Reading r;
+  r.below_band = JudgeBand(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes, median,
+                           band) == BandVerdict::kBelowBand;
+  r.below_baseline = static_cast<int>(learned.size()) >= kMinBaselineCycles &&
+                     median < config.drift_fraction * probes::RobustBaseline(learned);
+  return r;
+}
+
+FlipAhead HealthTracker::ReadingsToFlip(const probes::DeviceInfo& device,
+                                        const probes::LinkPath& path,
+                                        const probes::ProbeSample& sample) const {
+  if (sample.status != ProbeStatus::kOk || sample.durations_s.empty() || sample.Contended()) {
+    return {};
+  }
+  std::lock_guard lock(mutex_);
+  const int k = std::max(1, config_.consecutive_bad);
+  const Key key{sample.spec.mode, sample.spec.direction, sample.spec.size_bytes};
+  SeriesState fresh;
+  const SeriesState* state = &fresh;
+  if (auto dev = devices_.find(device.uuid); dev != devices_.end()) {
+    if (auto it = dev->second.series.find(key); it != dev->second.series.end()) {
+      state = &it->second;
+    }
+  }
+  if (state == &fresh) {
+    // Not observed yet: its restored history judges it, as Observe will.
+    if (auto dev = restored_.find(device.uuid); dev != restored_.end()) {
+      if (auto it = dev->second.find(KeyText(key)); it != dev->second.end()) {
+        fresh.medians.assign(it->second.begin(), it->second.end());
+      }
+    }
+  }
+  const Reading r = JudgeReading(config_, ResolveBand(config_, device, path), *state, sample);
+  const SeriesHealth& h = state->health;
+  if (r.Bad() && !h.degraded) return {std::max(0, k - (h.bad_streak + 1)), true};
+  if (!r.Bad() && h.degraded) return {std::max(0, k - (h.good_streak + 1)), false};
+  return {};
+}
 
 std::vector<Diagnosis> DiagnoseOnce(const Settings& config, const CycleObservation& observation) {
   Settings once = config;
@@ -123,22 +169,25 @@ DeviceHealth HealthTracker::Observe(const CycleObservation& obs) {
       observed_keys.push_back(key);
     }
     h.status = sample.status;
-    h.below_band = h.below_baseline = false;
+    h.below_band = h.below_baseline = h.contended = false;
     if (sample.status == ProbeStatus::kUnsupported) continue;
     if (sample.status != ProbeStatus::kOk || sample.durations_s.empty()) {
       // A failed probe says nothing about bandwidth, and is no evidence of health either.
       h.good_streak = 0;
       continue;
     }
+    if (sample.Contended()) {
+      // It measured the neighbour sharing the link: neither judged nor learned, and the
+      // streaks stay where they were (it is evidence of nothing).
+      h.contended = true;
+      continue;
+    }
 
     const double median = sample.MedianBandwidth();
     h.median_bytes_per_s = median;
-    const std::vector<double> learned(state.medians.begin(), state.medians.end());
-    const double baseline = probes::RobustBaseline(learned);
-    h.below_band =
-        JudgeBand(h.mode, h.direction, h.size_bytes, median, band) == BandVerdict::kBelowBand;
-    h.below_baseline = static_cast<int>(learned.size()) >= kMinBaselineCycles &&
-                       median < config_.drift_fraction * baseline;
+    const Reading reading = JudgeReading(config_, band, state, sample);
+    h.below_band = reading.below_band;
+    h.below_baseline = reading.below_baseline;
 
     // Contention is not a device fault: a busy cycle moves neither verdict nor baseline.
     if (!obs.busy) {
@@ -245,7 +294,9 @@ std::string HealthTracker::Summary() const {
     std::string line = "DEGRADED gpu" + std::to_string(d.gpu) + " " +
                        PairName(worst->mode, worst->direction) + " ";
     if (worst->below_band) {
-      line += BandReading(*worst) + " < " + FormatGBps(d.band.lower_bytes_per_s) + " band";
+      line += BandReading(*worst) + " < " +
+              FormatGBps(ModeBand(d.band, worst->mode, worst->direction).lower_bytes_per_s) +
+              " band";
     } else if (worst->below_baseline) {
       line += FormatGBps(worst->median_bytes_per_s) + " < baseline " +
               FormatGBps(worst->baseline_bytes_per_s);

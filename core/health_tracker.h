@@ -65,6 +65,14 @@ class HealthTracker {
   // Fold one cycle of one GPU in; returns that GPU's health after it.
   DeviceHealth Observe(const CycleObservation& observation);
 
+  // How many more readings of `sample`'s series, each like this one, would flip its verdict
+  // once this one counts: > 0 when this reading starts or continues a streak toward a flip
+  // (bad on a healthy series, good on a degraded one) short of consecutive_bad; 0 otherwise
+  // (it flips now, moves nothing, or cannot be judged: failed or contended). What fast
+  // confirmation asks after each reading. Judged as Observe will, without changing state.
+  FlipAhead ReadingsToFlip(const probes::DeviceInfo& device, const probes::LinkPath& path,
+                           const probes::ProbeSample& sample) const;
+
   // The learned baseline of a series in bytes/s (0 when not yet learned).
   double Baseline(const std::string& uuid, probes::TransferMode mode, probes::Direction direction,
                   std::uint64_t size_bytes) const;
@@ -85,6 +93,17 @@ class HealthTracker {
     SeriesHealth health;
   };
   using Key = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
+  static std::string KeyText(const Key& key) {
+    return SeriesKey(std::get<0>(key), std::get<1>(key), std::get<2>(key));
+  }
+  struct Reading {
+    bool below_band = false, below_baseline = false;
+    bool Bad() const { return below_band || below_baseline; }
+  };
+  // The one rule a reading is judged by: the mode's band, and drift against the series'
+  // learned history.
+  static Reading JudgeReading(const Settings& config, const probes::ExpectedBand& band,
+                              const SeriesState& state, const probes::ProbeSample& sample);
   struct DeviceState {
     DeviceHealth last;
     std::map<Key, SeriesState> series;

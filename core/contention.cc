@@ -1,0 +1,64 @@
+#include "core/contention.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace xferd::core {
+
+probes::Contention JudgeContention(const probes::ProbeSample& sample,
+                                   const ContentionThresholds& thresholds) {
+  probes::Contention c;
+  if (!sample.traffic) {
+    c.reason = "link traffic not readable";
+    return c;
+  }
+  if (sample.status != probes::ProbeStatus::kOk) {
+    c.reason = "the probe did not finish";
+    return c;
+  }
+  const probes::LinkTraffic& t = *sample.traffic;
+  if (!(t.window_s > 0)) {
+    c.reason = "empty traffic window";
+    return c;
+  }
+  const auto [own_h2d, own_d2h] = sample.OwnLinkBytes();
+  // What the counters may show of the probe itself, per direction (rx = host to device).
+  const double expected_rx = kOwnTrafficOverhead * own_h2d + kOwnTrafficReverse * own_d2h;
+  const double expected_tx = kOwnTrafficOverhead * own_d2h + kOwnTrafficReverse * own_h2d;
+  const double window_h2d = std::max(0.0, t.rx_bytes - expected_rx);
+  const double window_d2h = std::max(0.0, t.tx_bytes - expected_tx);
+  // Right after the probe only foreign traffic flows, except for the probe's own bytes the
+  // counters had not caught up with by the window's end.
+  double after_h2d = 0, after_d2h = 0;
+  if (t.after_s > 0) {
+    const double late_rx = std::max(0.0, expected_rx - t.rx_bytes);
+    const double late_tx = std::max(0.0, expected_tx - t.tx_bytes);
+    after_h2d = std::max(0.0, t.after_rx_bytes - late_rx) / t.after_s;
+    after_d2h = std::max(0.0, t.after_tx_bytes - late_tx) / t.after_s;
+  }
+  const double window_rate = (window_h2d + window_d2h) / t.window_s;
+  const double after_rate = after_h2d + after_d2h;
+  // Published: the larger of the two views, per direction.
+  c.foreign_h2d_bytes_per_s = std::max(window_h2d / t.window_s, after_h2d);
+  c.foreign_d2h_bytes_per_s = std::max(window_d2h / t.window_s, after_d2h);
+
+  const double own_rate = (own_h2d + own_d2h) / t.window_s;
+  const double limit = std::max(thresholds.foreign_bytes_per_s, kForeignNoiseShare * own_rate);
+  if (window_rate >= limit) {
+    c.state = probes::ContentionState::kContended;
+    c.reason = fmt::format("{:.1f} GB/s foreign traffic during the probe (h2d {:.1f}, d2h {:.1f})",
+                           window_rate / 1e9, window_h2d / t.window_s / 1e9,
+                           window_d2h / t.window_s / 1e9);
+  } else if (after_rate >= thresholds.foreign_bytes_per_s) {
+    c.state = probes::ContentionState::kContended;
+    c.reason =
+        fmt::format("{:.1f} GB/s foreign traffic right after the probe (h2d {:.1f}, d2h {:.1f})",
+                    after_rate / 1e9, after_h2d / 1e9, after_d2h / 1e9);
+  } else {
+    c.state = probes::ContentionState::kClear;
+  }
+  return c;
+}
+
+}  // namespace xferd::core

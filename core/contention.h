@@ -1,0 +1,38 @@
+// Did another process share the link while a probe ran? The one judgement of a probe's
+// link-traffic window (probes::LinkTraffic): what the driver counted on the link, minus
+// what the probe itself moved, is foreign traffic. A contended reading measures the
+// neighbour, not the hardware: it is neither judged against the band nor learned into a
+// baseline (docs/health.md, "Contended samples").
+#pragma once
+
+#include <optional>
+
+#include "xferd/probes/types.h"
+
+namespace xferd::core {
+
+// Link counters count headers, framing and flow control on top of the payload: 55 GB/s of
+// copies on a PCIe Gen5 x16 H200 read as ~59 GB/s (7 %), and smaller packets cost more.
+// So a probe's own bytes are expected at up to this much in their direction ...
+inline constexpr double kOwnTrafficOverhead = 1.10;
+// ... and up to this share of them the other way (read requests for host-to-device DMA,
+// acknowledgements).
+inline constexpr double kOwnTrafficReverse = 0.20;
+// Foreign traffic below this share of the probe's own rate is within the counters' noise.
+inline constexpr double kForeignNoiseShare = 0.10;
+
+struct ContentionThresholds {
+  // Foreign traffic (both directions summed) at or above this is contention; the busy
+  // check's PCIe threshold ([busy] pcie_bytes_per_second).
+  double foreign_bytes_per_s = 2e9;
+};
+
+// Judge `sample`'s traffic window: kUnknown without one (no NVML, unsupported GPU), or for
+// a probe that did not finish (its own bytes are not known); else kContended when the
+// foreign traffic over the window, or in the reading right after it, reaches
+// max(threshold, kForeignNoiseShare x the probe's own rate), kClear otherwise. The foreign
+// rates are filled in either way.
+probes::Contention JudgeContention(const probes::ProbeSample& sample,
+                                   const ContentionThresholds& thresholds);
+
+}  // namespace xferd::core
