@@ -43,16 +43,16 @@ std::vector<probes::DeviceInfo> SelectConfigured(const std::vector<probes::Devic
   }
 }
 
-std::unique_ptr<core::BusyDetector> MakeBusyDetector(const config::Config& config) {
+std::unique_ptr<core::BusyDetector> MakeBusyDetector(const config::Config& config,
+                                                     probes::SimBackend* sim) {
   const core::BusyThresholds thresholds{config.busy_gpu_utilization_percent,
                                         config.busy_pcie_bytes_per_s};
-  if (!config.busy_detection) return core::MakeDisabledBusyDetector("off (busy.enabled = false)");
   if (config.simulate) {
     return core::MakeBusyDetector(probes::MakeSimGpuLoadReader(config.sim_gpu_utilization_percent,
-                                                               config.sim_pcie_bytes_per_s),
-                                  thresholds);
+                                                               config.sim_pcie_bytes_per_s, sim),
+                                  thresholds, config.busy_detection);
   }
-  return core::MakeBusyDetector(probes::MakeNvmlGpuLoadReader(), thresholds);
+  return core::MakeBusyDetector(probes::MakeNvmlGpuLoadReader(), thresholds, config.busy_detection);
 }
 
 }  // namespace xferd::cmd

@@ -29,8 +29,10 @@ Backend MakeBackend(const config::Config& config, const char* command,
 std::vector<probes::DeviceInfo> SelectConfigured(const std::vector<probes::DeviceInfo>& devices,
                                                  const config::Config& config);
 
-// NVML, the simulated load ([simulate]) or none ([busy] enabled = false), judged against
-// the config's thresholds.
-std::unique_ptr<core::BusyDetector> MakeBusyDetector(const config::Config& config);
+// NVML or the simulated load ([simulate]; with `sim`, its link model too), judged against
+// the config's thresholds. [busy] enabled = false turns the pre-cycle check off; the link
+// is still read around each probe for contention.
+std::unique_ptr<core::BusyDetector> MakeBusyDetector(const config::Config& config,
+                                                     probes::SimBackend* sim = nullptr);
 
 }  // namespace xferd::cmd

@@ -21,6 +21,8 @@
 #include "cmd/commands.h"
 #include "config/config.h"
 #include "core/band.h"
+#include "core/busy_detector.h"
+#include "core/contention.h"
 #include "core/health_tracker.h"
 #include "core/plan.h"
 #include "platform/exit_codes.h"
@@ -65,9 +67,13 @@ double NarrowestRate(const probes::LinkPath& path) {
 
 // Runs one probe on its own thread. While it runs, `link` (if given) is read again and
 // again and the widest reading kept: idle links train down, so a path read with no traffic
-// would understate the link. A backend that overruns the deadline is asked to stop.
-ProbeSample RunProbe(probes::TransferBackend& backend, int device, const ProbeSpec& spec,
-                     probes::LinkPath* link) {
+// would understate the link. A backend that overruns the deadline is asked to stop. The
+// link's traffic is read around it and judged for contention, as the daemon does.
+ProbeSample RunProbe(probes::TransferBackend& backend, const probes::DeviceInfo& info,
+                     const ProbeSpec& spec, probes::LinkPath* link, BusyDetector& load,
+                     const Config& config) {
+  const int device = info.index;
+  load.BeginProbe(info);
   std::stop_source stop;
   auto future = std::async(std::launch::async, [&backend, device, spec, token = stop.get_token()] {
     return backend.Run(device, spec, token);
@@ -89,11 +95,13 @@ ProbeSample RunProbe(probes::TransferBackend& backend, int device, const ProbeSp
   }
   if (link != nullptr && !read_once) *link = backend.ReadLinkPath(device);
   ProbeSample sample = future.get();
+  sample.traffic = load.EndProbe(info);
   if (asked_to_stop && sample.status == ProbeStatus::kError) {
     sample.status = ProbeStatus::kTimeout;
     sample.message = "no answer within the " + std::to_string(spec.deadline.count()) +
                      " ms deadline (hung device?); the probe was cancelled";
   }
+  sample.contention = JudgeContention(sample, {config.busy_pcie_bytes_per_s});
   return sample;
 }
 
@@ -114,6 +122,11 @@ Row Judge(ProbeSample sample, const probes::LinkPath& path, const probes::Expect
       if (const double rate = NarrowestRate(path); rate > 0) {
         row.percent_of_link = 100.0 * PerDirection(spec.direction, sample.MedianBandwidth()) / rate;
       }
+      if (sample.Contended()) {
+        // Another process shared the link: the figure is the neighbour's doing.
+        row.verdict = "contended: " + sample.contention.reason;
+        break;
+      }
       const BandVerdict verdict =
           JudgeBand(spec.mode, spec.direction, spec.size_bytes, sample.MedianBandwidth(), band);
       row.verdict = std::string(ToString(verdict));
@@ -126,7 +139,8 @@ Row Judge(ProbeSample sample, const probes::LinkPath& path, const probes::Expect
 }
 
 DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceInfo& info,
-                         const std::vector<ProbeSpec>& plan, const Config& config) {
+                         const std::vector<ProbeSpec>& plan, const Config& config,
+                         BusyDetector& load) {
   DeviceReport report;
   report.info = info;
   const probes::Capabilities caps = backend.GetCapabilities(info.index);
@@ -143,7 +157,7 @@ DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceI
     }
     // Read the path during the first link-bound probe, when the link carries traffic.
     const bool watch = !link_read && probes::IsLinkBound(spec.mode, spec.direction);
-    samples.push_back(RunProbe(backend, info.index, spec, watch ? &report.path : nullptr));
+    samples.push_back(RunProbe(backend, info, spec, watch ? &report.path : nullptr, load, config));
     link_read = link_read || watch;
   }
   if (!link_read) report.path = backend.ReadLinkPath(info.index);
@@ -180,7 +194,9 @@ std::string DescribeLink(const probes::LinkPath& path) {
   const probes::PcieLink& own = path.links.front();
   std::string text = probes::FormatLink(own.current_gen, own.current_width);
   if (own.Downtrained()) {
-    text += " DOWNTRAINED from " + probes::FormatLink(own.max_gen, own.max_width);
+    text += " DOWNTRAINED from " + probes::FormatLink(own.LinkMaxGen(), own.LinkMaxWidth());
+  } else if (own.CappedByOtherEnd()) {
+    text += " (the GPU can do " + probes::FormatLink(own.max_gen, own.max_width) + ")";
   }
   if (const probes::PcieLink* narrowest = path.Narrowest()) {
     text += " (narrowest: " + probes::FormatLink(narrowest->current_gen, narrowest->current_width) +
@@ -198,12 +214,13 @@ void PrintTable(const std::vector<DeviceReport>& reports) {
     std::printf("  uuid %s, driver %s\n", r.info.uuid.c_str(), r.info.driver_version.c_str());
     std::printf("  link: %s\n", DescribeLink(r.path).c_str());
     if (!r.path.links.empty() && r.path.links.front().Downtrained()) {
+      // Below what both ends can do: the card, riser or slot trained it down.
       const probes::PcieLink& own = r.path.links.front();
       std::printf(
-          "  WARNING: the GPU's link runs at %s, below the %s it can do: check the slot, "
-          "riser and seating (the band follows the trained link)\n",
+          "  WARNING: the GPU's link runs at %s, below the %s both its ends can do: check "
+          "the slot, riser and seating (the band follows the trained link)\n",
           probes::FormatLink(own.current_gen, own.current_width).c_str(),
-          probes::FormatLink(own.max_gen, own.max_width).c_str());
+          probes::FormatLink(own.LinkMaxGen(), own.LinkMaxWidth()).c_str());
     }
     std::printf("  numa node: %s, iommu: %s\n",
                 r.path.numa_node >= 0 ? std::to_string(r.path.numa_node).c_str() : "unknown",
@@ -255,9 +272,43 @@ nlohmann::json LinkJson(const probes::PcieLink& link) {
           {"current_width", link.current_width},
           {"max_gen", link.max_gen},
           {"max_width", link.max_width},
+          {"other_end_bdf", link.other_end_bdf},
+          {"other_end_max_gen", link.other_end_max_gen},
+          {"other_end_max_width", link.other_end_max_width},
+          {"link_max_gen", link.LinkMaxGen()},
+          {"link_max_width", link.LinkMaxWidth()},
           {"current_bytes_per_s", link.CurrentBytesPerSecond()},
           {"max_bytes_per_s", link.MaxBytesPerSecond()},
-          {"downtrained", link.Downtrained()}};
+          {"downtrained", link.Downtrained()},
+          {"capped_by_other_end", link.CappedByOtherEnd()}};
+}
+
+// What the link carried around the probe (the raw NVML figures) and what was made of it.
+nlohmann::json ContentionJson(const ProbeSample& s) {
+  const auto [own_h2d, own_d2h] = s.OwnLinkBytes();
+  nlohmann::json traffic;
+  if (s.traffic) {
+    const probes::LinkTraffic& t = *s.traffic;
+    traffic = {{"source", t.source},
+               {"window_s", t.window_s},
+               {"rx_bytes", t.rx_bytes},
+               {"tx_bytes", t.tx_bytes},
+               {"samples", t.samples},
+               {"after_s", t.after_s},
+               {"after_rx_bytes", t.after_rx_bytes},
+               {"after_tx_bytes", t.after_tx_bytes},
+               {"after_utilization_percent", t.after_utilization_percent
+                                                 ? nlohmann::json(*t.after_utilization_percent)
+                                                 : nlohmann::json()}};
+  }
+  return {{"state", probes::ToString(s.contention.state)},
+          {"contended", s.Contended()},
+          {"foreign_h2d_bytes_per_s", s.contention.foreign_h2d_bytes_per_s},
+          {"foreign_d2h_bytes_per_s", s.contention.foreign_d2h_bytes_per_s},
+          {"reason", s.contention.reason},
+          {"own_h2d_bytes", own_h2d},
+          {"own_d2h_bytes", own_d2h},
+          {"link_traffic", traffic}};
 }
 
 void PrintJson(const std::string& backend, const std::vector<DeviceReport>& reports) {
@@ -317,6 +368,7 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
            {"overlap_ratio", s.overlap_ratio ? nlohmann::json(*s.overlap_ratio) : nlohmann::json()},
            {"percent_of_link",
             row.percent_of_link ? nlohmann::json(*row.percent_of_link) : nlohmann::json()},
+           {"contention", ContentionJson(s)},
            {"verdict", row.verdict}});
     }
   }
@@ -397,9 +449,14 @@ int RunProbeCommand(const ProbeCommandOptions& options) {
     }
   }
 
+  // No pre-cycle busy check here (a one-shot run probes when told to); the link is still
+  // read around each probe, so a contended result says so instead of reading low.
+  Config windows_only = config;
+  windows_only.busy_detection = false;
+  const std::unique_ptr<BusyDetector> load = MakeBusyDetector(windows_only, made.sim);
   std::vector<DeviceReport> reports;
   for (const auto& info : selected) {
-    reports.push_back(ProbeDevice(backend, info, plan, config));
+    reports.push_back(ProbeDevice(backend, info, plan, config, *load));
   }
   if (options.json) {
     PrintJson(backend.Name(), reports);

@@ -104,7 +104,7 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   seams.notifier = notifier.get();
   seams.signals = signals.get();
   seams.reload = [&options] { return EffectiveConfig(options); };
-  seams.make_busy = MakeBusyDetector;
+  seams.make_busy = [sim = made.sim](const Config& c) { return MakeBusyDetector(c, sim); };
   seams.sim = made.sim;
   seams.jitter_seed = JitterSeed();
   seams.config_name = options.config_file.empty() ? "(defaults and flags)" : options.config_file;

@@ -156,7 +156,8 @@ void Service::OnCycle(const CycleReport& report) {
     metrics_.RecordHealth(health);
     LogVerdictChanges(health);
   }
-  metrics_.RecordCycle(report.wall_s, ResultOfCycle(report));
+  // A confirmation round is no cycle: the cycle counters and timings stay the cycles'.
+  if (!report.confirmation) metrics_.RecordCycle(report.wall_s, ResultOfCycle(report));
 
   const StateWrite w = state_.Save(health_.Snapshot());
   if (!w.skipped) {
@@ -174,16 +175,31 @@ void Service::OnCycle(const CycleReport& report) {
   WriteTextfile(*config);
 
   const std::string summary = health_.Summary();
+  if (report.confirmation) {
+    std::string ran;
+    for (const DeviceCycle& dc : report.devices) {
+      for (const probes::ProbeSample& s : dc.samples) {
+        ran += fmt::format("{}gpu{} {} {} {:.2f} GB/s{}", ran.empty() ? "" : ", ", dc.device.index,
+                           probes::ToString(s.spec.mode), probes::ToString(s.spec.direction),
+                           s.MedianBandwidth() / 1e9, s.Contended() ? " (contended)" : "");
+      }
+    }
+    spdlog::info("cycle {} confirmation: {} ({:.3f} s device); {}", report.number,
+                 ran.empty() ? "nothing ran" : ran, report.device_s, summary);
+    std::lock_guard lock(status_mutex_);
+    status_ = fmt::format("cycle {}: {}", report.number, summary);
+    return;
+  }
   const double duty = report.wall_s + report.next_in.count() / 1e3 > 0
                           ? report.device_s / (report.wall_s + report.next_in.count() / 1e3)
                           : 0;
   spdlog::info(
-      "cycle {}: {} ok, {} error, {} timeout, {} unsupported, {} skipped busy, {} over "
-      "budget, {} held back (allowance); {:.3f} s wall, {:.3f} s device, duty {:.4f}; "
+      "cycle {}: {} ok, {} contended, {} error, {} timeout, {} unsupported, {} skipped busy, "
+      "{} over budget, {} held back (allowance); {:.3f} s wall, {:.3f} s device, duty {:.4f}; "
       "next in {:.1f} s; {}",
-      report.number, report.ok, report.errors, report.timeouts, report.unsupported,
-      report.skipped_busy, report.skipped_budget, report.held_back, report.wall_s, report.device_s,
-      duty, report.next_in.count() / 1e3, summary);
+      report.number, report.ok - report.contended, report.contended, report.errors, report.timeouts,
+      report.unsupported, report.skipped_busy, report.skipped_budget, report.held_back,
+      report.wall_s, report.device_s, duty, report.next_in.count() / 1e3, summary);
   std::lock_guard lock(status_mutex_);
   status_ = fmt::format("cycle {}: {}", report.number, summary);
 }
@@ -321,6 +337,10 @@ int Service::Run() {
     metrics_.RecordLinkPath(d.index, p);
   };
   callbacks.on_cycle = [this](const CycleReport& r) { OnCycle(r); };
+  callbacks.flip_ahead = [this](const probes::DeviceInfo& d, const probes::LinkPath& path,
+                                const probes::ProbeSample& s) {
+    return health_.ReadingsToFlip(d, path, s);
+  };
   scheduler_ = std::make_unique<Scheduler>(backend_, devices_, *config, std::move(busy),
                                            *seams_.clock, seams_.jitter_seed, std::move(callbacks));
 

@@ -55,6 +55,30 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
     config.sim_gpu_utilization_percent = *v;
   if (auto v = r.Bandwidth("pcie_bytes_per_second", "10GB/s", true))
     config.sim_pcie_bytes_per_s = *v;
+  // Another process's traffic on each simulated GPU's link, in bursts at random moments.
+  if (auto v = r.Bandwidth("foreign_traffic_bytes_per_second", "20GB/s", true))
+    config.sim.foreign_traffic.bytes_per_s = *v;
+  if (auto v = r.Number("foreign_traffic_duty", 0, 1, false, 0.3))
+    config.sim.foreign_traffic.duty = *v;
+  if (auto v = r.String("foreign_traffic_direction", "\"h2d\"")) {
+    const auto direction = probes::ParseDirection(*v);
+    if (!direction) {
+      r.Fail(*r.Find("foreign_traffic_direction"), "foreign_traffic_direction",
+             "unknown direction " + Quote(*v), "use \"h2d\", \"d2h\" or \"bidir\"");
+    }
+    config.sim.foreign_traffic.direction = *direction;
+  }
+  const bool rate_set = r.Find("foreign_traffic_bytes_per_second") != nullptr;
+  const bool duty_set = r.Find("foreign_traffic_duty") != nullptr;
+  if (rate_set != duty_set) {
+    const char* missing = rate_set ? "foreign_traffic_duty" : "foreign_traffic_bytes_per_second";
+    r.FailAt(
+        LineOf(*r.Find(rate_set ? "foreign_traffic_bytes_per_second" : "foreign_traffic_duty")),
+        missing, "missing: foreign traffic needs both its rate and its duty",
+        rate_set ? "add foreign_traffic_duty = 0.3 (the share of the time a burst is on; 1 = "
+                   "steady)"
+                 : "add foreign_traffic_bytes_per_second = \"20GB/s\"");
+  }
 
   // [simulate.unsupported]: mode = "reason", modes every simulated device cannot do.
   if (const toml::node* node = r.Find("unsupported")) {

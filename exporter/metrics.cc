@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "core/band.h"
 #include "platform/build_info.h"
 
 namespace xferd::exporter {
@@ -25,9 +26,9 @@ using probes::Direction;
 using probes::TransferMode;
 using prometheus::Labels;
 
-constexpr std::array<ProbeResult, 5> kAllProbeResults = {
-    ProbeResult::kOk, ProbeResult::kError, ProbeResult::kTimeout, ProbeResult::kSkippedBusy,
-    ProbeResult::kUnsupported};
+constexpr std::array<ProbeResult, 6> kAllProbeResults = {
+    ProbeResult::kOk,          ProbeResult::kError,       ProbeResult::kTimeout,
+    ProbeResult::kSkippedBusy, ProbeResult::kUnsupported, ProbeResult::kContended};
 constexpr std::array<CycleResult, 4> kAllCycleResults = {
     CycleResult::kOk, CycleResult::kPartial, CycleResult::kSkippedBusy, CycleResult::kOverBudget};
 
@@ -81,6 +82,7 @@ std::string_view ToString(ProbeResult result) {
     case ProbeResult::kTimeout: return "timeout";
     case ProbeResult::kSkippedBusy: return "skipped_busy";
     case ProbeResult::kUnsupported: return "unsupported";
+    case ProbeResult::kContended: return "contended";
   }
   return "error";
 }
@@ -140,10 +142,12 @@ Metrics::Metrics(prometheus::Registry& registry)
                         "Copy/compute overlap of pinned_async: 1 = copies fully hidden, 0 = "
                         "serialized.")),
       link_generation_(Register(prometheus::BuildGauge(), registry, "xferd_pcie_link_generation",
-                                "PCIe generation: the GPU's own link (current, max) and the "
+                                "PCIe generation: the GPU's own link (current; max = the most it "
+                                "can train to, the lower of its two ends' maxima) and the "
                                 "narrowest link on its path (narrowest), read while probing.")),
       link_width_(Register(prometheus::BuildGauge(), registry, "xferd_pcie_link_width",
-                           "PCIe lanes: the GPU's own link (current, max) and the narrowest "
+                           "PCIe lanes: the GPU's own link (current; max = the most it can "
+                           "train to, the lower of its two ends' maxima) and the narrowest "
                            "link on its path (narrowest), read while probing.")),
       link_bytes_(Register(prometheus::BuildGauge(), registry,
                            "xferd_pcie_path_narrowest_link_bytes_per_second",
@@ -177,6 +181,14 @@ Metrics::Metrics(prometheus::Registry& registry)
                                       "xferd_textfile_write_errors_total",
                                       "Failed writes of the node_exporter textfile (the "
                                       "previous file stays).")),
+      foreign_traffic_(Register(prometheus::BuildGauge(), registry,
+                                "xferd_foreign_traffic_bytes_per_second",
+                                "Another process's PCIe traffic seen in the last probe's "
+                                "window: the link's byte counters minus the probe's own "
+                                "bytes (direction h2d, d2h).")),
+      gpu_load_readable_(Register(prometheus::BuildGauge(), registry, "xferd_gpu_load_readable",
+                                  "1 when NVML reads the GPU's link around each probe; 0: "
+                                  "contended probes cannot be told apart (busy check only).")),
       device_info_(Register(prometheus::BuildGauge(), registry, "xferd_device_info",
                             "Constant 1; labels describe the device. simulated=\"1\" marks "
                             "the simulated backend.")),
@@ -241,9 +253,11 @@ void Metrics::RecordLinkPath(int gpu_index, const probes::LinkPath& path) {
     if (value > 0) family.Add({{"gpu", gpu}, {"state", state}}).Set(value);
   };
   set(link_generation_, "current", own.current_gen);
-  set(link_generation_, "max", own.max_gen);
+  // max: the most the link can train to, the lower of its two ends' maxima (a Gen5 GPU in
+  // a Gen4 slot reads max 4: that is a capability mismatch, not a downtrained link).
+  set(link_generation_, "max", own.LinkMaxGen());
   set(link_width_, "current", own.current_width);
-  set(link_width_, "max", own.max_width);
+  set(link_width_, "max", own.LinkMaxWidth());
   if (const probes::PcieLink* narrowest = path.Narrowest()) {
     set(link_generation_, "narrowest", narrowest->current_gen);
     set(link_width_, "narrowest", narrowest->current_width);
@@ -257,14 +271,26 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
   const ChangeMark mark(generation_);
   const std::string gpu = Gpu(device.index);
   const std::string mode = Mode(sample.spec.mode);
-  const ProbeResult result = ResultOf(sample.status);
+  const ProbeResult result = sample.status == probes::ProbeStatus::kOk && sample.Contended()
+                                 ? ProbeResult::kContended
+                                 : ResultOf(sample.status);
   probe_runs_.Add({{"gpu", gpu}, {"mode", mode}, {"result", std::string(ToString(result))}})
       .Increment();
+  if (sample.status == probes::ProbeStatus::kOk) {
+    gpu_load_readable_.Add({{"gpu", gpu}}).Set(sample.traffic ? 1 : 0);
+    if (sample.traffic) {
+      foreign_traffic_.Add({{"gpu", gpu}, {"direction", "h2d"}})
+          .Set(sample.contention.foreign_h2d_bytes_per_s);
+      foreign_traffic_.Add({{"gpu", gpu}, {"direction", "d2h"}})
+          .Set(sample.contention.foreign_d2h_bytes_per_s);
+    }
+  }
   if (sample.device_time_s > 0 && std::isfinite(sample.device_time_s)) {
     device_seconds_.Add({{"gpu", gpu}}).Increment(sample.device_time_s);
     std::lock_guard lock(mutex_);
     cycle_device_s_[device.index] += sample.device_time_s;
   }
+  if (result == ProbeResult::kContended) return;  // a neighbour's share, not the hardware's
   if (sample.overlap_ratio && std::isfinite(*sample.overlap_ratio)) {
     overlap_.Add({{"gpu", gpu}}).Set(*sample.overlap_ratio);
   }
@@ -316,6 +342,21 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
   if (health.band.Known()) {
     expected_.Add({{"gpu", gpu}, {"bound", "lower"}}).Set(health.band.lower_bytes_per_s);
     expected_.Add({{"gpu", gpu}, {"bound", "upper"}}).Set(health.band.upper_bytes_per_s);
+    // A mode held to its own share of the band gets its own series, with mode and
+    // direction labels: only where it differs (managed_prefetch h2d).
+    for (const auto& [mode, direction] : probes::AllModeDirections()) {
+      if (!probes::IsLinkBound(mode, direction) ||
+          core::ProfileOf(mode, direction).band_scale == 1.0) {
+        continue;
+      }
+      const probes::ExpectedBand band = core::ModeBand(health.band, mode, direction);
+      const Labels labels{{"gpu", gpu}, {"mode", Mode(mode)}, {"direction", Dir(direction)}};
+      Labels lower = labels, upper = labels;
+      lower.emplace("bound", "lower");
+      upper.emplace("bound", "upper");
+      expected_.Add(lower).Set(band.lower_bytes_per_s);
+      expected_.Add(upper).Set(band.upper_bytes_per_s);
+    }
   }
   for (const SeriesHealth& s : health.series) {
     if (s.baseline_bytes_per_s <= 0) continue;

@@ -29,7 +29,9 @@
 namespace xferd::exporter {
 
 // Results a probe can have, as the `result` label of xferd_probe_runs_total.
-enum class ProbeResult { kOk, kError, kTimeout, kSkippedBusy, kUnsupported };
+// kContended: the probe ran, but its window saw another process's traffic on the link: its
+// reading is neither judged nor learned, nor published as bandwidth.
+enum class ProbeResult { kOk, kError, kTimeout, kSkippedBusy, kUnsupported, kContended };
 std::string_view ToString(ProbeResult result);  // "ok", "error", "timeout", ...
 ProbeResult ResultOf(probes::ProbeStatus status);
 
@@ -60,9 +62,12 @@ class Metrics {
   void RecordLinkPath(int gpu, const probes::LinkPath& path);
 
   // One probe: histogram of every duration, median bandwidth, run counter, last success,
-  // device time, overlap ratio. The first sample of a series fixes its histogram buckets
-  // around `anchor_bytes_per_s` (e.g. the learned baseline) when > 0, else around the
-  // sample's own median duration.
+  // device time, overlap ratio, the foreign traffic its window saw and whether the link
+  // could be read. The first sample of a series fixes its histogram buckets around
+  // `anchor_bytes_per_s` (e.g. the learned baseline) when > 0, else around the sample's
+  // own median duration. A contended sample counts as result="contended" and moves none of
+  // the bandwidth series (histogram, gauge, last success): they carry uncontended readings
+  // only, as the fleet-peer rules assume.
   void RecordSample(const probes::DeviceInfo& device, const probes::ProbeSample& sample,
                     double anchor_bytes_per_s = 0);
 
@@ -110,6 +115,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& reload_timestamp_;
   prometheus::Family<prometheus::Counter>& state_write_errors_;
   prometheus::Family<prometheus::Counter>& textfile_write_errors_;
+  prometheus::Family<prometheus::Gauge>& foreign_traffic_;
+  prometheus::Family<prometheus::Gauge>& gpu_load_readable_;
   prometheus::Family<prometheus::Gauge>& device_info_;
   prometheus::Family<prometheus::Gauge>& build_info_;
 

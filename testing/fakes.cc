@@ -35,7 +35,8 @@ std::vector<probes::DeviceInfo> FakeBackend::Devices() const {
 
 probes::LinkPath FakeBackend::ReadLinkPath(int) const {
   ++link_reads;
-  return {};
+  std::lock_guard lock(mutex_);
+  return link_path;
 }
 
 probes::ProbeSample FakeBackend::Run(int device, const probes::ProbeSpec& spec,
@@ -66,7 +67,16 @@ probes::ProbeSample FakeBackend::Run(int device, const probes::ProbeSpec& spec,
   if (clock_ != nullptr) clock_->Advance(wall);
   s.status = status;
   s.bytes_per_transfer = spec.size_bytes;
-  s.durations_s.assign(static_cast<std::size_t>(spec.iterations), 0.001);
+  double transfer_s = 0.001;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = bandwidth_of.find({spec.mode, spec.direction}); it != bandwidth_of.end()) {
+      transfer_s = static_cast<double>(spec.size_bytes) / it->second;
+    } else if (bandwidth) {
+      transfer_s = static_cast<double>(spec.size_bytes) / *bandwidth;
+    }
+  }
+  s.durations_s.assign(static_cast<std::size_t>(spec.iterations), transfer_s);
   s.device_time_s = device_time;
   return s;
 }

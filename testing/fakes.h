@@ -59,6 +59,11 @@ class FakeBackend final : public probes::TransferBackend {
 
   std::chrono::milliseconds probe_wall{10};
   double device_time_s = 0.01;
+  probes::LinkPath link_path;  // what ReadLinkPath returns (empty: nothing known)
+  // Bandwidth of every ok probe (all its durations alike); unset = 1 ms per transfer. Per
+  // (mode, direction) when `bandwidth_of` has it.
+  std::optional<double> bandwidth;
+  std::map<std::pair<probes::TransferMode, probes::Direction>, double> bandwidth_of;
   probes::ProbeStatus status = probes::ProbeStatus::kOk;
   // A fixed device cost per (mode, direction) in seconds; the call takes that long too.
   std::map<std::pair<probes::TransferMode, probes::Direction>, double> cost;
