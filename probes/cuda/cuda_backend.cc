@@ -36,6 +36,8 @@ using cuda::PatternChecksum;
 using Clock = std::chrono::steady_clock;
 
 constexpr unsigned char kPoisonByte = 0xA5;
+// Pipelined copy + compute rounds of pinned_async's overlap measurement.
+constexpr int kOverlapRounds = 3;
 constexpr std::uint64_t kStaticSalt = 0;  // the copy modes' buffers keep one pattern
 
 std::string Mib(std::uint64_t bytes) {
@@ -638,7 +640,7 @@ double ProbeRun::OverlapRatio(double copy_s) {
   }
   const int rounds = it->second;
   std::vector<double> kernel, pipelined;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < kOverlapRounds; ++rep) {
     kernel.push_back(TimeChunkedCompute(dev.ptr(), rounds));
     Record(s_.start);
     if (h2d)
@@ -667,8 +669,19 @@ void ProbeRun::Execute() {
     ++done_;
     if (i >= spec_.warmup) sample_.durations_s.push_back(d);
   }
-  if (spec_.mode == TransferMode::kPinnedAsync)
+  int copies = total;
+  if (spec_.mode == TransferMode::kPinnedAsync) {
     sample_.overlap_ratio = OverlapRatio(Median(sample_.durations_s));
+    copies += kOverlapRounds;  // the pipelined copies of the overlap measurement
+  }
+  // What crossed the link, for the contention judgement: managed memory migrates its pages
+  // both ways each transfer (home first, then where the transfer takes them).
+  const bool both = spec_.direction == Direction::kBidirectional ||
+                    spec_.mode == TransferMode::kManaged ||
+                    spec_.mode == TransferMode::kManagedPrefetch;
+  const std::uint64_t bytes = n_ * static_cast<std::uint64_t>(copies);
+  sample_.link_h2d_bytes = both || spec_.direction == Direction::kH2D ? bytes : 0;
+  sample_.link_d2h_bytes = both || spec_.direction == Direction::kD2H ? bytes : 0;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -436,3 +436,149 @@ TEST(HealthTracker, ReadersRunAlongsideTheProbeLoop) {
 
 }  // namespace
 }  // namespace xferd::core
+
+namespace xferd::core {
+namespace {
+
+// GPU 0000:01:00.0 in slot 0000:00:01.0: the two ends of one link, paired as sysfs gives them.
+probes::LinkPath PairedPath(int gpu_max_gen, int gpu_max_width, int slot_max_gen,
+                            int slot_max_width, int gen, int width) {
+  probes::LinkPath p;
+  p.links.push_back({"0000:01:00.0", gen, width, gpu_max_gen, gpu_max_width});
+  p.links.push_back({"0000:00:01.0", gen, width, slot_max_gen, slot_max_width});
+  probes::PairLinkEnds(p);
+  p.numa_node = 0;
+  p.iommu_type = "identity";
+  return p;
+}
+
+probes::ProbeSample Contended(probes::ProbeSample s, double foreign_gbps) {
+  s.contention.state = probes::ContentionState::kContended;
+  s.contention.foreign_h2d_bytes_per_s = foreign_gbps * 1e9;
+  s.contention.reason = "test";
+  return s;
+}
+
+TEST(Diagnosis, AGpuFasterThanItsSlotIsACapabilityMismatchNotADowntrain) {
+  HealthTracker h(TestConfig());
+  // Gen5 GPU in a Gen4 slot, trained at Gen4 x16: all it can be.
+  const DeviceHealth r = h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 24.0)},
+                                         PairedPath(5, 16, 4, 16, 4, 16)));
+  EXPECT_FALSE(r.Has(DiagnosisCause::kLinkDowntrained));
+  ASSERT_TRUE(r.Has(DiagnosisCause::kCapabilityMismatch));
+  for (const auto& d : r.diagnoses) {
+    if (d.cause != DiagnosisCause::kCapabilityMismatch) continue;
+    EXPECT_EQ(d.detail,
+              "GPU can do Gen5 x16, its path at most Gen4 x16 (link 0000:01:00.0 - 0000:00:01.0)");
+    EXPECT_NE(d.advice.find("Not a fault"), std::string::npos);
+  }
+  EXPECT_FALSE(r.Degraded());
+  // The band follows the trained link (Gen4 x16): 24 GB/s is within it.
+  EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBand));
+}
+
+TEST(Diagnosis, DowntrainedBelowBothEndsIsNamedOnceWithTheLinksMaximum) {
+  HealthTracker h(TestConfig());
+  const DeviceHealth r = h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 10.0)},
+                                         PairedPath(4, 16, 4, 16, 4, 8)));
+  ASSERT_TRUE(r.Has(DiagnosisCause::kLinkDowntrained));
+  EXPECT_FALSE(r.Has(DiagnosisCause::kCapabilityMismatch));
+  for (const auto& d : r.diagnoses) {
+    if (d.cause == DiagnosisCause::kLinkDowntrained) {
+      EXPECT_EQ(d.detail, "0000:01:00.0 Gen4 x8, max Gen4 x16");  // once, not per end
+    }
+  }
+}
+
+TEST(Verdict, ContendedReadingsAreNeitherJudgedNorLearned) {
+  HealthTracker h(TestConfig());
+  for (int i = 0; i < 8; ++i) h.Observe(PinnedCycle(24.0, 8.0));
+  const double baseline =
+      h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kSize);
+  DeviceHealth r;
+  for (int i = 0; i < 10; ++i) {
+    // Half of the link taken by a neighbour: 12 GB/s, below band and baseline both.
+    r = h.Observe(Cycle({Contended(Sample(TransferMode::kPinned, Direction::kH2D, 12.0), 13.0),
+                         Contended(Sample(TransferMode::kPageable, Direction::kH2D, 1.0), 13.0)}));
+  }
+  EXPECT_FALSE(r.Degraded());
+  EXPECT_EQ(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kSize), baseline);
+  EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBand));
+  EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBaseline));
+  // Not a 24x pinned/pageable ratio either: the readings say nothing about staging.
+  EXPECT_FALSE(r.Has(DiagnosisCause::kPinnedPageableRatio));
+  ASSERT_TRUE(r.Has(DiagnosisCause::kLinkShared));
+  for (const auto& d : r.diagnoses) {
+    if (d.cause == DiagnosisCause::kLinkShared) {
+      EXPECT_EQ(d.detail, "13.0 GB/s foreign traffic (h2d 13.0, d2h 0.0) during 2 probes");
+    }
+  }
+  for (const auto& s : r.series) {
+    // The last judged reading stands; the contended ones are flagged.
+    if (s.mode == TransferMode::kPinned) {
+      EXPECT_NEAR(s.median_bytes_per_s, 24e9, 0.1e9);
+    }
+    EXPECT_TRUE(s.contended);
+  }
+  // Nor do they break a streak: two bad readings, a contended one, then a third bad flips
+  // it.
+  h.Observe(PinnedCycle(12.0, 4.0));
+  h.Observe(PinnedCycle(12.0, 4.0));
+  r = h.Observe(Cycle({Contended(Sample(TransferMode::kPinned, Direction::kH2D, 24.0), 13.0)}));
+  EXPECT_FALSE(PinnedDegraded(r));
+  r = h.Observe(PinnedCycle(12.0, 4.0));
+  EXPECT_TRUE(PinnedDegraded(r));
+}
+
+TEST(Verdict, ConsecutiveBadCountsReadingsSoConfirmationsFlipItWithinACycle) {
+  HealthTracker h(TestConfig());
+  for (int i = 0; i < 8; ++i) h.Observe(PinnedCycle(24.0, 8.0));
+  const probes::DeviceInfo gpu = Gpu0();
+  const auto bad = Sample(TransferMode::kPinned, Direction::kH2D, 12.0);
+  const auto good = Sample(TransferMode::kPinned, Direction::kH2D, 24.0);
+  // What fast confirmation asks: two more bad readings flip it.
+  FlipAhead f = h.ReadingsToFlip(gpu, Gen4Path(), bad);
+  EXPECT_EQ(f.readings, 2);
+  EXPECT_TRUE(f.to_degraded);
+  EXPECT_EQ(h.ReadingsToFlip(gpu, Gen4Path(), good).readings, 0);  // healthy stays healthy
+  h.Observe(Cycle({bad}));
+  EXPECT_EQ(h.ReadingsToFlip(gpu, Gen4Path(), bad).readings, 1);
+  h.Observe(Cycle({bad}));
+  EXPECT_EQ(h.ReadingsToFlip(gpu, Gen4Path(), bad).readings, 0);  // this one flips it
+  EXPECT_TRUE(PinnedDegraded(h.Observe(Cycle({bad}))));
+  // Back: good readings on a degraded series are confirmed too.
+  f = h.ReadingsToFlip(gpu, Gen4Path(), good);
+  EXPECT_EQ(f.readings, 2);
+  EXPECT_FALSE(f.to_degraded);
+  // A contended or failed reading asks for nothing.
+  EXPECT_EQ(h.ReadingsToFlip(gpu, Gen4Path(), Contended(good, 10)).readings, 0);
+  EXPECT_EQ(h.ReadingsToFlip(gpu, Gen4Path(),
+                             Sample(TransferMode::kPinned, Direction::kH2D, 0, ProbeStatus::kError))
+                .readings,
+            0);
+  // Three readings in one observation (a cycle and its confirmations) count as three.
+  HealthTracker fresh(TestConfig());
+  for (int i = 0; i < 8; ++i) fresh.Observe(PinnedCycle(24.0, 8.0));
+  EXPECT_TRUE(PinnedDegraded(fresh.Observe(Cycle({bad, bad, bad}))));
+}
+
+TEST(Band, ManagedPrefetchHostToDeviceHasItsOwnShareOfTheBand) {
+  HealthTracker h(TestConfig());
+  // Gen4 x16: the band's lower bound is 19.85 GB/s; managed_prefetch h2d is held to 0.8 of
+  // it (15.9), as it reads 62-71 % of the link on healthy hardware.
+  DeviceHealth r =
+      h.Observe(Cycle({Sample(TransferMode::kManagedPrefetch, Direction::kH2D, 19.5)}));
+  EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBand));
+  r = h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 19.5)}));
+  EXPECT_TRUE(r.Has(DiagnosisCause::kBelowBand));
+  r = h.Observe(Cycle({Sample(TransferMode::kManagedPrefetch, Direction::kH2D, 15.0)}));
+  ASSERT_TRUE(r.Has(DiagnosisCause::kBelowBand));
+  for (const auto& d : r.diagnoses) {
+    if (d.cause == DiagnosisCause::kBelowBand) {
+      EXPECT_EQ(d.detail, "managed_prefetch h2d 15.0 GB/s < 15.9 GB/s band");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace xferd::core

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <set>
 #include <thread>
 
 #include "core/busy_detector.h"
+#include "core/health_tracker.h"
 #include "testing/fakes.h"
 
 namespace xferd::core {
@@ -440,6 +443,153 @@ TEST(Scheduler, ReconfigureTakesEffectNextCycle) {
   self = &s;
   s.Run(stop.get_token());
   EXPECT_EQ(ok_per_cycle, (std::vector<int>{10, 4}));
+}
+
+// The scheduler wired to a health tracker as the service wires them: each cycle and each
+// confirmation round observed, each reading asked what it does to its verdict.
+struct Watched {
+  FakeClock clock;
+  FakeBackend backend{&clock, 1};
+  Settings config = H200Config();
+  std::unique_ptr<HealthTracker> health;
+  std::vector<CycleReport> reports;
+  std::vector<SteadyTime> report_times;
+  std::optional<SteadyTime> degraded_at;
+  std::stop_source stop;
+  std::function<void(const CycleReport&)> after_report;
+  std::function<void(const probes::ProbeSample&)> after_probe;
+  SteadyTime until{};
+
+  Watched() {
+    SetH200Costs(backend);
+    backend.link_path = Gen5x16();
+    SetBandwidth(1.0);
+  }
+  // H200 figures x `factor`: pinned 55 GB/s, pageable 6.4, both ways 100, ...
+  void SetBandwidth(double factor) {
+    using M = probes::TransferMode;
+    using D = probes::Direction;
+    backend.bandwidth = 40e9 * factor;
+    backend.bandwidth_of = {{{M::kPinned, D::kH2D}, 55e9 * factor},
+                            {{M::kPinned, D::kD2H}, 55e9 * factor},
+                            {{M::kPinned, D::kBidirectional}, 100e9 * factor},
+                            {{M::kPageable, D::kH2D}, 6.4e9 * factor},
+                            {{M::kPageable, D::kD2H}, 12e9 * factor}};
+  }
+  void Run(std::chrono::seconds span) {
+    health = std::make_unique<HealthTracker>(config);
+    until = clock.Now() + span;
+    SchedulerCallbacks cb;
+    const auto device = backend.Devices().at(0);
+    cb.on_probe = [&](const auto&, const probes::ProbeSample& s) {
+      if (after_probe) after_probe(s);
+    };
+    cb.on_cycle = [&](const CycleReport& r) {
+      reports.push_back(r);
+      report_times.push_back(clock.Now());
+      for (const auto& dc : r.devices) {
+        CycleObservation obs{dc.device, dc.link_path, dc.samples, dc.skipped_busy, -1};
+        const DeviceHealth h = health->Observe(obs);
+        if (h.Degraded() && !degraded_at) degraded_at = clock.Now();
+      }
+      if (after_report) after_report(r);
+      if (clock.Now() >= until) stop.request_stop();
+    };
+    cb.flip_ahead = [&](const probes::DeviceInfo& d, const probes::LinkPath& path,
+                        const probes::ProbeSample& s) {
+      return health->ReadingsToFlip(d, path, s);
+    };
+    Scheduler s(backend, {device}, config, nullptr, clock, 1, cb);
+    s.Run(stop.get_token());
+  }
+  int Confirmations() const {
+    int n = 0;
+    for (const auto& r : reports) n += r.confirmation;
+    return n;
+  }
+};
+
+TEST(Scheduler, ABadReadingIsConfirmedWithinSecondsAndTheCauseProbesRun) {
+  Watched w;
+  std::optional<SteadyTime> fault_at;
+  w.after_report = [&](const CycleReport& r) {
+    // Half an hour of healthy cycles (baselines learned), then the link halves.
+    if (!r.confirmation && r.number == 30) {
+      w.SetBandwidth(0.5);
+      fault_at = w.clock.Now();
+    }
+  };
+  w.Run(3600s);
+  ASSERT_TRUE(fault_at);
+  ASSERT_TRUE(w.degraded_at);
+  const double after = std::chrono::duration<double>(*w.degraded_at - *fault_at).count();
+  // The next cycle (within 66 s) reads it bad, two confirmations 5-15 s apart flip it.
+  EXPECT_LE(after, 66 + 2 * 15 + 1) << after << " s";
+  std::printf("DEGRADED %.1f s after the fault (interval 60 s, jitter 0)\n", after);
+  // The round that flipped it also ran the probes that name the cause.
+  std::size_t flip = 0;
+  for (std::size_t i = 0; i < w.reports.size(); ++i) {
+    if (w.report_times[i] == *w.degraded_at) flip = i;
+  }
+  const CycleReport& round = w.reports[flip];
+  EXPECT_TRUE(round.confirmation);
+  EXPECT_EQ(round.number, 31u);  // a round after cycle 31, not a cycle of its own
+  std::set<std::pair<probes::TransferMode, probes::Direction>> ran;
+  for (const auto& s : round.devices.at(0).samples) ran.insert({s.spec.mode, s.spec.direction});
+  using M = probes::TransferMode;
+  using D = probes::Direction;
+  EXPECT_TRUE(ran.count({M::kPinned, D::kH2D}));
+  EXPECT_TRUE(ran.count({M::kPinned, D::kD2H}));
+  EXPECT_TRUE(ran.count({M::kPageable, D::kH2D}));
+  EXPECT_TRUE(ran.count({M::kPinned, D::kBidirectional}));
+  // Paid from the reserve, not more than it holds.
+  EXPECT_GE(round.devices.at(0).allowance_s, -1e-9);
+  // Confirmation rounds are not cycles: the cycles kept their cadence.
+  std::vector<SteadyTime> cycle_starts;
+  for (std::size_t i = 0; i < w.reports.size(); ++i) {
+    if (!w.reports[i].confirmation) cycle_starts.push_back(w.report_times[i]);
+  }
+  for (std::size_t i = 1; i < cycle_starts.size(); ++i) {
+    EXPECT_LT(cycle_starts[i] - cycle_starts[i - 1],
+              std::chrono::duration_cast<SteadyTime::duration>(61s));
+  }
+}
+
+TEST(Scheduler, ATransientDipIsNotConfirmed) {
+  Watched w;
+  bool dipped = false;
+  w.after_report = [&](const CycleReport& r) {
+    if (!r.confirmation && r.number == 30) w.SetBandwidth(0.5);
+  };
+  // The dip lasts for one reading: the next one (its confirmation) is back to normal.
+  w.after_probe = [&](const probes::ProbeSample& s) {
+    if (!dipped && s.MedianBandwidth() < 30e9 && s.spec.mode == probes::TransferMode::kPinned) {
+      dipped = true;
+      w.SetBandwidth(1.0);
+    }
+  };
+  w.Run(3600s);
+  EXPECT_TRUE(dipped);
+  EXPECT_GE(w.Confirmations(), 1);  // it was re-measured ...
+  EXPECT_FALSE(w.degraded_at);      // ... and found fine
+}
+
+TEST(Scheduler, ConfirmationsSpendTheReserveTheRotationDoesNot) {
+  Watched w;
+  w.after_report = [&](const CycleReport& r) {
+    if (!r.confirmation && r.number == 30) w.SetBandwidth(0.5);
+  };
+  w.Run(40 * 60s);
+  // Before the fault the rotation never dipped into the reserve.
+  for (const auto& r : w.reports) {
+    if (r.number >= 30) break;
+    EXPECT_GE(r.devices.at(0).allowance_s, w.config.burst_reserve_s - 1e-9) << r.number;
+  }
+  // The confirmation rounds did.
+  bool below = false;
+  for (const auto& r : w.reports)
+    below = below || (r.confirmation && r.devices.at(0).allowance_s < w.config.burst_reserve_s);
+  EXPECT_TRUE(below);
 }
 
 TEST(SteadyClock, SleepEndsEarlyOnStop) {

@@ -254,3 +254,75 @@ TEST(BandFromPath, HonoursOtherFractions) {
 
 }  // namespace
 }  // namespace xferd::probes
+
+namespace xferd::probes {
+namespace {
+
+// A link is downtrained only below what both of its ends can do; an end that can do more
+// than the other is capped by it, which is no fault.
+TEST(ReadLinkPath, Gen5GpuInAGen4SlotIsCappedNotDowntrained) {
+  FakeSysfs sysfs;
+  sysfs.AddChain({{"0000:00:01.0", "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16"},
+                  {"0000:01:00.0", "16.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"}});
+  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:01:00.0");
+  ASSERT_EQ(path.links.size(), 2u);
+  const PcieLink& gpu = path.links[0];
+  EXPECT_EQ(gpu.other_end_bdf, "0000:00:01.0");
+  EXPECT_EQ(gpu.other_end_max_gen, 4);
+  EXPECT_EQ(gpu.LinkMaxGen(), 4);
+  EXPECT_FALSE(gpu.Downtrained());
+  EXPECT_TRUE(gpu.CappedByOtherEnd());
+  EXPECT_FALSE(path.links[1].Downtrained());
+  EXPECT_FALSE(path.links[1].CappedByOtherEnd());
+  // The band follows the link as trained: Gen4 x16.
+  EXPECT_NEAR(BandFromPath(path).lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
+  ASSERT_NE(path.NarrowestMax(), nullptr);
+  EXPECT_NEAR(path.NarrowestMax()->LinkMaxBytesPerSecond(), kGen4x16, 1e7);
+}
+
+TEST(ReadLinkPath, AnX16RootPortLinkedToAnX8SwitchIsNotDowntrained) {
+  FakeSysfs sysfs;
+  // Root port Gen5 x16 capable; the switch's upstream port x8: their link trains to x8.
+  // Below the switch the GPU's own link is Gen5 x16 at both ends.
+  sysfs.AddChain({{"0000:00:01.0", "32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"},
+                  {"0000:01:00.0", "32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "8"},
+                  {"0000:02:00.0", "32.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"},
+                  {"0000:03:00.0", "32.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"}});
+  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:03:00.0");
+  ASSERT_EQ(path.links.size(), 4u);
+  for (const PcieLink& link : path.links) EXPECT_FALSE(link.Downtrained()) << link.bdf;
+  // The root port can do more than the switch allows.
+  EXPECT_EQ(path.links[3].bdf, "0000:00:01.0");
+  EXPECT_EQ(path.links[3].other_end_bdf, "0000:01:00.0");
+  EXPECT_TRUE(path.links[3].CappedByOtherEnd());
+  EXPECT_EQ(path.links[2].other_end_bdf, "0000:00:01.0");
+  EXPECT_EQ(path.links[0].other_end_bdf, "0000:02:00.0");
+  // The band follows the x8 link.
+  EXPECT_NEAR(BandFromPath(path).upper_bytes_per_s, 0.83 * PcieBytesPerSecond(5, 8), 1e7);
+}
+
+TEST(ReadLinkPath, BelowBothEndsIsDowntrainedSeenFromEitherEnd) {
+  FakeSysfs sysfs;
+  sysfs.AddChain({{"0000:00:01.0", "32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"},
+                  {"0000:01:00.0", "32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"}});
+  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:01:00.0");
+  ASSERT_EQ(path.links.size(), 2u);
+  EXPECT_TRUE(path.links[0].Downtrained());
+  EXPECT_TRUE(path.links[1].Downtrained());
+  EXPECT_EQ(path.links[0].LinkMaxWidth(), 16);
+}
+
+TEST(ReadLinkPath, AGpuWithNoPortAboveKeepsItsOwnMaximum) {
+  // A virtual machine's root bus: the GPU alone on the path, its other end unknown.
+  FakeSysfs sysfs;
+  sysfs.AddChain({{"0000:00:06.0", "16.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"}});
+  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:00:06.0");
+  ASSERT_EQ(path.links.size(), 1u);
+  EXPECT_TRUE(path.links[0].other_end_bdf.empty());
+  EXPECT_EQ(path.links[0].LinkMaxGen(), 5);
+  EXPECT_TRUE(path.links[0].Downtrained());  // only its own maximum to go by
+  EXPECT_FALSE(path.links[0].CappedByOtherEnd());
+}
+
+}  // namespace
+}  // namespace xferd::probes
