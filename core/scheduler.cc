@@ -363,17 +363,24 @@ bool Scheduler::RunOne(Round& round, DeviceCycle& dc, const probes::ProbeSpec& s
     ReadLink(dc);
   }
   // What this reading does to its verdict: re-measure soon when it starts or continues a
-  // streak. A contended reading is evidence of nothing: what was pending stays pending.
-  if (callbacks_.flip_ahead && !sample.Contended()) {
-    const FlipAhead flip = callbacks_.flip_ahead(device, dc.link_path, sample);
+  // streak. A contended reading is evidence of nothing: what was pending stays pending, to
+  // be tried again after another delay.
+  if (callbacks_.flip_ahead) {
     const SteadyTime due = ConfirmationDue(config, clock_.Now());
-    std::lock_guard lock(mutex_);
-    auto& pending = allowances_[device.index].pending;
     const ProbeKey key{spec.mode, spec.direction, spec.size_bytes};
-    if (flip.readings > 0) {
-      pending[key] = {spec, flip, due};
+    if (sample.Contended()) {
+      std::lock_guard lock(mutex_);
+      auto& pending = allowances_[device.index].pending;
+      if (auto it = pending.find(key); it != pending.end()) it->second.due = due;
     } else {
-      pending.erase(key);
+      const FlipAhead flip = callbacks_.flip_ahead(device, dc.link_path, sample);
+      std::lock_guard lock(mutex_);
+      auto& pending = allowances_[device.index].pending;
+      if (flip.readings > 0) {
+        pending[key] = {spec, flip, due};
+      } else {
+        pending.erase(key);
+      }
     }
   }
   dc.samples.push_back(std::move(sample));

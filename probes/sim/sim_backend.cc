@@ -386,6 +386,9 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
   sample.link_h2d_bytes = static_cast<std::uint64_t>(h2d_each * total);
   sample.link_d2h_bytes = static_cast<std::uint64_t>(d2h_each * total);
   device_lock.unlock();
+  if (o.time_scale == 0 && o.advance) {
+    o.advance(std::chrono::nanoseconds(static_cast<std::int64_t>(elapsed * 1e9)));
+  }
   // The RNG is done with: sleeping the simulated time needs no lock.
   if (!state_->Wait(elapsed * o.time_scale, stop)) {
     return Failed(spec, ProbeStatus::kError, "cancelled");

@@ -57,8 +57,11 @@ struct SimOptions {
   std::map<TransferMode, std::string> unsupported;
   ForeignTrafficOptions foreign_traffic;
   // The time the simulated link's timeline follows (bursts, counters); empty = the steady
-  // clock. Tests that drive a scheduler on a fake clock pass that clock here.
+  // clock. Tests that drive a scheduler on a fake clock pass that clock here, and with
+  // time_scale 0 `advance` to move it by each probe's simulated duration (as a real probe
+  // takes its time), so device time and the duty cycle add up on the fake clock too.
   std::function<std::chrono::steady_clock::time_point()> clock;
+  std::function<void(std::chrono::nanoseconds)> advance;
 };
 
 // The simulated link's byte counters (NVML's PCIe byte counters, in place): rx = host to
