@@ -147,6 +147,7 @@ TEST(Config, ShippedExampleSpellsOutEveryDefault) {
   EXPECT_EQ(c.probe_deadline, d.probe_deadline);
   EXPECT_EQ(c.cycle_budget, d.cycle_budget);
   EXPECT_EQ(c.max_duty_cycle, d.max_duty_cycle);
+  EXPECT_EQ(c.burst_reserve_s, d.burst_reserve_s);
   EXPECT_EQ(c.streams, d.streams);
   EXPECT_EQ(c.chunk_bytes, d.chunk_bytes);
   EXPECT_EQ(c.pinned_cap_bytes, d.pinned_cap_bytes);
@@ -171,6 +172,9 @@ TEST(Config, ShippedExampleSpellsOutEveryDefault) {
   EXPECT_TRUE(c.sim.unsupported.empty());
   EXPECT_EQ(c.sim_gpu_utilization_percent, d.sim_gpu_utilization_percent);
   EXPECT_EQ(c.sim_pcie_bytes_per_s, d.sim_pcie_bytes_per_s);
+  EXPECT_EQ(c.sim.foreign_traffic.bytes_per_s, d.sim.foreign_traffic.bytes_per_s);
+  EXPECT_EQ(c.sim.foreign_traffic.duty, d.sim.foreign_traffic.duty);
+  EXPECT_EQ(c.sim.foreign_traffic.direction, d.sim.foreign_traffic.direction);
 }
 
 // Every key commented out in the example (band, fault, web config) is valid when enabled.
@@ -215,6 +219,7 @@ warmup = 0
 deadline = "1500ms"
 cycle_budget = "10s"
 max_duty_cycle = 1
+burst_reserve = "2s"
 streams = 8
 chunk = "256KiB"
 pinned_cap = "1GiB"
@@ -253,6 +258,9 @@ time_scale = 0
 gpu_utilization_percent = 95
 pcie_bytes_per_second = "12GB/s"
 unsupported = { zero_copy = "no mapped memory (simulated)" }
+foreign_traffic_bytes_per_second = "20GB/s"
+foreign_traffic_duty = 0.25
+foreign_traffic_direction = "bidir"
 
 [[simulate.fault]]
 kind = "downtrain"
@@ -287,6 +295,7 @@ device = 2
   EXPECT_EQ(c.probe_deadline, milliseconds(1500));
   EXPECT_EQ(c.cycle_budget, milliseconds(10000));
   EXPECT_EQ(c.max_duty_cycle, 1.0);
+  EXPECT_EQ(c.burst_reserve_s, 2.0);
   EXPECT_EQ(c.streams, 8);
   EXPECT_EQ(c.chunk_bytes, 256u << 10);
   EXPECT_EQ(c.pinned_cap_bytes, 1ull << 30);
@@ -315,6 +324,9 @@ device = 2
   EXPECT_EQ(c.sim.time_scale, 0.0);
   EXPECT_EQ(c.sim_gpu_utilization_percent, 95.0);
   EXPECT_EQ(c.sim_pcie_bytes_per_s, 12e9);
+  EXPECT_EQ(c.sim.foreign_traffic.bytes_per_s, 20e9);
+  EXPECT_EQ(c.sim.foreign_traffic.duty, 0.25);
+  EXPECT_EQ(c.sim.foreign_traffic.direction, probes::Direction::kBidirectional);
   ASSERT_EQ(c.sim.unsupported.size(), 1u);
   EXPECT_EQ(c.sim.unsupported.at(probes::TransferMode::kZeroCopy), "no mapped memory (simulated)");
   ASSERT_EQ(c.sim.faults.size(), 4u);
