@@ -26,14 +26,21 @@ probes::Contention JudgeContention(const probes::ProbeSample& sample,
   // What the counters may show of the probe itself, per direction (rx = host to device).
   const double expected_rx = kOwnTrafficOverhead * own_h2d + kOwnTrafficReverse * own_d2h;
   const double expected_tx = kOwnTrafficOverhead * own_d2h + kOwnTrafficReverse * own_h2d;
-  const double window_h2d = std::max(0.0, t.rx_bytes - expected_rx);
-  const double window_d2h = std::max(0.0, t.tx_bytes - expected_tx);
+  // Sampled rates describe the link while the probe kept it busy: over the device time,
+  // not over the whole window with its set-up and synchronisation in it.
+  double seen_rx = t.rx_bytes, seen_tx = t.tx_bytes;
+  if (t.sampled_rates && sample.device_time_s > 0 && sample.device_time_s < t.window_s) {
+    seen_rx *= sample.device_time_s / t.window_s;
+    seen_tx *= sample.device_time_s / t.window_s;
+  }
+  const double window_h2d = std::max(0.0, seen_rx - expected_rx);
+  const double window_d2h = std::max(0.0, seen_tx - expected_tx);
   // Right after the probe only foreign traffic flows, except for the probe's own bytes the
   // counters had not caught up with by the window's end.
   double after_h2d = 0, after_d2h = 0;
   if (t.after_s > 0) {
-    const double late_rx = std::max(0.0, expected_rx - t.rx_bytes);
-    const double late_tx = std::max(0.0, expected_tx - t.tx_bytes);
+    const double late_rx = std::max(0.0, expected_rx - seen_rx);
+    const double late_tx = std::max(0.0, expected_tx - seen_tx);
     after_h2d = std::max(0.0, t.after_rx_bytes - late_rx) / t.after_s;
     after_d2h = std::max(0.0, t.after_tx_bytes - late_tx) / t.after_s;
   }

@@ -184,6 +184,35 @@ def reference_medians(*docs):
     return {k: statistics.mean(v) for k, v in got.items()}
 
 
+def reference_traffic(name, doc):
+    """What the link counters showed around each reference probe (alone): the raw NVML
+    figures against the probe's own bytes, and how each was judged. A probe alone judged
+    contended is a false alarm of the judgement; rx/own and tx/own show the counters'
+    overhead the judgement allows for (1.10 in the probe's direction, 0.20 the other way)."""
+    rows = []
+    for r in (doc or {}).get("results", []):
+        c = r.get("contention")
+        if not isinstance(c, dict):
+            continue
+        t = c.get("link_traffic") or {}
+        own_h2d, own_d2h = c.get("own_h2d_bytes") or 0, c.get("own_d2h_bytes") or 0
+        window = t.get("window_s") or 0
+        rows.append({"phase": name, "gpu": r.get("gpu"), "mode": r.get("mode"),
+                     "direction": r.get("direction"), "state": c.get("state"),
+                     "source": t.get("source"), "window_s": window,
+                     "own_gb_per_s": (own_h2d + own_d2h) / window / 1e9 if window else None,
+                     "rx_over_own_h2d": t.get("rx_bytes", 0) / own_h2d if own_h2d and t else None,
+                     "tx_over_own_d2h": t.get("tx_bytes", 0) / own_d2h if own_d2h and t else None,
+                     "rx_gb_per_s": t.get("rx_bytes", 0) / window / 1e9 if window else None,
+                     "tx_gb_per_s": t.get("tx_bytes", 0) / window / 1e9 if window else None,
+                     "after_rx_gb_per_s": (t.get("after_rx_bytes", 0) / t["after_s"] / 1e9
+                                           if t.get("after_s") else None),
+                     "after_utilization_percent": t.get("after_utilization_percent"),
+                     "foreign_gb_per_s": ((c.get("foreign_h2d_bytes_per_s") or 0)
+                                          + (c.get("foreign_d2h_bytes_per_s") or 0)) / 1e9})
+    return rows
+
+
 def daemon_figures(out, name, reference):
     meta = read_json(out / f"{name}_daemon.json") or {}
     log = read_log(out / f"{name}_xferd.log")
@@ -263,8 +292,10 @@ def daemon_figures(out, name, reference):
 
 def summarize(out):
     out = Path(out)
-    reference = reference_medians(read_json(out / "R1_probe.json"), read_json(out / "R2_probe.json"))
+    r1, r2 = read_json(out / "R1_probe.json"), read_json(out / "R2_probe.json")
+    reference = reference_medians(r1, r2)
     doc = {"workload": {}, "daemon": {}, "checks": {}}
+    doc["reference_link_traffic"] = reference_traffic("R1", r1) + reference_traffic("R2", r2)
     daemon = {}
     for name in ("B", "D"):
         daemon[name] = daemon_figures(out, name, reference)
@@ -311,6 +342,9 @@ def summarize(out):
     c["D_contended_probes"] = d["contended_probes"]
     c["D_cause_link_shared"] = "link_shared" in d["diagnosis_causes"]
     c["D_degraded_log_lines"] = d["degraded_log_lines"]
+    ref = doc["reference_link_traffic"]
+    c["R_alone_never_contended"] = (ABSENT if not ref
+                                    else all(x["state"] != "contended" for x in ref))
     (out / "summary.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return doc, render(doc)
 
@@ -387,6 +421,20 @@ def render(doc):
             lines.append(f"  gpu{y['gpu']} {y['mode']:<17}{y['direction']:<6}{f(y['lowest_gb_per_s'], '{:.2f}'):>8} / "
                          f"{f(y['uncontended_gb_per_s'], '{:.2f}'):>7} GB/s = {f(y['ratio'], '{:.3f}')}"
                          + ("  LEARNED FROM CONTENDED" if y["learned_contended"] else ""))
+    if doc.get("reference_link_traffic"):
+        lines.append("")
+        lines.append("link counters around each reference probe alone (`xferd probe --json`): "
+                     "rx/own h2d and tx/own d2h are the counters' overhead")
+        lines.append(f"{'':<4}{'mode':<17}{'dir':<6}{'source':<17}{'own GB/s':>9}{'rx GB/s':>9}"
+                     f"{'tx GB/s':>9}{'rx/own':>8}{'tx/own':>8}{'after rx':>9}{'util':>6}"
+                     f"{'foreign':>8}  state")
+        for x in doc["reference_link_traffic"]:
+            lines.append(f"{x['phase']:<4}{x['mode']:<17}{x['direction']:<6}{str(x['source']):<17}"
+                         f"{f(x['own_gb_per_s'], '{:.2f}'):>9}{f(x['rx_gb_per_s'], '{:.2f}'):>9}"
+                         f"{f(x['tx_gb_per_s'], '{:.2f}'):>9}{f(x['rx_over_own_h2d'], '{:.3f}'):>8}"
+                         f"{f(x['tx_over_own_d2h'], '{:.3f}'):>8}{f(x['after_rx_gb_per_s'], '{:.2f}'):>9}"
+                         f"{f(x['after_utilization_percent'], '{:.0f}'):>6}"
+                         f"{f(x['foreign_gb_per_s'], '{:.2f}'):>8}  {x['state']}")
     lines.append("")
     lines.append("checks: " + ", ".join(f"{k}: {v}" for k, v in doc["checks"].items()))
     return "\n".join(lines)
@@ -460,9 +508,16 @@ def _synthetic(out, contended=True, degraded=False, quiet=False):
     daemon("D", t0 + 750, 240, "link_shared", 7)
     workload("D_workload_steady", t0 + 751, 119, 54.0e9)
     (out / "D_workload_bursts.err").write_text("xferd_workload: no NVIDIA driver/GPU (test)\n")
+    own = 22 * (64 << 20)
     (out / "R1_probe.json").write_text(json.dumps({"results": [
         {"gpu": 0, "mode": "pinned", "direction": "h2d", "size_bytes": 64 << 20, "status": "ok",
-         "median_bytes_per_s": 55e9}]}))
+         "median_bytes_per_s": 55e9,
+         "contention": {"state": "clear", "contended": False, "foreign_h2d_bytes_per_s": 0,
+                        "foreign_d2h_bytes_per_s": 0, "own_h2d_bytes": own, "own_d2h_bytes": 0,
+                        "link_traffic": {"source": "nvml counters", "window_s": 0.026,
+                                         "rx_bytes": 1.07 * own, "tx_bytes": 0.05 * own,
+                                         "samples": 2, "after_s": 0.02, "after_rx_bytes": 0,
+                                         "after_tx_bytes": 0, "after_utilization_percent": None}}}]}))
 
 
 def self_test():
@@ -502,6 +557,10 @@ def self_test():
                           c["D_cause_link_shared"]), (True, True, True, False, True))
         expect("slots during cycles", w["B_steady"]["slots_during_cycles"] > 0, True)
         expect("summary.json", json.loads((out / "summary.json").read_text())["checks"]["D_contended_probes"], 7)
+        ref = doc["reference_link_traffic"]
+        expect("reference rows", len(ref), 1)
+        expect("counter overhead", round(ref[0]["rx_over_own_h2d"], 3), 1.07)
+        expect("alone never contended", c["R_alone_never_contended"], True)
         for phrase in ("LEARNED FROM CONTENDED", "not run: xferd_workload: no NVIDIA driver/GPU",
                        "link_shared"):
             expect(f"table says {phrase!r}", phrase in text, True)
@@ -521,6 +580,7 @@ def self_test():
     with tempfile.TemporaryDirectory() as d:
         doc, text = summarize(Path(d))  # nothing ran: every figure missing, no exception
         expect("empty run", doc["daemon"]["B"]["contended_probes"], ABSENT)
+        expect("no reference traffic", doc["checks"]["R_alone_never_contended"], ABSENT)
 
     for line in failures:
         print("FAIL", line)

@@ -227,6 +227,7 @@ class NvmlGpuLoadReader final : public GpuLoadReader {
       std::lock_guard sum_lock(w.sums->mutex);
       if (w.sums->failed) return Unreadable(device, "PCIe throughput");
       t.source = "nvml throughput";
+      t.sampled_rates = true;
       t.window_s = std::chrono::duration<double>(ended - w.started).count();
       t.samples = w.sums->rx_count + w.sums->tx_count;
       // A probe shorter than one sample may end before either direction has one: the

@@ -124,6 +124,18 @@ TEST(Contention, BothWaysAtOnceCountsItsBytesInBothDirections) {
       ContentionState::kContended);
 }
 
+TEST(Contention, SampledRatesCountOverTheProbesDeviceTimeOnly) {
+  // Without byte counters: throughput samples read 59 GB/s while the probe copied for its
+  // 26 ms of device time, in a 32 ms window (set-up, synchronisation). Rates x window would
+  // make 6 ms of copying up; over the device time the probe is alone.
+  auto s = Probe(Direction::kH2D, 55 * 0.026 / 0.032, 59, 4, TransferMode::kPinned, 0.032);
+  s.traffic->sampled_rates = true;
+  s.device_time_s = 0.026;
+  EXPECT_EQ(JudgeContention(s, kDefault).state, ContentionState::kClear);
+  s.traffic->sampled_rates = false;  // the same figures as counted bytes would be foreign
+  EXPECT_EQ(JudgeContention(s, kDefault).state, ContentionState::kContended);
+}
+
 TEST(Contention, UnreadableLinkOrFailedProbeIsUnknown) {
   auto s = Probe(Direction::kH2D, 55, 59, 4);
   s.traffic.reset();
