@@ -97,7 +97,7 @@ struct LinkTraffic {
   // The bytes are sampled rates x window_s, not counted: the samples were taken while the
   // probe kept the link busy, so they overstate a window with idle moments in it.
   bool sampled_rates = false;
-  double after_s = 0;                 // the reading taken right after the probe ended
+  double after_s = 0;  // the reading taken right after the probe ended
   double after_rx_bytes = 0, after_tx_bytes = 0;
   // GPU utilization of the driver's samples taken after the probe ended (copies count too);
   // nullopt when none was taken yet.
