@@ -112,7 +112,7 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
   if (auto v = r.Number("max_duty_cycle", 0, 1, true, 0.01)) config.max_duty_cycle = *v;
   // Device time kept for fast confirmation; more than a few seconds would let a fault burst
   // far past the duty cycle.
-  if (auto v = r.Duration("burst_reserve", milliseconds(0), milliseconds(10000), "500ms"))
+  if (auto v = r.Duration("burst_reserve", milliseconds(0), milliseconds(10000), "1s"))
     config.burst_reserve_s = std::chrono::duration<double>(*v).count();
   if (auto v = r.Integer("streams", 1, probes::kMaxStreams, 4))
     config.streams = static_cast<int>(*v);

@@ -32,9 +32,10 @@ struct Settings {
   std::chrono::milliseconds cycle_budget{30000};   // one cycle, all GPUs
   double max_duty_cycle = 0.0025;  // device time / wall time: the per-GPU allowance's refill
   // Device seconds of the allowance kept for fast confirmation: the rotating probes never
-  // spend it. 0.5 s pays for re-measuring both headline probes twice and for the probes
-  // that name a cause (pageable h2d, pinned both ways) on an H200: ~0.37 s.
-  double burst_reserve_s = 0.5;
+  // spend it. 1 s pays for re-measuring both headline probes twice and for the probes that
+  // name a cause (pageable h2d, pinned both ways) on an H200 whose link lost half its
+  // bandwidth (each probe then takes twice as long): ~0.77 s.
+  double burst_reserve_s = 1.0;
   int streams = 4;
   std::uint64_t chunk_bytes = 1ull << 20;
   std::uint64_t pinned_cap_bytes = 512ull << 20;
