@@ -29,24 +29,27 @@ namespace {
 // Flags win over the file. Throws ConfigError (exit 78) for what the file or the web
 // config says, UsageError (exit 64) for a bad flag; flags are checked by the same
 // functions as the file's keys.
+// `value` of `flag` after `check` (a web:: check that throws HttpError) passed it.
+template <typename Check>
+std::string CheckedFlag(const char* flag, const std::string& value, Check check) {
+  try {
+    check(value);
+  } catch (const HttpError& e) {
+    throw UsageError(std::string(flag) + ": " + e.what());
+  }
+  return value;
+}
+
 Config EffectiveConfig(const RunCommandOptions& options) {
   Config config = options.config_file.empty() ? Config{} : LoadConfig(options.config_file);
   if (options.simulate) config.simulate = true;
   if (options.listen_address) {
-    try {
-      ParseListenAddress(*options.listen_address);
-    } catch (const HttpError& e) {
-      throw UsageError("--web.listen-address: " + std::string(e.what()));
-    }
-    config.listen_address = *options.listen_address;
+    config.listen_address = CheckedFlag("--web.listen-address", *options.listen_address,
+                                        [](const std::string& a) { ParseListenAddress(a); });
   }
   if (options.telemetry_path) {
-    try {
-      CheckTelemetryPath(*options.telemetry_path);
-    } catch (const HttpError& e) {
-      throw UsageError("--web.telemetry-path: " + std::string(e.what()));
-    }
-    config.telemetry_path = *options.telemetry_path;
+    config.telemetry_path = CheckedFlag("--web.telemetry-path", *options.telemetry_path,
+                                        [](const std::string& p) { CheckTelemetryPath(p); });
   }
   if (options.state_dir) config.state_dir = *options.state_dir;
   if (options.log_level) {

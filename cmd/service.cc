@@ -307,8 +307,7 @@ void Service::StartServing(const Config& config) {
   spdlog::info("serving {}{} (and /, /healthz)", http_->url(), config.telemetry_path);
 }
 
-int Service::Run() {
-  const auto config = CurrentConfig();
+void Service::Prepare(const Config& config) {
   metrics_.SetBuildInfo();
   for (const auto& d : devices_) metrics_.SetDevice(d);
   metrics_.RecordConfigReload(
@@ -321,7 +320,7 @@ int Service::Run() {
   for (const auto& [uuid, s] : loaded.baselines) series += s.size();
   spdlog::info("state: {} ({} learned series)", state_.path().string(), series);
 
-  auto busy = seams_.make_busy(*config);
+  auto busy = seams_.make_busy(config);
   busy_description_ = busy->Describe();
   spdlog::info("busy detection: {}", busy_description_);
 
@@ -341,28 +340,47 @@ int Service::Run() {
                                 const probes::ProbeSample& s) {
     return health_.ReadingsToFlip(d, path, s);
   };
-  scheduler_ = std::make_unique<Scheduler>(backend_, devices_, *config, std::move(busy),
+  scheduler_ = std::make_unique<Scheduler>(backend_, devices_, config, std::move(busy),
                                            *seams_.clock, seams_.jitter_seed, std::move(callbacks));
+}
 
-  StartServing(*config);
+// The probe thread, and how it ended.
+class Service::ProbeThread {
+ public:
+  explicit ProbeThread(Scheduler& scheduler)
+      : thread_([this, &scheduler](std::stop_token stop) {
+          try {
+            scheduler.Run(stop);
+          } catch (const std::exception& e) {
+            spdlog::critical("probe loop failed: {}", e.what());
+            failed_ = true;
+          }
+          std::lock_guard lock(mutex_);
+          done_ = true;
+          done_cv_.notify_all();
+        }) {}
 
-  // The probe thread; `probe_done` tells the main thread it has left Run().
-  std::mutex done_mutex;
-  std::condition_variable done_cv;
-  bool probe_done = false;
-  std::atomic<bool> probe_failed{false};
-  auto probe_thread = std::make_unique<std::jthread>([&](std::stop_token stop) {
-    try {
-      scheduler_->Run(stop);
-    } catch (const std::exception& e) {
-      spdlog::critical("probe loop failed: {}", e.what());
-      probe_failed = true;
-    }
-    std::lock_guard lock(done_mutex);
-    probe_done = true;
-    done_cv.notify_all();
-  });
+  bool failed() const { return failed_; }
 
+  // Asks the loop to stop and waits up to `wait` for it; false when it has not returned.
+  bool Stop(std::chrono::milliseconds wait) {
+    thread_.request_stop();
+    std::unique_lock lock(mutex_);
+    if (!done_cv_.wait_for(lock, wait, [&] { return done_; })) return false;
+    lock.unlock();
+    thread_.join();
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::atomic<bool> failed_{false};
+  std::jthread thread_;  // last: it starts once the members it uses exist
+};
+
+int Service::Supervise(ProbeThread& probe) {
   const auto watchdog = seams_.notifier->WatchdogInterval();
   if (watchdog) {
     spdlog::info("systemd watchdog: pinging every {:.1f} s while the probe loop progresses",
@@ -371,21 +389,17 @@ int Service::Run() {
   auto next_ping = std::chrono::steady_clock::now();
   std::uint64_t cycles_seen = 0;
   bool ready = false;
-  int exit_code = kExitOk;
   for (;;) {
     const platform::Signal signal = seams_.signals->Wait(kTick);
     if (signal.kind == platform::Signal::Kind::kStop) {
       spdlog::info("{}: stopping", signal.name);
-      break;
+      return kExitOk;
     }
     if (signal.kind == platform::Signal::Kind::kReload) {
       spdlog::info("{}: reloading the configuration", signal.name);
       Reload();
     }
-    if (probe_failed) {
-      exit_code = kExitSoftware;
-      break;
-    }
+    if (probe.failed()) return kExitSoftware;
     const std::uint64_t cycles = scheduler_->CyclesCompleted();
     if (cycles != cycles_seen) {
       cycles_seen = cycles;
@@ -406,26 +420,25 @@ int Service::Run() {
       next_ping = now + duration_cast<std::chrono::steady_clock::duration>(*watchdog / 2);
     }
   }
+}
+
+int Service::Run() {
+  const auto config = CurrentConfig();
+  Prepare(*config);
+  StartServing(*config);
+  ProbeThread probe(*scheduler_);
+  const int exit_code = Supervise(probe);
 
   seams_.notifier->Stopping();
-  probe_thread->request_stop();
-  bool joined = false;
-  {
-    std::unique_lock lock(done_mutex);
-    joined = done_cv.wait_for(lock, kProbeStopWait, [&] { return probe_done; });
-  }
-  if (!joined) {
+  if (!probe.Stop(kProbeStopWait)) {
     // A device call that ignores cancellation (a hung driver) cannot be waited for: the
     // state was saved after the last cycle, so leaving now loses nothing.
-    spdlog::error(
-        "stopping without the probe thread: a device call did not return within "
-        "{:.1f} s",
-        duration<double>(kProbeStopWait).count());
+    spdlog::error("stopping without the probe thread: a device call did not return within {:.1f} s",
+                  duration<double>(kProbeStopWait).count());
     spdlog::default_logger()->flush();
     std::fflush(nullptr);
     _exit(exit_code);
   }
-  probe_thread.reset();
   http_.reset();
   spdlog::info("stopped");
   spdlog::default_logger()->flush();

@@ -76,6 +76,9 @@ class Service {
   exporter::HealthState Healthz() const;                     // HTTP threads
   void CheckStall();                                         // main thread
   void StartServing(const config::Config& config);           // main thread
+  void Prepare(const config::Config& config);                // main thread, first
+  class ProbeThread;
+  int Supervise(ProbeThread& probe);  // main thread: signals, READY, STATUS, watchdog
 
   mutable std::mutex config_mutex_;
   std::shared_ptr<const config::Config> config_;

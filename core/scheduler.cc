@@ -499,14 +499,14 @@ CycleReport Scheduler::RunConfirmations(const Settings& config, BusyDetector* bu
       }
       for (const auto& [key, p] : pending) {
         if (p.due > now || !p.flip.to_degraded || p.flip.readings != 1) continue;
-        for (auto [mode, direction] :
+        for (const auto& pair :
              {std::pair{probes::TransferMode::kPinned, probes::Direction::kH2D},
               std::pair{probes::TransferMode::kPageable, probes::Direction::kH2D},
               std::pair{probes::TransferMode::kPinned, probes::Direction::kBidirectional}}) {
-          const auto cause = planned(mode, direction, p.spec.size_bytes);
-          if (cause && std::none_of(due.begin(), due.end(), [&](const auto& d) {
-                return d.mode == mode && d.direction == direction &&
-                       d.size_bytes == p.spec.size_bytes;
+          const auto cause = planned(pair.first, pair.second, p.spec.size_bytes);
+          if (cause && std::none_of(due.begin(), due.end(), [&](const probes::ProbeSpec& d) {
+                return d.mode == cause->mode && d.direction == cause->direction &&
+                       d.size_bytes == cause->size_bytes;
               })) {
             due.push_back(*cause);
           }

@@ -102,6 +102,16 @@ struct Harness {
     return notifier.WaitFor(done, t);
   }
 
+  // Sends a reload once READY, and waits for RELOADING and the READY after it.
+  void Reload() {
+    ASSERT_TRUE(WaitFor([](const Messages& m) { return Find(m, "READY") >= 0; }));
+    signals.Send(Kind::kReload);
+    ASSERT_TRUE(WaitFor([](const Messages& m) {
+      const int reloading = Find(m, "RELOADING");
+      return reloading >= 0 && Find(m, "READY", reloading) > reloading;
+    }));
+  }
+
   std::string Scrape() { return exporter::RenderExposition({service->registry()}); }
 
   int Stop() {
@@ -135,12 +145,7 @@ TEST(Service, ReloadSaysReloadingThenReadyAndAppliesTheNewConfig) {
   next.sizes = {2 << 20};
   h.reload = [&] { return next; };
   h.Start(FastConfig(h.dir.path()));
-  ASSERT_TRUE(h.WaitFor([](const Messages& m) { return Find(m, "READY") >= 0; }));
-  h.signals.Send(Kind::kReload);
-  ASSERT_TRUE(h.WaitFor([](const Messages& m) {
-    const int reloading = Find(m, "RELOADING");
-    return reloading >= 0 && Find(m, "READY", reloading) > reloading;
-  }));
+  h.Reload();
   // Cycles after the reload probe the new size.
   const auto probed_2mib = [&] {
     const auto ran = h.backend.Ran();
@@ -159,12 +164,7 @@ TEST(Service, BadReloadKeepsTheRunningConfigAndSetsTheMetricToZero) {
     throw config::ConfigError("xferd.toml", 3, "probe.intervl", "unknown key", "remove it");
   };
   h.Start(FastConfig(h.dir.path()));
-  ASSERT_TRUE(h.WaitFor([](const Messages& m) { return Find(m, "READY") >= 0; }));
-  h.signals.Send(Kind::kReload);
-  ASSERT_TRUE(h.WaitFor([](const Messages& m) {
-    const int reloading = Find(m, "RELOADING");
-    return reloading >= 0 && Find(m, "READY", reloading) > reloading;
-  }));
+  h.Reload();
   EXPECT_THAT(h.Scrape(), HasSubstr("xferd_config_last_reload_successful 0"));
   // Still probing, with the running config.
   const std::size_t before = h.backend.Ran().size();
