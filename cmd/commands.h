@@ -30,7 +30,8 @@ struct ProbeCommandOptions {
   int warmup = 2;
   std::vector<std::string> gpus;  // indices or UUIDs; empty = every GPU
   std::string config_file;        // optional: the daemon's config (bands, plan, sim options)
-  std::string sysfs_root = "/sys";
+  // Root of sysfs (/sys when unset); for the simulated device, the tree its GPUs come from.
+  std::optional<std::string> sysfs_root;
   std::uint64_t seed = 1;
 };
 int RunProbeCommand(const ProbeCommandOptions& options);
@@ -44,6 +45,7 @@ struct RunCommandOptions {
   std::optional<std::string> state_dir;        // --state-dir
   std::optional<std::string> log_level;        // --log.level
   bool simulate = false;                       // --simulate
+  std::optional<std::string> sysfs_root;       // --sysfs-root
 };
 int RunDaemonCommand(const RunCommandOptions& options);
 

@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--state-dir", run.state_dir, "Directory for the persisted baselines");
   run_cmd->add_option("--log.level", run.log_level, "trace|debug|info|warn|error");
   run_cmd->add_flag("--simulate", run.simulate, "Use the simulated device instead of GPUs");
+  run_cmd->add_option("--sysfs-root", run.sysfs_root,
+                      "Root of sysfs (default /sys); with --simulate, the tree the simulated "
+                      "GPUs come from");
 
   ProbeCommandOptions probe;
   auto* probe_cmd = app.add_subcommand("probe", "Run every probe once and print the results");
@@ -38,7 +41,9 @@ int main(int argc, char** argv) {
   probe_cmd->add_option("--gpu", probe.gpus, "GPU index or UUID (repeatable; default all)")
       ->delimiter(',');
   probe_cmd->add_option("-c,--config", probe.config_file, "TOML config (bands, sim options)");
-  probe_cmd->add_option("--sysfs-root", probe.sysfs_root, "Root of sysfs (default /sys)");
+  probe_cmd->add_option("--sysfs-root", probe.sysfs_root,
+                        "Root of sysfs (default /sys); with --simulate, the tree the simulated "
+                        "GPUs come from");
   probe_cmd->add_option("--seed", probe.seed, "Seed of the simulated device");
 
   CheckConfigOptions check;

@@ -339,6 +339,7 @@ Config ProbeConfig(const ProbeCommandOptions& options) {
   Config config = options.config_file.empty() ? Config{} : LoadConfig(options.config_file);
   const ProbeCommandOptions defaults;
   if (options.simulate) config.simulate = true;
+  if (options.sysfs_root) config.sim.sysfs_root = *options.sysfs_root;
   // --seed wins over the config's seed unless left at its default.
   if (options.config_file.empty() || options.seed != defaults.seed) config.sim.seed = options.seed;
   if (!options.modes.empty()) {
@@ -381,7 +382,7 @@ int RunProbeCommand(const ProbeCommandOptions& options) {
   const std::vector<ProbeSpec> plan = PlanProbes(config, Deadlines::kStretchedToSize);
   if (plan.empty()) throw UsageError("no probe selected (check --mode)");
 
-  const Backend made = MakeBackend(config, "probe", options.sysfs_root);
+  const Backend made = MakeBackend(config, "probe", options.sysfs_root.value_or("/sys"));
   probes::TransferBackend& backend = *made.backend;
   const std::vector<probes::DeviceInfo> all = backend.Devices();
   if (all.empty()) throw probes::NoDeviceError(kNoDeviceHint);

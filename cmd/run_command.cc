@@ -65,6 +65,7 @@ constexpr auto kTick = 100ms;
 Config EffectiveConfig(const RunCommandOptions& options) {
   Config config = options.config_file.empty() ? Config{} : LoadConfig(options.config_file);
   if (options.simulate) config.simulate = true;
+  if (options.sysfs_root) config.sim.sysfs_root = *options.sysfs_root;
   if (options.listen_address) {
     try {
       ParseListenAddress(*options.listen_address);
@@ -160,8 +161,13 @@ void WarnRestartOnly(const Config& running, const Config& next) {
       (running.sim.devices != next.sim.devices || running.sim.seed != next.sim.seed ||
        running.sim.link_gen != next.sim.link_gen || running.sim.link_width != next.sim.link_width ||
        running.sim.time_scale != next.sim.time_scale ||
-       running.sim.integrated != next.sim.integrated)) {
-    warn("the simulated device (devices, seed, link, time_scale, integrated)");
+       running.sim.integrated != next.sim.integrated ||
+       running.sim.sysfs_root != next.sim.sysfs_root ||
+       running.sim.gpus_per_switch != next.sim.gpus_per_switch ||
+       running.sim.uplink_gen != next.sim.uplink_gen ||
+       running.sim.uplink_width != next.sim.uplink_width ||
+       running.sim.numa_nodes != next.sim.numa_nodes)) {
+    warn("the simulated device (devices, seed, link, time_scale, integrated, its topology)");
   }
 }
 
@@ -556,7 +562,7 @@ int RunDaemonCommand(const RunCommandOptions& options) {
                options.config_file.empty() ? "(defaults)" : options.config_file,
                target == LogTarget::kJournal ? "the journal" : "stderr");
 
-  Backend made = MakeBackend(config, "run");
+  Backend made = MakeBackend(config, "run", options.sysfs_root.value_or("/sys"));
   const std::vector<probes::DeviceInfo> devices = SelectConfigured(made.backend->Devices(), config);
   if (devices.empty()) {
     throw probes::NoDeviceError("the " + made.backend->Name() +

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <climits>
 #include <regex>
+#include <tuple>
+#include <utility>
 
 #include "config/messages.h"
 #include "config/sections.h"
@@ -16,6 +18,18 @@ bool ValidWidth(std::int64_t width) {
          width == 32;
 }
 
+// "gen4x16" -> (4, 16); the key's error otherwise.
+std::pair<int, int> ReadLink(const TableReader& r, std::string_view key, const std::string& text) {
+  static const std::regex kLink("[Gg][Ee][Nn]([1-6])[Xx]([0-9]{1,2})");
+  std::smatch m;
+  if (!std::regex_match(text, m, kLink) || !ValidWidth(std::stoi(m[2].str()))) {
+    r.Fail(
+        *r.Find(key), key, "not a PCIe link: " + Quote(text),
+        "write " + std::string(key) + " = \"gen4x16\" (gen 1-6, width 1, 2, 4, 8, 12, 16 or 32)");
+  }
+  return {std::stoi(m[1].str()), std::stoi(m[2].str())};
+}
+
 }  // namespace
 
 void ReadSimulate(const std::string& file, const toml::table& root, Config& config) {
@@ -24,23 +38,28 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
   TableReader r(file, *table, "simulate");
   if (auto v = r.Bool("enabled")) config.simulate = *v;
   if (auto v = r.Integer("devices", 1, 64, 1)) config.sim.devices = static_cast<int>(*v);
+  // A sysfs tree to take the GPUs from (relative to this file): it says how many there are
+  // and where they sit, so devices and the built-in host's keys are then not used.
+  if (auto v = r.String("sysfs_root", "\"/sys\"")) {
+    if (v->empty())
+      r.Fail(*r.Find("sysfs_root"), "sysfs_root", "must not be empty",
+             "remove the key for the built-in host, or name a tree: sysfs_root = \"/sys\"");
+    config.sim.sysfs_root = ResolveAgainst(config.source, *v);
+  }
+  if (auto v = r.Integer("gpus_per_switch", 1, 15, 2))
+    config.sim.gpus_per_switch = static_cast<int>(*v);
+  if (auto v = r.String("uplink", "\"gen4x16\""))
+    std::tie(config.sim.uplink_gen, config.sim.uplink_width) = ReadLink(r, "uplink", *v);
+  if (auto v = r.Integer("numa_nodes", 1, 8, 2)) config.sim.numa_nodes = static_cast<int>(*v);
   if (auto v = r.Integer("seed", 0, INT64_MAX, 1)) config.sim.seed = static_cast<std::uint64_t>(*v);
   const toml::node* link = r.Find("link");
   if (link && (r.Find("link_gen") || r.Find("link_width"))) {
     r.Fail(*link, "link", "set either link or link_gen/link_width, not both",
            "keep link = \"gen4x16\" and remove link_gen and link_width");
   }
-  if (auto v = r.String("link", "\"gen4x16\"")) {
-    // "gen4x16": the generation and lane count the simulated GPU trained to at best.
-    static const std::regex kLink("[Gg][Ee][Nn]([1-6])[Xx]([0-9]{1,2})");
-    std::smatch m;
-    if (!std::regex_match(*v, m, kLink) || !ValidWidth(std::stoi(m[2].str()))) {
-      r.Fail(*link, "link", "not a PCIe link: " + Quote(*v),
-             "write link = \"gen4x16\" (gen 1-6, width 1, 2, 4, 8, 12, 16 or 32)");
-    }
-    config.sim.link_gen = std::stoi(m[1].str());
-    config.sim.link_width = std::stoi(m[2].str());
-  }
+  // "gen4x16": the generation and lane count the simulated GPU trained to at best.
+  if (auto v = r.String("link", "\"gen4x16\""))
+    std::tie(config.sim.link_gen, config.sim.link_width) = ReadLink(r, "link", *v);
   if (auto v = r.Integer("link_gen", 1, 6, 4)) config.sim.link_gen = static_cast<int>(*v);
   if (auto v = r.Integer("link_width", 1, 32, 16)) {
     if (!ValidWidth(*v))
@@ -106,8 +125,9 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
         f.Fail(*f.Find("kind"), "kind", "unknown fault kind " + Quote(*kind_text),
                "use one of " + kinds);
       fault.kind = *kind;
-      if (auto v = f.Integer("device", -1, config.sim.devices - 1, -1))
-        fault.device = static_cast<int>(*v);
+      // A sysfs tree's GPUs are counted when the backend reads it, which checks the index.
+      const int last_device = config.sim.sysfs_root.empty() ? config.sim.devices - 1 : 63;
+      if (auto v = f.Integer("device", -1, last_device, -1)) fault.device = static_cast<int>(*v);
       // Each kind takes only its own parameters, so a misplaced one is not silently ignored.
       const auto only = [&](std::initializer_list<std::string_view> allowed) {
         for (std::string_view key : {"factor", "gen", "width", "every"}) {

@@ -43,7 +43,8 @@ const std::vector<Section>& Schema() {
       {"health.band", {"gpu", "lower", "upper"}},
       {"simulate",
        {"enabled", "devices", "seed", "link", "link_gen", "link_width", "integrated", "time_scale",
-        "fault", "gpu_utilization_percent", "pcie_bytes_per_second", "unsupported"}},
+        "fault", "gpu_utilization_percent", "pcie_bytes_per_second", "unsupported", "sysfs_root",
+        "gpus_per_switch", "uplink", "numa_nodes"}},
       {"simulate.fault", {"kind", "device", "factor", "gen", "width", "every"}},
   };
   return kSchema;

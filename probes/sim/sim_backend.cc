@@ -8,6 +8,8 @@
 #include <random>
 #include <stop_token>
 
+#include "platform/exit_codes.h"
+#include "probes/sim/sim_topology.h"
 #include "xferd/probes/topology.h"
 
 namespace xferd::probes {
@@ -63,21 +65,6 @@ std::uint64_t DeviceKey(std::uint64_t seed, int index) {
   return SplitMix64(seed ^ SplitMix64(static_cast<std::uint64_t>(index) + 1));
 }
 
-int BusOf(int index) {
-  return 0x11 + 0x10 * (index % 15);
-}
-
-// Devices alternate between two NUMA nodes, as on a two-socket host.
-int SimNumaNode(int index) {
-  return index % 2;
-}
-
-std::string BusId(int bus) {
-  char text[16];
-  std::snprintf(text, sizeof text, "0000:%02x:00.0", bus & 0xff);
-  return text;
-}
-
 std::string Uuid(std::uint64_t seed, int index) {
   const std::uint64_t a = DeviceKey(seed, index);
   const std::uint64_t b = SplitMix64(a);
@@ -128,6 +115,7 @@ struct SimBackend::State {
   };
 
   SimOptions options;
+  SimTopology topology;
   std::vector<std::unique_ptr<Device>> devices;
 
   mutable std::mutex faults_mutex;
@@ -146,15 +134,22 @@ struct SimBackend::State {
     return out;
   }
 
-  // The link as trained now: the best link, lowered by any downtrain fault.
-  std::pair<int, int> CurrentLink(const std::vector<SimFault>& device_faults) const {
-    int gen = options.link_gen, width = options.link_width;
+  explicit State(const SimOptions& o) : options(o), topology(o) {}
+
+  // The path as trained now: the topology's, the GPU's own link lowered by any downtrain
+  // fault.
+  LinkPath CurrentPath(int device, const std::vector<SimFault>& device_faults) const {
+    LinkPath path = topology.Path(device);
+    if (path.links.empty()) return path;
+    PcieLink& own = path.links.front();
     for (const SimFault& f : device_faults) {
       if (f.kind != SimFault::Kind::kDownTrain) continue;
-      if (f.gen > 0) gen = std::min(gen, f.gen);
-      if (f.width > 0) width = std::min(width, f.width);
+      if (f.gen > 0)
+        own.current_gen = own.current_gen > 0 ? std::min(own.current_gen, f.gen) : f.gen;
+      if (f.width > 0)
+        own.current_width = own.current_width > 0 ? std::min(own.current_width, f.width) : f.width;
     }
-    return {gen, width};
+    return path;
   }
 
   // Waits `seconds` of real time or until stop is requested; false when stopped.
@@ -166,16 +161,27 @@ struct SimBackend::State {
   }
 };
 
-SimBackend::SimBackend(SimOptions options) : state_(std::make_unique<State>()) {
+SimBackend::SimBackend(SimOptions options) {
   options.devices = std::max(options.devices, 0);
   options.time_scale = std::max(options.time_scale, 0.0);
+  state_ = std::make_unique<State>(options);
+  // From here on the topology says how many devices there are (a sysfs tree decides).
+  state_->options.devices = state_->topology.size();
+  for (const SimFault& f : options.faults) {
+    if (f.device >= state_->topology.size()) {
+      throw platform::Error(platform::Failure::kConfig,
+                            "a [[simulate.fault]] names device " + std::to_string(f.device) +
+                                " but the " + state_->topology.Describe() + " has devices 0-" +
+                                std::to_string(state_->topology.size() - 1) +
+                                "; name one of them, or -1 for every device");
+    }
+  }
   state_->faults = options.faults;
-  for (int i = 0; i < options.devices; ++i) {
+  for (int i = 0; i < state_->options.devices; ++i) {
     auto device = std::make_unique<State::Device>();
     device->rng.seed(DeviceKey(options.seed, i));
     state_->devices.push_back(std::move(device));
   }
-  state_->options = std::move(options);
 }
 
 SimBackend::~SimBackend() = default;
@@ -188,7 +194,7 @@ std::vector<DeviceInfo> SimBackend::Devices() const {
     info.index = i;
     info.uuid = Uuid(o.seed, i);
     info.name = "Simulated GPU (xferd sim)";
-    info.pci_bus_id = o.integrated ? "" : BusId(BusOf(i));
+    info.pci_bus_id = state_->topology.Bdf(i);
     info.cc_major = o.integrated ? 8 : 9;
     info.cc_minor = o.integrated ? 7 : 0;
     info.driver_version = "sim";
@@ -207,25 +213,7 @@ Capabilities SimBackend::GetCapabilities(int) const {
 }
 
 LinkPath SimBackend::ReadLinkPath(int device) const {
-  const SimOptions& o = state_->options;
-  LinkPath path;
-  if (device < 0 || device >= o.devices) {
-    path.note = "no simulated device " + std::to_string(device);
-    return path;
-  }
-  if (o.integrated) {
-    path.pcie = false;
-    path.note = "integrated GPU: host and device share DRAM, no PCIe link";
-    return path;
-  }
-  const auto [gen, width] = state_->CurrentLink(state_->FaultsFor(device));
-  const int bus = BusOf(device);
-  // The GPU's own link, then the switch above it, whose upstream link never trains down.
-  path.links.push_back({BusId(bus), gen, width, o.link_gen, o.link_width});
-  path.links.push_back({BusId(bus - 1), o.link_gen, o.link_width, o.link_gen, o.link_width});
-  path.numa_node = SimNumaNode(device);
-  path.iommu_type = "identity";
-  return path;
+  return state_->CurrentPath(device, state_->FaultsFor(device));
 }
 
 ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token stop) {
@@ -275,12 +263,15 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
     }
   }
 
-  const auto [gen, width] = state_->CurrentLink(faults);
-  const double link_rate =
-      o.integrated ? kIntegratedCopyBytesPerSecond : PcieBytesPerSecond(gen, width);
+  const LinkPath path = state_->CurrentPath(device, faults);
+  const PcieLink* narrowest = path.Narrowest();
+  const double link_rate = o.integrated           ? kIntegratedCopyBytesPerSecond
+                           : narrowest != nullptr ? narrowest->CurrentBytesPerSecond()
+                                                  : 0.0;
   if (link_rate <= 0) {
     return Failed(spec, ProbeStatus::kError,
-                  "simulated link " + FormatLink(gen, width) + " carries nothing");
+                  "no link rate known on the simulated GPU's path" +
+                      (path.note.empty() ? std::string() : ": " + path.note));
   }
 
   const ModeModel model = ModelFor(spec.mode, spec.direction);
@@ -348,7 +339,7 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
   }
   sample.status = ProbeStatus::kOk;
   sample.device_time_s = elapsed;
-  sample.host_numa_node = o.integrated ? 0 : SimNumaNode(device);  // buffers placed locally
+  sample.host_numa_node = o.integrated ? 0 : path.numa_node;  // buffers placed locally
   return sample;
 }
 

@@ -313,3 +313,37 @@ TEST_F(ProbeCommand, BadConfigExits78NamingTheLine) {
 }
 
 }  // namespace
+
+// The simulated GPUs of a fake sysfs tree, from the flag or from the config file.
+TEST_F(ProbeCommand, SimulatedHostFromASysfsTree) {
+  const std::string tree = std::string(XFERD_TEST_DATA_DIR) + "/sysfs/hgx-8gpu";
+  const Result r =
+      Xferd("probe --simulate --json --mode pinned --iterations 5 --sysfs-root '" + tree + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc.at("devices").size(), 8u);
+  EXPECT_EQ(doc.at("devices")[7].at("pci_bus_id"), "0000:bb:00.0");
+  EXPECT_EQ(doc.at("devices")[7].at("link_path").at("numa_node"), 1);
+  EXPECT_NEAR(
+      doc.at("devices")[0].at("link_path").at("narrowest").at("current_bytes_per_s").get<double>(),
+      63.0e9, 0.1e9);
+
+  const fs::path config =
+      WriteFile("xferd.toml", "[simulate]\nenabled = true\ntime_scale = 0\nsysfs_root = \"" +
+                                  std::string(XFERD_TEST_DATA_DIR) + "/sysfs/igx-dgpu\"\n");
+  const Result igx =
+      Xferd("probe --json --mode pinned --iterations 5 -c '" + config.string() + "'");
+  ASSERT_EQ(igx.exit_code, 0) << igx.err;
+  const auto igx_doc = nlohmann::json::parse(igx.out);
+  ASSERT_EQ(igx_doc.at("devices").size(), 1u);
+  EXPECT_NE(igx_doc.at("devices")[0]
+                .at("expected_band")
+                .at("source")
+                .get<std::string>()
+                .find("Gen4 x8 at 0005:01:00.0"),
+            std::string::npos);
+
+  const Result none = Xferd("probe --simulate --sysfs-root '" + dir_.string() + "'");
+  EXPECT_EQ(none.exit_code, 69);
+  EXPECT_NE(none.err.find("no NVIDIA GPU"), std::string::npos) << none.err;
+}

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,18 +18,18 @@ namespace xferd::probes {
 
 struct SimFault {
   enum class Kind {
-    kDegrade,    // bandwidth of every mode x factor (0 < factor <= 1)
-    kDownTrain,  // link trained down to (gen, width): bandwidth follows the link
-    kErrorEvery, // every nth probe on the device returns kError
-    kHang,       // probes block until cancelled (a hung driver call)
-    kSlow,       // every transfer takes `factor` times longer (factor >= 1)
-    kLost,       // the device is gone: every probe returns kError "device lost"
+    kDegrade,     // bandwidth of every mode x factor (0 < factor <= 1)
+    kDownTrain,   // link trained down to (gen, width): bandwidth follows the link
+    kErrorEvery,  // every nth probe on the device returns kError
+    kHang,        // probes block until cancelled (a hung driver call)
+    kSlow,        // every transfer takes `factor` times longer (factor >= 1)
+    kLost,        // the device is gone: every probe returns kError "device lost"
   };
   Kind kind = Kind::kDegrade;
-  int device = -1;        // -1: every device
-  double factor = 1.0;    // kDegrade, kSlow
-  int gen = 0, width = 0; // kDownTrain
-  int every = 0;          // kErrorEvery
+  int device = -1;         // -1: every device
+  double factor = 1.0;     // kDegrade, kSlow
+  int gen = 0, width = 0;  // kDownTrain
+  int every = 0;           // kErrorEvery
 };
 
 std::string_view ToString(SimFault::Kind kind);  // "degrade", "downtrain", ...
@@ -39,6 +40,16 @@ struct SimOptions {
   std::uint64_t seed = 1;
   int link_gen = 4, link_width = 16;  // the link the simulated GPU trained to at best
   bool integrated = false;
+  // The built-in host: GPUs behind each PCIe switch (1 = every GPU alone behind its own;
+  // more share the switch's uplink), the uplink (0 = as `link`), and the NUMA nodes the
+  // switches alternate over.
+  int gpus_per_switch = 1;
+  int uplink_gen = 0, uplink_width = 0;
+  int numa_nodes = 2;
+  // Set: the simulated GPUs are the NVIDIA display functions of this sysfs tree (a copy of
+  // /sys or a fake one), with the address, NUMA node and link path read from it; `devices`,
+  // `link` and the built-in host's keys are not used.
+  std::filesystem::path sysfs_root;
   // 1 = transfers take their simulated time in real time; 0 = they return at once (tests,
   // soak). The durations reported are the simulated ones either way.
   double time_scale = 1.0;

@@ -26,10 +26,10 @@ struct PcieLink {
 struct LinkPath {
   // The GPU's own link first, then each bridge above it up to the root port.
   std::vector<PcieLink> links;
-  bool pcie = true;         // false for an integrated GPU or a device with no PCIe path
-  int numa_node = -1;       // -1: unknown or a single-node machine
-  std::string iommu_type;   // sysfs iommu_group/type: "identity", "DMA", "DMA-FQ"; "" = none
-  std::string note;         // why the path is incomplete, if it is
+  bool pcie = true;        // false for an integrated GPU or a device with no PCIe path
+  int numa_node = -1;      // -1: unknown or a single-node machine
+  std::string iommu_type;  // sysfs iommu_group/type: "identity", "DMA", "DMA-FQ"; "" = none
+  std::string note;        // why the path is incomplete, if it is
 
   // The link with the lowest known current bandwidth; nullptr if none is known.
   const PcieLink* Narrowest() const;
@@ -45,6 +45,13 @@ int ParseLinkSpeed(std::string_view text);
 
 // "Gen4 x16"; an unknown part reads "Gen?" or "x?".
 std::string FormatLink(int generation, int width);
+
+// "0000:01:00.0": a PCI function as sysfs names it (a domain of 4 or more hex digits).
+bool LooksLikeBdf(std::string_view text);
+
+// CUDA says "0000:01:00.0", NVML "00000000:01:00.0", some tools "01:00.0": the first form,
+// lower case, as sysfs names it.
+std::string NormalizeBdf(std::string_view bdf);
 
 // Read the path of the device with PCI address `bdf` ("0000:00:06.0", any case) under
 // `sysfs_root` (normally "/sys"). Never throws for missing or odd files: what cannot be
