@@ -10,6 +10,7 @@
 
 #include "platform/exit_codes.h"
 #include "probes/sim/sim_topology.h"
+#include "xferd/probes/shared_paths.h"
 #include "xferd/probes/topology.h"
 
 namespace xferd::probes {
@@ -74,6 +75,15 @@ std::string Uuid(std::uint64_t seed, int index) {
                 static_cast<unsigned>(a & 0xffff), static_cast<unsigned>(b >> 48),
                 static_cast<unsigned long long>(b & 0xffffffffffffull));
   return text;
+}
+
+// What one device's copies can reach alone: its narrowest link (NVLink-C2C for a Grace
+// Hopper path), or the shared DRAM of an integrated GPU.
+double PathRate(const LinkPath& path) {
+  if (path.c2c) return kC2cBytesPerSecond;
+  if (!path.pcie) return kIntegratedCopyBytesPerSecond;
+  const PcieLink* narrowest = path.Narrowest();
+  return narrowest != nullptr ? narrowest->CurrentBytesPerSecond() : 0.0;
 }
 
 ProbeSample Failed(const ProbeSpec& spec, ProbeStatus status, std::string message) {
@@ -216,42 +226,44 @@ LinkPath SimBackend::ReadLinkPath(int device) const {
   return state_->CurrentPath(device, state_->FaultsFor(device));
 }
 
-ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token stop) {
+// One probe of one device, computed without waiting: the sample and how long it takes in
+// simulated time. `link_share` (0 < share <= 1) is the part of its path's rate the device
+// gets while others use shared links too.
+SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, double link_share) {
   const SimOptions& o = state_->options;
   if (device < 0 || device >= o.devices) {
-    return Failed(spec, ProbeStatus::kError,
-                  "no simulated device " + std::to_string(device) + " (there are " +
-                      std::to_string(o.devices) + ")");
+    return {Failed(spec, ProbeStatus::kError,
+                   "no simulated device " + std::to_string(device) + " (there are " +
+                       std::to_string(o.devices) + ")")};
   }
   if (std::string problem = SpecProblem(spec); !problem.empty()) {
-    return Failed(spec, ProbeStatus::kError, problem);
+    return {Failed(spec, ProbeStatus::kError, problem)};
   }
   if (auto it = o.unsupported.find(spec.mode); it != o.unsupported.end()) {
-    return Failed(spec, ProbeStatus::kUnsupported, it->second);
+    return {Failed(spec, ProbeStatus::kUnsupported, it->second)};
   }
 
   const std::vector<SimFault> faults = state_->FaultsFor(device);
   State::Device& dev = *state_->devices[device];
-  std::unique_lock device_lock(dev.mutex);
+  std::lock_guard device_lock(dev.mutex);
   const std::uint64_t probe_number = ++dev.probes;
 
   double degrade = 1.0, slow = 1.0;
   for (const SimFault& f : faults) {
     switch (f.kind) {
       case SimFault::Kind::kLost:
-        return Failed(spec, ProbeStatus::kError, "device lost (simulated fault)");
+        return {Failed(spec, ProbeStatus::kError, "device lost (simulated fault)")};
       case SimFault::Kind::kErrorEvery:
         if (f.every > 0 && probe_number % static_cast<std::uint64_t>(f.every) == 0) {
-          return Failed(spec, ProbeStatus::kError,
-                        "simulated error on probe " + std::to_string(probe_number) +
-                            " (fault: every " + std::to_string(f.every) + ")");
+          return {Failed(spec, ProbeStatus::kError,
+                         "simulated error on probe " + std::to_string(probe_number) +
+                             " (fault: every " + std::to_string(f.every) + ")")};
         }
         break;
       case SimFault::Kind::kHang: {
-        device_lock.unlock();
-        std::unique_lock lock(state_->wait_mutex);
-        state_->wake.wait(lock, stop, [] { return false; });
-        return Failed(spec, ProbeStatus::kError, "cancelled");
+        Outcome hung{Failed(spec, ProbeStatus::kError, "cancelled")};
+        hung.hang = true;
+        return hung;
       }
       case SimFault::Kind::kDegrade:
         if (f.factor > 0) degrade *= std::min(f.factor, 1.0);
@@ -259,21 +271,17 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
       case SimFault::Kind::kSlow:
         if (f.factor > 0) slow *= f.factor;
         break;
-      case SimFault::Kind::kDownTrain: break;  // in CurrentLink
+      case SimFault::Kind::kDownTrain: break;  // in CurrentPath
     }
   }
 
   const LinkPath path = state_->CurrentPath(device, faults);
-  const PcieLink* narrowest = path.Narrowest();
-  const double link_rate = o.integrated           ? kIntegratedCopyBytesPerSecond
-                           : narrowest != nullptr ? narrowest->CurrentBytesPerSecond()
-                                                  : 0.0;
+  const double link_rate = PathRate(path) * std::clamp(link_share, 0.0, 1.0);
   if (link_rate <= 0) {
-    return Failed(spec, ProbeStatus::kError,
-                  "no link rate known on the simulated GPU's path" +
-                      (path.note.empty() ? std::string() : ": " + path.note));
+    return {Failed(spec, ProbeStatus::kError,
+                   "no link rate known on the simulated GPU's path" +
+                       (path.note.empty() ? std::string() : ": " + path.note))};
   }
-
   const ModeModel model = ModelFor(spec.mode, spec.direction);
   std::lognormal_distribution<double> drift(0.0, kProbeDriftSigma);
   std::lognormal_distribution<double> floor_noise(0.0, kFloorSigma);
@@ -316,10 +324,6 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
   for (int i = 0; i < total; ++i) {
     const double d = one_transfer();
     if (deadline_s > 0 && elapsed + d > deadline_s) {
-      device_lock.unlock();
-      if (!state_->Wait((deadline_s - elapsed) * o.time_scale, stop)) {
-        return Failed(spec, ProbeStatus::kError, "cancelled");
-      }
       ProbeSample timed_out =
           Failed(spec, ProbeStatus::kTimeout,
                  "probe did not finish within its " + std::to_string(spec.deadline.count()) +
@@ -327,20 +331,63 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
                      " transfers done)");
       timed_out.bytes_per_transfer = bytes;
       timed_out.device_time_s = deadline_s;
-      return timed_out;
+      return {std::move(timed_out), deadline_s - elapsed};
     }
     elapsed += d;
     if (i >= spec.warmup) sample.durations_s.push_back(d);
   }
-  device_lock.unlock();
-  // The RNG is done with: sleeping the simulated time needs no lock.
-  if (!state_->Wait(elapsed * o.time_scale, stop)) {
-    return Failed(spec, ProbeStatus::kError, "cancelled");
-  }
   sample.status = ProbeStatus::kOk;
   sample.device_time_s = elapsed;
   sample.host_numa_node = o.integrated ? 0 : path.numa_node;  // buffers placed locally
-  return sample;
+  return {std::move(sample), elapsed};
+}
+
+ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token stop) {
+  Outcome outcome = Simulate(device, spec, 1.0);
+  if (outcome.hang) {
+    std::unique_lock lock(state_->wait_mutex);
+    state_->wake.wait(lock, stop, [] { return false; });
+    return outcome.sample;
+  }
+  // The RNG is done with: sleeping the simulated time needs no lock.
+  if (!state_->Wait(outcome.wait_s * state_->options.time_scale, stop)) {
+    return Failed(spec, ProbeStatus::kError, "cancelled");
+  }
+  return std::move(outcome.sample);
+}
+
+std::vector<ProbeSample> SimBackend::RunConcurrent(const std::vector<int>& devices,
+                                                   const ProbeSpec& spec, std::stop_token stop) {
+  // Each device's share of its path while all of them move data: deterministic, so a
+  // test at time_scale 0 sees the same split as a run in real time.
+  std::vector<LinkPath> paths;
+  for (int device : devices) {
+    paths.push_back(device >= 0 && device < state_->options.devices
+                        ? state_->CurrentPath(device, state_->FaultsFor(device))
+                        : LinkPath{});
+  }
+  const std::vector<double> shares = FairShares(paths);
+  std::vector<Outcome> outcomes;
+  double wait_s = 0;
+  bool hang = false;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const double alone = state_->options.integrated ? 0.0 : PathRate(paths[i]);
+    const double share = alone > 0 && shares[i] > 0 ? shares[i] / alone : 1.0;
+    outcomes.push_back(Simulate(devices[i], spec, share));
+    hang = hang || outcomes.back().hang;
+    if (!outcomes.back().hang) wait_s = std::max(wait_s, outcomes.back().wait_s);
+  }
+  const bool stopped = !state_->Wait(wait_s * state_->options.time_scale, stop);
+  if (hang && !stopped) {
+    std::unique_lock lock(state_->wait_mutex);
+    state_->wake.wait(lock, stop, [] { return false; });
+  }
+  std::vector<ProbeSample> samples;
+  for (Outcome& outcome : outcomes) {
+    samples.push_back(stopped ? Failed(spec, ProbeStatus::kError, "cancelled")
+                              : std::move(outcome.sample));
+  }
+  return samples;
 }
 
 void SimBackend::SetFaults(std::vector<SimFault> faults) {

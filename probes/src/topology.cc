@@ -217,8 +217,23 @@ LinkPath ReadLinkPath(const fs::path& sysfs_root, std::string_view bdf) {
   return path;
 }
 
+std::string_view ToString(HostLink link) {
+  switch (link) {
+    case HostLink::kPcie: return "pcie";
+    case HostLink::kC2c: return "c2c";
+    case HostLink::kIntegrated: return "integrated";
+  }
+  return "pcie";
+}
+
 ExpectedBand BandFromPath(const LinkPath& path, double lower_fraction, double upper_fraction) {
   ExpectedBand band;
+  if (path.c2c) {
+    band.lower_bytes_per_s = lower_fraction * kC2cBytesPerSecond;
+    band.upper_bytes_per_s = upper_fraction * kC2cBytesPerSecond;
+    band.source = "NVLink-C2C, 450 GB/s per direction";
+    return band;
+  }
   if (!path.pcie) {
     band.source = "unknown: not a PCIe device";
     return band;

@@ -68,11 +68,23 @@ class SimBackend final : public TransferBackend {
   Capabilities GetCapabilities(int device) const override;
   LinkPath ReadLinkPath(int device) const override;
   ProbeSample Run(int device, const ProbeSpec& spec, std::stop_token stop = {}) override;
+  // Each device gets its max-min fair share of the links its path shares with the others'
+  // (probes/shared_paths.h): two GPUs behind one switch split its uplink. Deterministic,
+  // also at time_scale 0.
+  std::vector<ProbeSample> RunConcurrent(const std::vector<int>& devices, const ProbeSpec& spec,
+                                         std::stop_token stop = {}) override;
 
   // Replace the injected faults (config reload); thread-safe.
   void SetFaults(std::vector<SimFault> faults);
 
  private:
+  struct Outcome {
+    ProbeSample sample;
+    double wait_s = 0;  // the simulated seconds it takes
+    bool hang = false;  // a hang fault: it never finishes
+  };
+  Outcome Simulate(int device, const ProbeSpec& spec, double link_share);
+
   struct State;
   std::unique_ptr<State> state_;
 };
