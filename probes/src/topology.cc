@@ -226,6 +226,11 @@ std::string_view ToString(HostLink link) {
   return "pcie";
 }
 
+HostLink HostLinkOf(const DeviceInfo& device) {
+  if (device.integrated) return HostLink::kIntegrated;
+  return device.c2c ? HostLink::kC2c : HostLink::kPcie;
+}
+
 ExpectedBand BandFromPath(const LinkPath& path, double lower_fraction, double upper_fraction) {
   ExpectedBand band;
   if (path.c2c) {

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "xferd/probes/types.h"
+
 namespace xferd::probes {
 
 // One PCIe link as the device at its downstream end reports it. 0 = unknown.
@@ -46,6 +48,7 @@ inline constexpr double kC2cBytesPerSecond = 450e9;
 // How a GPU reaches host memory: the `type` label of xferd_host_link_info.
 enum class HostLink { kPcie, kC2c, kIntegrated };
 std::string_view ToString(HostLink link);  // "pcie", "c2c", "integrated"
+HostLink HostLinkOf(const DeviceInfo& device);
 
 // Per-direction theoretical bandwidth of a PCIe link in bytes/s: transfer rate x lanes x
 // encoding efficiency / 8 (8b/10b for gen 1-2, 128b/130b for gen 3-5, 242/256 FLIT for 6).
