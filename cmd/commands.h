@@ -24,6 +24,9 @@ class UsageError : public platform::Error {
 struct ProbeCommandOptions {
   bool simulate = false;
   bool json = false;
+  // The GPUs alone and then together per concurrent group (pinned, each way), instead of
+  // every mode: cmd/probe_concurrent.h.
+  bool concurrent = false;
   std::vector<std::string> modes;  // empty = every mode
   std::vector<std::string> sizes;  // empty = the default size
   int iterations = 20;

@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
   auto* probe_cmd = app.add_subcommand("probe", "Run every probe once and print the results");
   probe_cmd->add_flag("--simulate", probe.simulate, "Use the simulated device instead of GPUs");
   probe_cmd->add_flag("--json", probe.json, "Print JSON instead of a table");
+  probe_cmd->add_flag("--concurrent", probe.concurrent,
+                      "Probe the GPUs alone, then every concurrent group at once (pinned, each "
+                      "way): per-GPU alone vs together, aggregate vs its expected band");
   probe_cmd->add_option("--mode", probe.modes, "Modes to run (repeatable; default all)")
       ->delimiter(',');
   probe_cmd->add_option("--size", probe.sizes, "Transfer sizes, e.g. 64MiB (repeatable)")

@@ -19,6 +19,8 @@
 
 #include "cmd/backend.h"
 #include "cmd/commands.h"
+#include "cmd/probe_concurrent.h"
+#include "cmd/watched_probe.h"
 #include "config/config.h"
 #include "core/band.h"
 #include "core/health_tracker.h"
@@ -40,9 +42,6 @@ using probes::ProbeSpec;
 using probes::ProbeStatus;
 using probes::TransferMode;
 
-// A backend that ignores its deadline (a hung driver call) is asked to stop this long after.
-constexpr std::chrono::seconds kHangGrace{2};
-constexpr auto kLinkPollInterval = std::chrono::milliseconds(5);
 struct Row {
   ProbeSample sample;
   std::optional<double> percent_of_link;
@@ -61,40 +60,6 @@ struct DeviceReport {
 double NarrowestRate(const probes::LinkPath& path) {
   const probes::PcieLink* link = path.Narrowest();
   return link != nullptr ? link->CurrentBytesPerSecond() : 0.0;
-}
-
-// Runs one probe on its own thread. While it runs, `link` (if given) is read again and
-// again and the widest reading kept: idle links train down, so a path read with no traffic
-// would understate the link. A backend that overruns the deadline is asked to stop.
-ProbeSample RunProbe(probes::TransferBackend& backend, int device, const ProbeSpec& spec,
-                     probes::LinkPath* link) {
-  std::stop_source stop;
-  auto future = std::async(std::launch::async, [&backend, device, spec, token = stop.get_token()] {
-    return backend.Run(device, spec, token);
-  });
-  const auto give_up_at = std::chrono::steady_clock::now() + spec.deadline + kHangGrace;
-  bool asked_to_stop = false;
-  bool read_once = false;
-  while (future.wait_for(read_once ? kLinkPollInterval : std::chrono::milliseconds(0)) !=
-         std::future_status::ready) {
-    if (link != nullptr) {
-      probes::LinkPath now = backend.ReadLinkPath(device);
-      if (!read_once || NarrowestRate(now) > NarrowestRate(*link)) *link = std::move(now);
-    }
-    read_once = true;
-    if (!asked_to_stop && std::chrono::steady_clock::now() > give_up_at) {
-      stop.request_stop();
-      asked_to_stop = true;
-    }
-  }
-  if (link != nullptr && !read_once) *link = backend.ReadLinkPath(device);
-  ProbeSample sample = future.get();
-  if (asked_to_stop && sample.status == ProbeStatus::kError) {
-    sample.status = ProbeStatus::kTimeout;
-    sample.message = "no answer within the " + std::to_string(spec.deadline.count()) +
-                     " ms deadline (hung device?); the probe was cancelled";
-  }
-  return sample;
 }
 
 Row Judge(ProbeSample sample, const probes::LinkPath& path, const probes::ExpectedBand& band) {
@@ -143,7 +108,7 @@ DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceI
     }
     // Read the path during the first link-bound probe, when the link carries traffic.
     const bool watch = !link_read && probes::IsLinkBound(spec.mode, spec.direction);
-    samples.push_back(RunProbe(backend, info.index, spec, watch ? &report.path : nullptr));
+    samples.push_back(RunWatched(backend, info.index, spec, watch ? &report.path : nullptr));
     link_read = link_read || watch;
   }
   if (!link_read) report.path = backend.ReadLinkPath(info.index);
@@ -397,6 +362,8 @@ int RunProbeCommand(const ProbeCommandOptions& options) {
                        "\" for --gpu; give an index or a UUID of one of: " + e.known());
     }
   }
+
+  if (options.concurrent) return RunConcurrentProbes(backend, selected, config, options.json);
 
   std::vector<DeviceReport> reports;
   for (const auto& info : selected) {
