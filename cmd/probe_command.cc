@@ -57,7 +57,10 @@ struct DeviceReport {
   std::vector<Diagnosis> diagnoses;  // likely causes of what the rows show; usually none
 };
 
+// What the GPU's host link carries per direction: NVLink-C2C's rate, else the narrowest
+// PCIe link's.
 double NarrowestRate(const probes::LinkPath& path) {
+  if (path.c2c) return probes::kC2cBytesPerSecond;
   const probes::PcieLink* link = path.Narrowest();
   return link != nullptr ? link->CurrentBytesPerSecond() : 0.0;
 }
@@ -140,6 +143,11 @@ std::string Latency(double seconds) {
 }
 
 std::string DescribeLink(const probes::LinkPath& path) {
+  if (path.c2c) {
+    // Grace Hopper: sysfs shows a PCIe function, but host copies go over NVLink-C2C.
+    return "NVLink-C2C, " + Gbps(probes::kC2cBytesPerSecond) +
+           " GB/s per direction (not the PCIe link sysfs shows)";
+  }
   if (!path.pcie) return "none (" + path.note + ")";
   if (path.links.empty()) return "unknown (" + path.note + ")";
   const probes::PcieLink& own = path.links.front();

@@ -258,8 +258,10 @@ int RunConcurrentProbes(probes::TransferBackend& backend,
       }
       for (const auto& [gpu, d] : core::DiagnoseSharedUplink(run)) {
         auto& list = causes[gpu];
-        const bool known = std::any_of(
-            list.begin(), list.end(), [&](const core::Diagnosis& x) { return x.cause == d.cause; });
+        const core::DiagnosisCause cause = d.cause;  // clang: no structured binding in a lambda
+        const bool known = std::any_of(list.begin(), list.end(), [cause](const core::Diagnosis& x) {
+          return x.cause == cause;
+        });
         if (!known) list.push_back(d);
       }
       RunReport r = Judge(std::move(run), g.band);

@@ -202,6 +202,11 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
   ReadLink(r, config.sim);
   ReadTopology(r, config.source, config.sim);
   if (auto v = r.Bool("integrated")) config.sim.integrated = *v;
+  if (auto v = r.Bool("c2c")) config.sim.c2c = *v;
+  if (config.sim.c2c && config.sim.integrated) {
+    r.Fail(*r.Find("c2c"), "c2c", "an integrated GPU has no NVLink-C2C: set one of them",
+           "remove c2c = true or integrated = true");
+  }
   if (auto v = r.Number("time_scale", 0, 1000, false, 1)) config.sim.time_scale = *v;
   // The load the simulated GPUs report to busy detection (in place of NVML).
   if (auto v = r.Number("gpu_utilization_percent", 0, 100, false, 90)) {

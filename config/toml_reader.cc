@@ -45,7 +45,7 @@ const std::vector<Section>& Schema() {
       {"simulate",
        {"enabled", "devices", "seed", "link", "link_gen", "link_width", "integrated", "time_scale",
         "fault", "gpu_utilization_percent", "pcie_bytes_per_second", "unsupported", "sysfs_root",
-        "gpus_per_switch", "uplink", "numa_nodes"}},
+        "gpus_per_switch", "uplink", "numa_nodes", "c2c"}},
       {"simulate.fault", {"kind", "device", "factor", "gen", "width", "every"}},
   };
   return kSchema;

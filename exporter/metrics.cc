@@ -257,7 +257,8 @@ void Metrics::RecordLinkPath(int gpu_index, const probes::LinkPath& path) {
   const ChangeMark mark(generation_);
   const std::string gpu = Gpu(gpu_index);
   // An integrated GPU has no PCIe path: publish nothing rather than zeros that read as x0.
-  if (!path.pcie || path.links.empty()) return;
+  // Nor for NVLink-C2C: the PCIe link sysfs shows does not carry its copies.
+  if (!path.pcie || path.c2c || path.links.empty()) return;
   const probes::PcieLink& own = path.links.front();
   auto set = [&](prometheus::Family<prometheus::Gauge>& family, const char* state, int value) {
     if (value > 0) family.Add({{"gpu", gpu}, {"state", state}}).Set(value);

@@ -210,6 +210,7 @@ std::vector<DeviceInfo> SimBackend::Devices() const {
     info.driver_version = "sim";
     info.memory_bytes = (o.integrated ? 32ull : 80ull) << 30;
     info.integrated = o.integrated;
+    info.c2c = o.c2c && !o.integrated;
     info.simulated = true;
     out.push_back(std::move(info));
   }

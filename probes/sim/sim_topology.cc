@@ -87,7 +87,11 @@ LinkPath SimTopology::Path(int device) const {
     path.note = "no simulated device " + std::to_string(device);
     return path;
   }
-  if (!options_.sysfs_root.empty()) return ReadLinkPath(options_.sysfs_root, bdfs_[device]);
+  if (!options_.sysfs_root.empty()) {
+    LinkPath read = ReadLinkPath(options_.sysfs_root, bdfs_[device]);
+    read.c2c = options_.c2c;
+    return read;
+  }
   if (options_.integrated) {
     path.pcie = false;
     path.note = "integrated GPU: host and device share DRAM, no PCIe link";
@@ -103,6 +107,7 @@ LinkPath SimTopology::Path(int device) const {
   const int per_switch = std::clamp(options_.gpus_per_switch, 1, kBusesPerSwitch - 1);
   path.numa_node = (device / per_switch) % std::max(options_.numa_nodes, 1);
   path.iommu_type = "identity";
+  path.c2c = options_.c2c;
   return path;
 }
 

@@ -107,6 +107,19 @@ TEST(FindGroups, BuiltInSwitchesAndIntegratedGpus) {
   EXPECT_FALSE(GroupBand(only_host[0], Settings{}).Known());
 }
 
+TEST(FindGroups, GraceHopperGpusShareNoPcieUplink) {
+  probes::SimOptions o;
+  o.time_scale = 0;
+  o.devices = 4;
+  o.c2c = true;
+  o.gpus_per_switch = 2;  // the PCIe view says two switches; C2C copies never cross them
+  probes::SimBackend sim(o);
+  const auto groups = FindGroups(sim.Devices(), Paths(sim));
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].name, "host");
+  EXPECT_NEAR(groups[0].capacity_bytes_per_s, 4 * probes::kC2cBytesPerSecond, 1e6);
+}
+
 TEST(PlanConcurrent, PinnedEachWayAtTheLargestSize) {
   Settings s;
   s.sizes = {4ull << 20, 64ull << 20};

@@ -196,3 +196,34 @@ TEST(SimTopology, DefaultBuiltInHostIsUnchanged) {
 
 }  // namespace
 }  // namespace xferd::probes
+
+namespace xferd::probes {
+namespace {
+
+TEST(SimTopology, GraceHopperHostsCopyOverNvlinkC2c) {
+  SimOptions o;
+  o.time_scale = 0;
+  o.devices = 2;
+  o.c2c = true;
+  SimBackend sim(o);
+  const auto devices = sim.Devices();
+  EXPECT_TRUE(devices[0].c2c);
+  EXPECT_EQ(HostLinkOf(devices[0]), HostLink::kC2c);
+  const LinkPath path = sim.ReadLinkPath(0);
+  EXPECT_TRUE(path.c2c);
+  // The band comes from C2C, not from the Gen4 x16 PCIe link the topology also shows.
+  const ExpectedBand band = BandFromPath(path);
+  EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * 450e9, 1e6);
+  EXPECT_NEAR(band.upper_bytes_per_s, 0.83 * 450e9, 1e6);
+  EXPECT_NE(band.source.find("NVLink-C2C"), std::string::npos);
+  const ProbeSample h2d = sim.Run(0, Pinned());
+  EXPECT_GT(h2d.MedianBandwidth(), band.lower_bytes_per_s);
+  EXPECT_LT(h2d.MedianBandwidth(), band.upper_bytes_per_s);
+  // Each superchip has its own C2C: together they lose nothing.
+  for (const ProbeSample& s : sim.RunConcurrent({0, 1}, Pinned())) {
+    EXPECT_NEAR(s.MedianBandwidth() / h2d.MedianBandwidth(), 1.0, 0.03);
+  }
+}
+
+}  // namespace
+}  // namespace xferd::probes

@@ -40,6 +40,9 @@ struct SimOptions {
   std::uint64_t seed = 1;
   int link_gen = 4, link_width = 16;  // the link the simulated GPU trained to at best
   bool integrated = false;
+  // Grace Hopper: the GPUs reach host memory over NVLink-C2C (each its own, 450 GB/s per
+  // direction); the PCIe link sysfs would show is not what bounds them.
+  bool c2c = false;
   // The built-in host: GPUs behind each PCIe switch (1 = every GPU alone behind its own;
   // more share the switch's uplink), the uplink (0 = as `link`), and the NUMA nodes the
   // switches alternate over.
