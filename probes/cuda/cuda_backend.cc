@@ -779,7 +779,7 @@ LinkPath CudaBackend::ReadLinkPath(int device) const {
                                 : "the CUDA runtime reports no PCI bus id";
     return path;
   }
-  LinkPath path = probes::ReadLinkPath(options_.sysfs_root, info.pci_bus_id);
+  path = probes::ReadLinkPath(options_.sysfs_root, info.pci_bus_id);
   path.c2c = info.c2c;
   return path;
 }
