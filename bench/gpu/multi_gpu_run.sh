@@ -109,11 +109,12 @@ gpus = [$(printf '"%s",' "${gpu_list[@]}" | sed 's/,$//')]
 state_dir = "$work/state"
 EOF
 [ "$simulate" = 1 ] && printf '[simulate]\ntime_scale = 0\n' >> "$work/xferd.toml"
-port=$((19000 + RANDOM % 1000))
-"$b/xferd" run "${sim[@]}" -c "$work/xferd.toml" --web.listen-address "127.0.0.1:$port" \
+"$b/xferd" run "${sim[@]}" -c "$work/xferd.toml" --web.listen-address 127.0.0.1:0 \
   > "$work/xferd_run.log" 2>&1 &
 daemon=$!
 sleep "$run_s"
+# Port 0: the kernel picked a free one; the log says which.
+port=$(sed -n 's|.*serving http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$work/xferd_run.log" | head -1)
 python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())" \
   "http://127.0.0.1:$port/metrics" > "$work/metrics.prom"
 kill -TERM "$daemon"
