@@ -24,15 +24,17 @@ enum class DiagnosisCause {
   kGpuBusy,              // "gpu_busy": the busy detector saw other work before the probes
   kBelowBand,            // "below_band": a link-bound mode under the band's lower bound
   kBelowBaseline,        // "below_baseline": a mode under drift_fraction x its baseline
+  kSharedUplink,         // "shared_uplink": far below solo while the GPUs behind its switch
+                         // move data, because they share the switch's uplink
   kLinkShared,           // "link_shared": foreign traffic on the link during a probe
   kCapabilityMismatch,   // "capability_mismatch": the GPU can do more than its path allows
 };
-inline constexpr std::array<DiagnosisCause, 9> kAllDiagnosisCauses = {
-    DiagnosisCause::kLinkDowntrained,   DiagnosisCause::kNumaRemote,
-    DiagnosisCause::kIommuTranslating,  DiagnosisCause::kPinnedPageableRatio,
-    DiagnosisCause::kGpuBusy,           DiagnosisCause::kBelowBand,
-    DiagnosisCause::kBelowBaseline,     DiagnosisCause::kLinkShared,
-    DiagnosisCause::kCapabilityMismatch};
+inline constexpr std::array<DiagnosisCause, 10> kAllDiagnosisCauses = {
+    DiagnosisCause::kLinkDowntrained,  DiagnosisCause::kNumaRemote,
+    DiagnosisCause::kIommuTranslating, DiagnosisCause::kPinnedPageableRatio,
+    DiagnosisCause::kGpuBusy,          DiagnosisCause::kBelowBand,
+    DiagnosisCause::kBelowBaseline,    DiagnosisCause::kSharedUplink,
+    DiagnosisCause::kLinkShared,       DiagnosisCause::kCapabilityMismatch};
 std::string_view ToString(DiagnosisCause cause);
 
 // The pinned/pageable h2d ratio outside which kPinnedPageableRatio fires. The usual figure

@@ -14,12 +14,14 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "core/band.h"
 #include "core/diagnosis.h"
+#include "core/host_groups.h"
 #include "core/settings.h"
 #include "core/state_file.h"
 
@@ -65,6 +67,10 @@ class HealthTracker {
   // Fold one cycle of one GPU in; returns that GPU's health after it.
   DeviceHealth Observe(const CycleObservation& observation);
 
+  // Fold a concurrent run in: the shared_uplink causes it shows hold for its members
+  // (alongside what Observe finds) until the next run of that group and direction.
+  void ObserveConcurrent(const GroupRun& run);
+
   // How many more readings of `sample`'s series, each like this one, would flip its verdict
   // once this one counts: > 0 when this reading starts or continues a streak toward a flip
   // (bad on a healthy series, good on a degraded one) short of consecutive_bad; 0 otherwise
@@ -107,6 +113,8 @@ class HealthTracker {
   struct DeviceState {
     DeviceHealth last;
     std::map<Key, SeriesState> series;
+    // Causes from concurrent runs, per (group, direction); nullopt: the last run showed none.
+    std::map<std::pair<std::string, probes::Direction>, std::optional<Diagnosis>> concurrent;
   };
 
   mutable std::mutex mutex_;

@@ -450,6 +450,7 @@ CycleReport Scheduler::RunCycle(const Settings& config, BusyDetector* busy, std:
     }
     report.devices.push_back(std::move(dc));
   }
+  if (config.concurrent && !stop.stop_requested()) RunGroups(config, round.start, stop, report);
   report.wall_s = duration<double>(clock_.Now() - round.start).count();
   if (report.over_budget) {
     spdlog::warn(

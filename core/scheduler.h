@@ -39,6 +39,7 @@
 #include "core/busy_detector.h"
 #include "core/clock.h"
 #include "core/diagnosis.h"
+#include "core/host_groups.h"
 #include "core/settings.h"
 #include "xferd/probes/backend.h"
 
@@ -73,6 +74,11 @@ struct CycleReport {
   int held_back = 0;  // summed over GPUs: not an error, the rotation reaches them later
   bool over_budget = false;
   std::chrono::milliseconds next_in{0};  // until the next cycle starts
+  // Concurrent runs of groups that were due (after the GPUs' own probes): one per group and
+  // direction. Groups due but not run (a member busy or short of allowance, the budget
+  // spent) stay due for the next cycle.
+  std::vector<GroupRun> concurrent;
+  int concurrent_held_back = 0;  // group runs left for a later cycle
 };
 
 // A probe that has run past its deadline without returning (a hung device call).
@@ -181,6 +187,19 @@ class Scheduler {
   // Runs one probe on the device of `dc` and books it (allowance, counters, callbacks, the
   // link path, what is pending); false when it was cut short by stop or by the budget.
   bool RunOne(Round& round, DeviceCycle& dc, const probes::ProbeSpec& spec, bool headline);
+  // Concurrent groups (scheduler_concurrent.cc): the groups due this cycle, each direction
+  // at once on all members, charged to each member's allowance above the reserve.
+  struct GroupRecord {
+    std::optional<SteadyTime> last_run;
+    std::map<std::pair<int, probes::Direction>, double> cost_s;  // per member and direction
+  };
+  void RunGroups(const Settings& config, SteadyTime cycle_start, std::stop_token stop,
+                 CycleReport& report);
+  // Whether every member's allowance has room above the reserve for its last cost here.
+  bool GroupFits(const HostGroup& group, const probes::ProbeSpec& spec, const GroupRecord& record,
+                 const Settings& config);
+  std::optional<GroupRun> RunGroup(const HostGroup& group, const probes::ProbeSpec& spec,
+                                   GroupRecord& record, std::stop_token stop, CycleReport& report);
   // Reads the device's link path into `dc` (and the rate cost estimates use).
   void ReadLink(DeviceCycle& dc);
   // The busy check before a device's probes; true when they must be skipped.
@@ -220,6 +239,11 @@ class Scheduler {
   std::map<int, DeviceAllowance> allowances_;  // per GPU index
   bool overdraw_warned_ = false;               // the headline-overdraw warning is said once
   std::map<int, bool> unreadable_said_;        // per GPU: "link traffic not readable" said
+
+  // Probe thread only: what the concurrent groups are formed and judged from.
+  std::map<std::string, GroupRecord> groups_;
+  std::map<int, probes::LinkPath> paths_;  // each GPU's last path read
+  std::map<std::tuple<int, probes::Direction, std::uint64_t>, double> solo_;  // last ok pinned
 
   std::atomic<std::uint64_t> cycles_completed_{0};
 };

@@ -505,6 +505,28 @@ TEST(ConfigValidation, SimulatedFaults) {
   EXPECT_EQ(ErrorOf("[simulate]\nfault = 3\n").key(), "simulate.fault");
 }
 
+TEST(Config, SimulatedTopologyKeys) {
+  const Config c =
+      Parse("[simulate]\ngpus_per_switch = 2\nuplink = \"gen4x8\"\nnuma_nodes = 2\ndevices = 8\n");
+  EXPECT_EQ(c.sim.gpus_per_switch, 2);
+  EXPECT_EQ(c.sim.uplink_gen, 4);
+  EXPECT_EQ(c.sim.uplink_width, 8);
+  EXPECT_EQ(c.sim.numa_nodes, 2);
+  // A tree relative to the config file's directory.
+  const Config t = ParseConfig("[simulate]\nsysfs_root = \"trees/hgx\"\n", "/etc/xferd/x.toml");
+  EXPECT_EQ(t.sim.sysfs_root, "/etc/xferd/trees/hgx");
+  // Faults may name any device of a tree: the backend checks them against it.
+  EXPECT_NO_THROW(
+      Parse("[simulate]\nsysfs_root = \"/t\"\n[[simulate.fault]]\nkind = \"lost\"\n"
+            "device = 7\n"));
+  EXPECT_EQ(ErrorOf("[simulate]\nsysfs_root = \"\"\n").key(), "simulate.sysfs_root");
+  EXPECT_EQ(ErrorOf("[simulate]\nuplink = \"pcie4\"\n").key(), "simulate.uplink");
+  EXPECT_EQ(ErrorOf("[simulate]\ngpus_per_switch = 0\n").key(), "simulate.gpus_per_switch");
+  EXPECT_EQ(ErrorOf("[simulate]\nnuma_nodes = 9\n").key(), "simulate.numa_nodes");
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"lost\"\ndevice = 1\n").key(),
+            "simulate.fault[0].device");
+}
+
 TEST(ConfigValidation, SimulatedUnsupportedModesAndLoad) {
   const ConfigError mode = ErrorOf("[simulate]\nunsupported = { zero_cpy = \"x\" }\n");
   EXPECT_EQ(mode.key(), "simulate.unsupported.zero_cpy");
