@@ -10,10 +10,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -30,6 +32,7 @@
 #include "exporter/process_metrics.h"
 #include "exporter/routes.h"
 #include "exporter/textfile.h"
+#include "platform/abandonable_call.h"
 #include "platform/build_info.h"
 #include "platform/exit_codes.h"
 #include "platform/files.h"
@@ -192,7 +195,9 @@ class Service {
   }
   void OnCycle(const CycleReport& report);             // probe thread
   void LogVerdictChanges(const DeviceHealth& health);  // probe thread
-  void Reload();                                       // main thread
+  void StartReload();                                  // main thread
+  bool ReloadReady() const;                            // main thread
+  void FinishReload();                                 // main thread
   HealthState Healthz() const;                         // HTTP threads
   void CheckStall();                                   // main thread
 
@@ -218,6 +223,18 @@ class Service {
   mutable std::mutex status_mutex_;
   std::string status_;  // the STATUS line of the last cycle
   bool state_write_failing_ = false, textfile_failing_ = false;  // probe thread only
+
+  // A reload reads its files on a thread of its own, so that a file on a hung file system
+  // cannot keep the main thread from SIGTERM and the watchdog; the main thread applies the
+  // result. One at a time: a SIGHUP meanwhile asks for another once it is done.
+  struct PendingReload {
+    std::mutex mutex;
+    bool done = false;
+    std::optional<Config> config;
+    std::exception_ptr error;
+  };
+  std::shared_ptr<PendingReload> reload_;  // main thread only
+  bool reload_again_ = false;
 };
 
 HealthState Service::Healthz() const {
@@ -345,13 +362,41 @@ void Service::CheckStall() {
   }
 }
 
-void Service::Reload() {
+void Service::StartReload() {
   notifier_->Reloading();
+  auto pending = std::make_shared<PendingReload>();
+  reload_ = pending;
+  // Copies only: the thread may outlive this object if the daemon stops meanwhile.
+  std::thread([pending, options = options_] {
+    std::optional<Config> config;
+    std::exception_ptr error;
+    try {
+      config = EffectiveConfig(options);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard lock(pending->mutex);
+    pending->config = std::move(config);
+    pending->error = error;
+    pending->done = true;
+  }).detach();
+}
+
+bool Service::ReloadReady() const {
+  if (!reload_) return false;
+  std::lock_guard lock(reload_->mutex);
+  return reload_->done;
+}
+
+void Service::FinishReload() {
+  const auto pending = std::move(reload_);
+  reload_.reset();
   const auto running = CurrentConfig();
   const double now_s =
       duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   try {
-    Config next = EffectiveConfig(options_);
+    if (pending->error) std::rethrow_exception(pending->error);
+    Config next = std::move(*pending->config);
     SelectConfigured(backend_->Devices(), next);  // an unknown GPU is a bad config
     WarnRestartOnly(*running, next);
     // What cannot change keeps its running value, so health and the scheduler stay
@@ -381,12 +426,14 @@ void Service::Reload() {
     metrics_.RecordConfigReload(true, now_s);
     spdlog::info("reload: configuration {} applied from the next cycle",
                  options_.config_file.empty() ? "(defaults and flags)" : options_.config_file);
-  } catch (const ConfigError& e) {
-    metrics_.RecordConfigReload(false, now_s);
-    spdlog::error("reload failed, keeping the running configuration: {}", e.what());
   } catch (const platform::Error& e) {
+    // ConfigError (exit 78 at start) and the rest: the file, its line and the fix.
     metrics_.RecordConfigReload(false, now_s);
     spdlog::error("reload failed, keeping the running configuration: {}", e.what());
+  } catch (const std::exception& e) {
+    metrics_.RecordConfigReload(false, now_s);
+    spdlog::error("reload failed (internal error), keeping the running configuration: {}",
+                  e.what());
   }
   notifier_->Ready();
   std::lock_guard lock(status_mutex_);
@@ -400,7 +447,20 @@ int Service::Run(const sigset_t& signals) {
   metrics_.RecordConfigReload(
       true, duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
 
-  const StateLoad loaded = state_.Load();
+  // Read where a hung file system cannot keep SIGTERM from stopping the daemon.
+  StateLoad loaded;
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  int stopped_by = 0;
+  if (!CallUnlessStopped([this, &loaded] { loaded = state_.Load(); }, stop_signals, &stopped_by)) {
+    spdlog::warn("{} while reading the state file {}: stopping without it",
+                 stopped_by == SIGTERM ? "SIGTERM" : "SIGINT", state_.path().string());
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    _exit(kExitOk);
+  }
   if (!loaded.message.empty()) spdlog::warn("state: {}", loaded.message);
   health_.Restore(loaded.baselines);
   std::size_t series = 0;
@@ -483,8 +543,18 @@ int Service::Run(const sigset_t& signals) {
       break;
     }
     if (sig == SIGHUP) {
-      spdlog::info("SIGHUP: reloading the configuration");
-      Reload();
+      if (reload_) {
+        spdlog::info("SIGHUP: a reload is still reading its files; another follows it");
+        reload_again_ = true;
+      } else {
+        spdlog::info("SIGHUP: reloading the configuration");
+        StartReload();
+      }
+    }
+    if (ReloadReady()) FinishReload();
+    if (reload_again_ && !reload_) {
+      reload_again_ = false;
+      StartReload();
     }
     if (probe_failed) {
       exit_code = kExitSoftware;
@@ -529,6 +599,16 @@ int Service::Run(const sigset_t& signals) {
     std::fflush(nullptr);
     _exit(exit_code);
   }
+  if (reload_ && !ReloadReady()) {
+    // A reload still reading (a hung file system): its thread cannot be waited for, and
+    // the process must not run its exit handlers under it. Nothing of it is needed now.
+    http_.reset();
+    spdlog::warn("stopping while a reload was still reading its files; it is abandoned");
+    spdlog::info("stopped");
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    _exit(exit_code);
+  }
   probe_thread.reset();
   http_.reset();
   spdlog::info("stopped");
@@ -550,7 +630,20 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   // A scraper that hangs up mid-response must not kill the daemon.
   signal(SIGPIPE, SIG_IGN);
 
-  Config config = EffectiveConfig(options);
+  // Read on a thread of its own: a file on a hung file system must not keep SIGTERM from
+  // stopping xferd (a FIFO or a device is refused at once by the bounded reader).
+  Config config;
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  int stopped_by = 0;
+  if (!CallUnlessStopped([&] { config = EffectiveConfig(options); }, stop_signals, &stopped_by)) {
+    std::fprintf(stderr, "xferd: %s while reading the configuration: stopping\n",
+                 stopped_by == SIGTERM ? "SIGTERM" : "SIGINT");
+    std::fflush(nullptr);
+    _exit(kExitOk);
+  }
   const LogTarget target = SetUpLogging(config.log_level);
   spdlog::info("xferd {} starting; config {}; logging to {}", kVersion,
                options.config_file.empty() ? "(defaults)" : options.config_file,
