@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <string>
 
+#include "core/plan.h"
 #include "xferd/probes/cuda_backend.h"
+#include "xferd/probes/gpu_load.h"
 
 namespace xferd::cmd {
 
@@ -29,6 +31,28 @@ Backend MakeBackend(const config::Config& config, const char* command,
                                 " --simulate` to try the simulated device");
   }
   return out;
+}
+
+std::vector<probes::DeviceInfo> SelectConfigured(const std::vector<probes::DeviceInfo>& devices,
+                                                 const config::Config& config) {
+  try {
+    return core::SelectDevices(devices, config.gpus);
+  } catch (const core::UnknownGpuError& e) {
+    throw config::ConfigError(config.source.string(), 0, "probe.gpus", e.what(),
+                              "name GPUs by index or UUID as listed, or leave gpus empty for all");
+  }
+}
+
+std::unique_ptr<core::BusyDetector> MakeBusyDetector(const config::Config& config) {
+  const core::BusyThresholds thresholds{config.busy_gpu_utilization_percent,
+                                        config.busy_pcie_bytes_per_s};
+  if (!config.busy_detection) return core::MakeDisabledBusyDetector("off (busy.enabled = false)");
+  if (config.simulate) {
+    return core::MakeBusyDetector(probes::MakeSimGpuLoadReader(config.sim_gpu_utilization_percent,
+                                                               config.sim_pcie_bytes_per_s),
+                                  thresholds);
+  }
+  return core::MakeBusyDetector(probes::MakeNvmlGpuLoadReader(), thresholds);
 }
 
 }  // namespace xferd::cmd

@@ -1,12 +1,14 @@
-// The one place that picks and builds the transfer backend for a command: the simulated
-// device when the config says so (file or --simulate), else the CUDA backend sized for the
-// config's probes.
+// The one place that picks the backend for a command (the simulated device when the config
+// says so, file or --simulate, else the CUDA backend sized for the config's probes), the
+// busy detector that goes with it, and the devices the config selects on it.
 #pragma once
 
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include "config/config.h"
+#include "core/busy_detector.h"
 #include "xferd/probes/backend.h"
 #include "xferd/probes/sim_backend.h"
 
@@ -21,5 +23,14 @@ struct Backend {
 // suggests `xferd <command> --simulate`.
 Backend MakeBackend(const config::Config& config, const char* command,
                     const std::filesystem::path& sysfs_root = "/sys");
+
+// core::SelectDevices with the config's gpus; a GPU it names that is not here is a mistake
+// in the file: ConfigError (probe.gpus).
+std::vector<probes::DeviceInfo> SelectConfigured(const std::vector<probes::DeviceInfo>& devices,
+                                                 const config::Config& config);
+
+// NVML, the simulated load ([simulate]) or none ([busy] enabled = false), judged against
+// the config's thresholds.
+std::unique_ptr<core::BusyDetector> MakeBusyDetector(const config::Config& config);
 
 }  // namespace xferd::cmd

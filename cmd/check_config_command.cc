@@ -69,13 +69,8 @@ nlohmann::json BandJson(const probes::ExpectedBand& band) {
 nlohmann::json SimulatedDevices(Config config) {
   config.simulate = true;
   const Backend made = MakeBackend(config, "check-config");
-  std::vector<probes::DeviceInfo> selected;
-  try {
-    selected = SelectDevices(made.backend->Devices(), config.gpus);
-  } catch (const UnknownGpuError& e) {
-    throw ConfigError(config.source.string(), 0, "probe.gpus", e.what(),
-                      "name GPUs by index or UUID as listed, or leave gpus empty for all");
-  }
+  const std::vector<probes::DeviceInfo> selected =
+      SelectConfigured(made.backend->Devices(), config);
   nlohmann::json devices = nlohmann::json::array();
   for (const probes::DeviceInfo& d : selected) {
     const probes::LinkPath path = made.backend->ReadLinkPath(d.index);

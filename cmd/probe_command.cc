@@ -386,15 +386,15 @@ int RunProbeCommand(const ProbeCommandOptions& options) {
   const std::vector<probes::DeviceInfo> all = backend.Devices();
   if (all.empty()) throw probes::NoDeviceError(kNoDeviceHint);
   std::vector<probes::DeviceInfo> selected;
-  try {
-    selected = SelectDevices(all, options.gpus.empty() ? config.gpus : options.gpus);
-  } catch (const UnknownGpuError& e) {
-    if (!options.gpus.empty()) {
+  if (options.gpus.empty()) {
+    selected = SelectConfigured(all, config);
+  } else {
+    try {
+      selected = SelectDevices(all, options.gpus);
+    } catch (const UnknownGpuError& e) {
       throw UsageError("no GPU \"" + e.gpu() +
                        "\" for --gpu; give an index or a UUID of one of: " + e.known());
     }
-    throw ConfigError(config.source.string(), 0, "probe.gpus", e.what(),
-                      "name GPUs by index or UUID as listed, or leave gpus empty for all");
   }
 
   std::vector<DeviceReport> reports;

@@ -6,6 +6,7 @@
 #include "config/sections.h"
 #include "config/toml_reader.h"
 #include "config/units.h"
+#include "core/plan.h"
 #include "xferd/probes/types.h"
 
 namespace xferd::config {
@@ -14,16 +15,11 @@ namespace {
 constexpr std::uint64_t kKiB = 1ull << 10;
 constexpr std::uint64_t kGiB = 1ull << 30;
 
-}  // namespace
-
-void ReadProbe(const std::string& file, const toml::table& root, bool simulate, Config& config) {
-  const toml::table* table = SectionTable(file, root, "probe");
-  static const toml::table kEmpty;  // no [probe]: defaults, still checked against each other
-  TableReader r(file, table ? *table : kEmpty, "probe");
-  // A real GPU is probed at most once a second; the simulated device may go much faster
-  // so tests and soaks can run thousands of cycles.
+// interval and jitter. A real GPU is probed at most once a second; the simulated device
+// may go much faster so tests and soaks can run thousands of cycles.
+void ReadInterval(const TableReader& r, bool present, bool simulate, Config& config) {
   const milliseconds min_interval = simulate ? milliseconds(10) : milliseconds(1000);
-  if (table) {
+  if (present) {
     const auto interval = r.Find("interval");
     if (interval && interval->is_string() && !simulate) {
       const auto value = ParseDuration(**interval->as_string());
@@ -38,7 +34,9 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
   if (auto v = r.Duration("interval", min_interval, milliseconds(24 * 3600 * 1000), "60s"))
     config.interval = *v;
   if (auto v = r.Number("jitter", 0, 0.5, false, 0.1)) config.jitter = *v;
+}
 
+void ReadModes(const TableReader& r, Config& config) {
   if (const toml::array* modes = r.Array("modes", false, "[\"pinned\", \"pageable\"]")) {
     config.modes.clear();
     for (const toml::node& element : *modes) {
@@ -57,8 +55,9 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
     }
   }
   if (auto v = r.Bool("bidirectional")) config.bidirectional = *v;
+}
 
-  const toml::node* sizes_node = r.Find("sizes");
+void ReadSizes(const TableReader& r, Config& config) {
   if (const toml::array* sizes = r.Array("sizes", false, "[\"64MiB\"]")) {
     config.sizes.clear();
     std::set<std::uint64_t> seen;  // not a scan per size: a 1 MiB file can list 200,000
@@ -71,9 +70,10 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
       config.sizes.push_back(bytes);
     }
   }
-  if (auto v = r.Integer("iterations", 1, 10000, 20)) config.iterations = static_cast<int>(*v);
-  if (auto v = r.Integer("warmup", 0, 1000, 2)) config.warmup = static_cast<int>(*v);
+}
 
+// cycle_budget and deadline, checked against the interval and each other.
+void ReadTimers(const TableReader& r, bool simulate, Config& config) {
   // Unset budget and deadline follow a short interval down, so setting interval alone
   // always gives a valid config; explicit values are checked against each other.
   const bool budget_set = r.Find("cycle_budget") != nullptr;
@@ -110,35 +110,37 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
            "set deadline = \"" + FormatDuration(config.cycle_budget) +
                "\" or shorter, or raise cycle_budget");
   }
+}
 
-  if (auto v = r.Number("max_duty_cycle", 0, 1, true, 0.01)) config.max_duty_cycle = *v;
-  if (auto v = r.Integer("streams", 1, probes::kMaxStreams, 4))
-    config.streams = static_cast<int>(*v);
-  if (auto v = r.Size("chunk", probes::kMinChunkBytes, kGiB, "1MiB")) config.chunk_bytes = *v;
-  const std::uint64_t largest = *std::max_element(config.sizes.begin(), config.sizes.end());
-  if (auto v = r.Size("pinned_cap", kKiB, 1ull << 40, "512MiB")) config.pinned_cap_bytes = *v;
-  // Pinned probes need one host buffer of the largest size; both-ways needs two.
-  const bool pinned_used =
-      std::any_of(config.modes.begin(), config.modes.end(), [](probes::TransferMode m) {
-        return m == probes::TransferMode::kPinned || m == probes::TransferMode::kPinnedAsync ||
-               m == probes::TransferMode::kZeroCopy;
-      });
-  const bool bidir =
-      config.bidirectional && std::find(config.modes.begin(), config.modes.end(),
-                                        probes::TransferMode::kPinned) != config.modes.end();
-  const std::uint64_t needed = bidir ? 2 * largest : largest;
-  if (pinned_used && config.pinned_cap_bytes < needed) {
-    const toml::node* cap = r.Find("pinned_cap");
-    const std::string problem = "pinned memory cap " + probes::FormatSize(config.pinned_cap_bytes) +
-                                " is below the " + probes::FormatSize(needed) +
-                                " the probes need (largest size " + probes::FormatSize(largest) +
-                                (bidir ? " x 2 for the bidirectional probe)" : ")");
-    const std::string fix =
-        "set pinned_cap = \"" + probes::FormatSize(needed) + "\" or more, or use smaller sizes";
-    if (cap) r.Fail(*cap, "pinned_cap", problem, fix);
-    r.FailAt(sizes_node ? LineOf(*sizes_node) : 0, "sizes", problem, fix);
+// The pinned host memory the plan needs must fit under pinned_cap: the largest buffer of
+// a pinned, pinned_async or zero_copy probe, two of them for both ways at once.
+void CheckPinnedCap(const TableReader& r, const Config& config) {
+  std::uint64_t needed = 0, largest = 0;
+  bool bidirectional = false;
+  for (const probes::ProbeSpec& spec : core::PlanProbes(config)) {
+    if (spec.mode != probes::TransferMode::kPinned &&
+        spec.mode != probes::TransferMode::kPinnedAsync &&
+        spec.mode != probes::TransferMode::kZeroCopy) {
+      continue;
+    }
+    const bool both = spec.direction == probes::Direction::kBidirectional;
+    bidirectional = bidirectional || both;
+    largest = std::max(largest, spec.size_bytes);
+    needed = std::max(needed, both ? 2 * spec.size_bytes : spec.size_bytes);
   }
+  if (config.pinned_cap_bytes >= needed) return;
+  const std::string problem = "pinned memory cap " + probes::FormatSize(config.pinned_cap_bytes) +
+                              " is below the " + probes::FormatSize(needed) +
+                              " the probes need (largest size " + probes::FormatSize(largest) +
+                              (bidirectional ? " x 2 for the bidirectional probe)" : ")");
+  const std::string fix =
+      "set pinned_cap = \"" + probes::FormatSize(needed) + "\" or more, or use smaller sizes";
+  if (const toml::node* cap = r.Find("pinned_cap")) r.Fail(*cap, "pinned_cap", problem, fix);
+  const toml::node* sizes = r.Find("sizes");
+  r.FailAt(sizes ? LineOf(*sizes) : 0, "sizes", problem, fix);
+}
 
+void ReadGpus(const TableReader& r, Config& config) {
   if (const toml::array* gpus = r.Array("gpus", true, "[\"0\"]")) {
     config.gpus.clear();
     std::set<std::string> seen;
@@ -150,6 +152,29 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
       config.gpus.push_back(std::move(id));
     }
   }
+}
+
+}  // namespace
+
+void ReadProbe(const std::string& file, const toml::table& root, bool simulate, Config& config) {
+  const toml::table* table = SectionTable(file, root, "probe");
+  static const toml::table kEmpty;  // no [probe]: defaults, still checked against each other
+  TableReader r(file, table ? *table : kEmpty, "probe");
+  ReadInterval(r, table != nullptr, simulate, config);
+  ReadModes(r, config);
+  if (auto v = r.Bool("bidirectional")) config.bidirectional = *v;
+  ReadSizes(r, config);
+  if (auto v = r.Integer("iterations", 1, 10000, 20)) config.iterations = static_cast<int>(*v);
+  if (auto v = r.Integer("warmup", 0, 1000, 2)) config.warmup = static_cast<int>(*v);
+  ReadTimers(r, simulate, config);
+  if (auto v = r.Number("max_duty_cycle", 0, 1, true, 0.01)) config.max_duty_cycle = *v;
+  if (auto v = r.Integer("streams", 1, probes::kMaxStreams, 4)) {
+    config.streams = static_cast<int>(*v);
+  }
+  if (auto v = r.Size("chunk", probes::kMinChunkBytes, kGiB, "1MiB")) config.chunk_bytes = *v;
+  if (auto v = r.Size("pinned_cap", kKiB, 1ull << 40, "512MiB")) config.pinned_cap_bytes = *v;
+  CheckPinnedCap(r, config);
+  ReadGpus(r, config);
   r.RejectUnknown();
 }
 

@@ -11,9 +11,154 @@
 namespace xferd::config {
 namespace {
 
+using Kind = probes::SimFault::Kind;
+
 bool ValidWidth(std::int64_t width) {
   return width == 1 || width == 2 || width == 4 || width == 8 || width == 12 || width == 16 ||
          width == 32;
+}
+
+constexpr const char* kWidthFix = "use 1, 2, 4, 8, 12, 16 or 32";
+
+// link = "gen4x16", or link_gen and link_width: the link the simulated GPU trained to.
+void ReadLink(const TableReader& r, probes::SimOptions& sim) {
+  const toml::node* link = r.Find("link");
+  if (link && (r.Find("link_gen") || r.Find("link_width"))) {
+    r.Fail(*link, "link", "set either link or link_gen/link_width, not both",
+           "keep link = \"gen4x16\" and remove link_gen and link_width");
+  }
+  if (auto v = r.String("link", "\"gen4x16\"")) {
+    static const std::regex kLink("[Gg][Ee][Nn]([1-6])[Xx]([0-9]{1,2})");
+    std::smatch m;
+    if (!std::regex_match(*v, m, kLink) || !ValidWidth(std::stoi(m[2].str()))) {
+      r.Fail(*link, "link", "not a PCIe link: " + Quote(*v),
+             "write link = \"gen4x16\" (gen 1-6, width 1, 2, 4, 8, 12, 16 or 32)");
+    }
+    sim.link_gen = std::stoi(m[1].str());
+    sim.link_width = std::stoi(m[2].str());
+  }
+  if (auto v = r.Integer("link_gen", 1, 6, 4)) sim.link_gen = static_cast<int>(*v);
+  if (auto v = r.Integer("link_width", 1, 32, 16)) {
+    if (!ValidWidth(*v)) {
+      r.Fail(*r.Find("link_width"), "link_width", "PCIe has no x" + std::to_string(*v) + " link",
+             kWidthFix);
+    }
+    sim.link_width = static_cast<int>(*v);
+  }
+}
+
+// unsupported = { mode = "reason" }: modes every simulated device cannot do.
+void ReadUnsupported(const TableReader& r, probes::SimOptions& sim) {
+  const toml::node* node = r.Find("unsupported");
+  if (!node) return;
+  const auto* modes = node->as_table();
+  if (!modes) {
+    r.Fail(*node, "unsupported", "must be a table of mode = \"reason\", got " + TypeName(*node),
+           "write e.g. unsupported = { managed = \"no concurrentManagedAccess\" }");
+  }
+  for (const auto& [k, reason] : *modes) {
+    const std::string key = "unsupported." + std::string(k.str());
+    const auto mode = probes::ParseMode(k.str());
+    if (!mode) {
+      r.FailAt(static_cast<int>(k.source().begin.line), key, "unknown mode",
+               "use names from: " + probes::AllModeNames());
+    }
+    const auto* text = reason.as_string();
+    if (!text || (*text)->empty()) {
+      r.Fail(reason, key, "must be the reason as a non-empty string, got " + TypeName(reason),
+             "write " + std::string(k.str()) + " = \"why the simulated device cannot do it\"");
+    }
+    sim.unsupported[*mode] = **text;
+  }
+}
+
+std::string KindNames() {
+  std::string kinds;
+  for (Kind k : {Kind::kDegrade, Kind::kDownTrain, Kind::kErrorEvery, Kind::kHang, Kind::kSlow,
+                 Kind::kLost}) {
+    kinds += (kinds.empty() ? "" : ", ") + std::string(probes::ToString(k));
+  }
+  return kinds;
+}
+
+// The parameters of one fault: each kind takes only its own, so a misplaced one is not
+// silently ignored.
+void ReadFaultParameters(const TableReader& f, const std::string& kind_text,
+                         const probes::SimOptions& sim, probes::SimFault& fault) {
+  const auto only = [&](std::initializer_list<std::string_view> allowed) {
+    for (std::string_view key : {"factor", "gen", "width", "every"}) {
+      const toml::node* node = f.Find(key);
+      if (node && std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+        f.Fail(*node, key, "kind " + Quote(kind_text) + " takes no " + std::string(key),
+               "remove it");
+      }
+    }
+  };
+  const auto required = [&](const auto& value, std::string_view key, const char* missing,
+                            const char* add) {
+    if (!value) f.FailAt(f.TableLine(), key, missing, add);
+    return *value;
+  };
+  switch (fault.kind) {
+    case Kind::kDegrade:
+      only({"factor"});
+      fault.factor =
+          required(f.Number("factor", 0, 1, true, 0.5), "factor",
+                   "missing: how much bandwidth is left", "add factor = 0.5 (0 < factor <= 1)");
+      break;
+    case Kind::kSlow:
+      only({"factor"});
+      fault.factor = required(f.Number("factor", 1, 1e6, false, 10), "factor",
+                              "missing: how many times slower", "add factor = 10 (factor >= 1)");
+      break;
+    case Kind::kDownTrain: {
+      only({"gen", "width"});
+      const auto gen = f.Integer("gen", 1, 6, 3);
+      const auto width = f.Integer("width", 1, 32, 8);
+      if (!gen && !width) {
+        f.FailAt(f.TableLine(), "gen", "missing: the link it trained down to",
+                 "add gen = 3 and/or width = 8");
+      }
+      if (width && !ValidWidth(*width)) {
+        f.Fail(*f.Find("width"), "width", "PCIe has no x" + std::to_string(*width) + " link",
+               kWidthFix);
+      }
+      fault.gen = gen ? static_cast<int>(*gen) : sim.link_gen;
+      fault.width = width ? static_cast<int>(*width) : sim.link_width;
+      break;
+    }
+    case Kind::kErrorEvery:
+      only({"every"});
+      fault.every =
+          static_cast<int>(required(f.Integer("every", 1, 1000000, 3), "every",
+                                    "missing: every how many probes one fails", "add every = 3"));
+      break;
+    case Kind::kHang:
+    case Kind::kLost: only({}); break;
+  }
+}
+
+// [[simulate.fault]] number `index`.
+probes::SimFault ReadFault(const std::string& file, const toml::table& table, std::size_t index,
+                           const probes::SimOptions& sim) {
+  TableReader f(file, table, "simulate.fault");
+  f.SetDisplayPrefix("simulate.fault[" + std::to_string(index) + "]");
+  probes::SimFault fault;
+  const auto kind_text = f.String("kind", "\"degrade\"");
+  if (!kind_text) {
+    f.FailAt(f.TableLine(), "kind", "missing: what fault to inject",
+             "add kind = one of " + KindNames());
+  }
+  const auto kind = probes::ParseSimFaultKind(*kind_text);
+  if (!kind) {
+    f.Fail(*f.Find("kind"), "kind", "unknown fault kind " + Quote(*kind_text),
+           "use one of " + KindNames());
+  }
+  fault.kind = *kind;
+  if (auto v = f.Integer("device", -1, sim.devices - 1, -1)) fault.device = static_cast<int>(*v);
+  ReadFaultParameters(f, *kind_text, sim, fault);
+  f.RejectUnknown();
+  return fault;
 }
 
 }  // namespace
@@ -25,59 +170,17 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
   if (auto v = r.Bool("enabled")) config.simulate = *v;
   if (auto v = r.Integer("devices", 1, 64, 1)) config.sim.devices = static_cast<int>(*v);
   if (auto v = r.Integer("seed", 0, INT64_MAX, 1)) config.sim.seed = static_cast<std::uint64_t>(*v);
-  const toml::node* link = r.Find("link");
-  if (link && (r.Find("link_gen") || r.Find("link_width"))) {
-    r.Fail(*link, "link", "set either link or link_gen/link_width, not both",
-           "keep link = \"gen4x16\" and remove link_gen and link_width");
-  }
-  if (auto v = r.String("link", "\"gen4x16\"")) {
-    // "gen4x16": the generation and lane count the simulated GPU trained to at best.
-    static const std::regex kLink("[Gg][Ee][Nn]([1-6])[Xx]([0-9]{1,2})");
-    std::smatch m;
-    if (!std::regex_match(*v, m, kLink) || !ValidWidth(std::stoi(m[2].str()))) {
-      r.Fail(*link, "link", "not a PCIe link: " + Quote(*v),
-             "write link = \"gen4x16\" (gen 1-6, width 1, 2, 4, 8, 12, 16 or 32)");
-    }
-    config.sim.link_gen = std::stoi(m[1].str());
-    config.sim.link_width = std::stoi(m[2].str());
-  }
-  if (auto v = r.Integer("link_gen", 1, 6, 4)) config.sim.link_gen = static_cast<int>(*v);
-  if (auto v = r.Integer("link_width", 1, 32, 16)) {
-    if (!ValidWidth(*v))
-      r.Fail(*r.Find("link_width"), "link_width", "PCIe has no x" + std::to_string(*v) + " link",
-             "use 1, 2, 4, 8, 12, 16 or 32");
-    config.sim.link_width = static_cast<int>(*v);
-  }
+  ReadLink(r, config.sim);
   if (auto v = r.Bool("integrated")) config.sim.integrated = *v;
   if (auto v = r.Number("time_scale", 0, 1000, false, 1)) config.sim.time_scale = *v;
   // The load the simulated GPUs report to busy detection (in place of NVML).
-  if (auto v = r.Number("gpu_utilization_percent", 0, 100, false, 90))
+  if (auto v = r.Number("gpu_utilization_percent", 0, 100, false, 90)) {
     config.sim_gpu_utilization_percent = *v;
-  if (auto v = r.Bandwidth("pcie_bytes_per_second", "10GB/s", true))
-    config.sim_pcie_bytes_per_s = *v;
-
-  // [simulate.unsupported]: mode = "reason", modes every simulated device cannot do.
-  if (const toml::node* node = r.Find("unsupported")) {
-    const auto* modes = node->as_table();
-    if (!modes) {
-      r.Fail(*node, "unsupported", "must be a table of mode = \"reason\", got " + TypeName(*node),
-             "write e.g. unsupported = { managed = \"no concurrentManagedAccess\" }");
-    }
-    for (const auto& [k, reason] : *modes) {
-      const std::string key = "unsupported." + std::string(k.str());
-      const auto mode = probes::ParseMode(k.str());
-      if (!mode)
-        r.FailAt(static_cast<int>(k.source().begin.line), key, "unknown mode",
-                 "use names from: " + probes::AllModeNames());
-      const auto* text = reason.as_string();
-      if (!text || (*text)->empty()) {
-        r.Fail(reason, key, "must be the reason as a non-empty string, got " + TypeName(reason),
-               "write " + std::string(k.str()) + " = \"why the simulated device cannot do it\"");
-      }
-      config.sim.unsupported[*mode] = **text;
-    }
   }
-
+  if (auto v = r.Bandwidth("pcie_bytes_per_second", "10GB/s", true)) {
+    config.sim_pcie_bytes_per_s = *v;
+  }
+  ReadUnsupported(r, config.sim);
   if (const toml::node* faults_node = r.Find("fault")) {
     const auto* faults = faults_node->as_array();
     if (!faults || !faults->is_array_of_tables()) {
@@ -95,85 +198,7 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
     }
     config.sim.faults.clear();
     for (std::size_t i = 0; i < faults->size(); ++i) {
-      const toml::table& fault_table = *faults->get(i)->as_table();
-      TableReader f(file, fault_table, "simulate.fault");
-      f.SetDisplayPrefix("simulate.fault[" + std::to_string(i) + "]");
-      probes::SimFault fault;
-      const auto kind_text = f.String("kind", "\"degrade\"");
-      std::string kinds;
-      for (auto k : {probes::SimFault::Kind::kDegrade, probes::SimFault::Kind::kDownTrain,
-                     probes::SimFault::Kind::kErrorEvery, probes::SimFault::Kind::kHang,
-                     probes::SimFault::Kind::kSlow, probes::SimFault::Kind::kLost}) {
-        kinds += (kinds.empty() ? "" : ", ") + std::string(probes::ToString(k));
-      }
-      if (!kind_text)
-        f.FailAt(f.TableLine(), "kind", "missing: what fault to inject",
-                 "add kind = one of " + kinds);
-      const auto kind = probes::ParseSimFaultKind(*kind_text);
-      if (!kind)
-        f.Fail(*f.Find("kind"), "kind", "unknown fault kind " + Quote(*kind_text),
-               "use one of " + kinds);
-      fault.kind = *kind;
-      if (auto v = f.Integer("device", -1, config.sim.devices - 1, -1))
-        fault.device = static_cast<int>(*v);
-      // Each kind takes only its own parameters, so a misplaced one is not silently ignored.
-      const auto only = [&](std::initializer_list<std::string_view> allowed) {
-        for (std::string_view key : {"factor", "gen", "width", "every"}) {
-          const toml::node* node = f.Find(key);
-          if (node && std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-            f.Fail(*node, key, "kind " + Quote(*kind_text) + " takes no " + std::string(key),
-                   "remove it");
-          }
-        }
-      };
-      using Kind = probes::SimFault::Kind;
-      switch (fault.kind) {
-        case Kind::kDegrade: {
-          only({"factor"});
-          const auto factor = f.Number("factor", 0, 1, true, 0.5);
-          if (!factor)
-            f.FailAt(f.TableLine(), "factor", "missing: how much bandwidth is left",
-                     "add factor = 0.5 (0 < factor <= 1)");
-          fault.factor = *factor;
-          break;
-        }
-        case Kind::kSlow: {
-          only({"factor"});
-          const auto factor = f.Number("factor", 1, 1e6, false, 10);
-          if (!factor)
-            f.FailAt(f.TableLine(), "factor", "missing: how many times slower",
-                     "add factor = 10 (factor >= 1)");
-          fault.factor = *factor;
-          break;
-        }
-        case Kind::kDownTrain: {
-          only({"gen", "width"});
-          const auto gen = f.Integer("gen", 1, 6, 3);
-          const auto width = f.Integer("width", 1, 32, 8);
-          if (!gen && !width)
-            f.FailAt(f.TableLine(), "gen", "missing: the link it trained down to",
-                     "add gen = 3 and/or width = 8");
-          if (width && !ValidWidth(*width))
-            f.Fail(*f.Find("width"), "width", "PCIe has no x" + std::to_string(*width) + " link",
-                   "use 1, 2, 4, 8, 12, 16 or 32");
-          fault.gen = gen ? static_cast<int>(*gen) : config.sim.link_gen;
-          fault.width = width ? static_cast<int>(*width) : config.sim.link_width;
-          break;
-        }
-        case Kind::kErrorEvery: {
-          only({"every"});
-          const auto every = f.Integer("every", 1, 1000000, 3);
-          if (!every)
-            f.FailAt(f.TableLine(), "every", "missing: every how many probes one fails",
-                     "add every = 3");
-          fault.every = static_cast<int>(*every);
-          break;
-        }
-        case Kind::kHang:
-        case Kind::kLost: only({}); break;
-      }
-      f.RejectUnknown();
-      config.sim.faults.push_back(fault);
+      config.sim.faults.push_back(ReadFault(file, *faults->get(i)->as_table(), i, config.sim));
     }
   }
   r.RejectUnknown();

@@ -2,6 +2,7 @@
 // and checked.
 #include <yaml-cpp/yaml.h>
 
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -119,6 +120,89 @@ std::string YamlScalar(const std::string& file, const YAML::Node& node, const st
   return node.Scalar();
 }
 
+// tls_server_config: cert_file and key_file, read and checked once here
+// (web::LoadTlsMaterial): check-config and run refuse the same files, with the same exit
+// code (78), before any port is opened.
+std::optional<web::TlsMaterial> ReadTlsServerConfig(const std::string& file,
+                                                    const std::filesystem::path& path,
+                                                    const YAML::Node& value, int line) {
+  const std::string key = "tls_server_config";
+  if (value.IsNull()) return std::nullopt;
+  if (!value.IsMap()) {
+    throw ConfigError(file, line, key, "must be a map with cert_file and key_file",
+                      "indent cert_file: and key_file: under it");
+  }
+  std::filesystem::path cert_file, key_file;
+  int cert_line = line, key_line = line;
+  for (const auto& tls : value) {
+    const std::string tls_key = tls.first.Scalar();
+    const std::string name = key + "." + tls_key;
+    RejectNul(file, YamlLine(tls.first), name, tls_key);
+    if (tls_key != "cert_file" && tls_key != "key_file") {
+      throw ConfigError(file, YamlLine(tls.first), name,
+                        "not supported by xferd (it supports cert_file and key_file only)",
+                        "remove it; for client certificates put a TLS proxy in front");
+    }
+    const std::string given = YamlScalar(file, tls.second, name);
+    if (given.empty()) {
+      throw ConfigError(file, YamlLine(tls.second), name, "must not be empty", "name the PEM file");
+    }
+    (tls_key == "cert_file" ? cert_file : key_file) = ResolveAgainst(path, given);
+    (tls_key == "cert_file" ? cert_line : key_line) = YamlLine(tls.second);
+  }
+  if (cert_file.empty() != key_file.empty()) {
+    throw ConfigError(file, line, key + (cert_file.empty() ? ".cert_file" : ".key_file"),
+                      "TLS needs both cert_file and key_file",
+                      "add the missing one, or remove tls_server_config for plain HTTP");
+  }
+  if (cert_file.empty()) return std::nullopt;
+  try {
+    return web::LoadTlsMaterial(cert_file, key_file);
+  } catch (const platform::FileError& e) {
+    const bool cert = e.path() == cert_file;
+    throw ConfigError(
+        file, cert ? cert_line : key_line, key + (cert ? ".cert_file" : ".key_file"),
+        "cannot read " + e.path().string() + ": " + e.cause(),
+        e.fix() + " (relative paths are relative to " +
+            (path.parent_path().empty() ? std::string(".") : path.parent_path().string()) + ")");
+  } catch (const web::TlsMaterialError& e) {
+    const bool cert = e.file() == web::TlsMaterialError::File::kCertificate;
+    throw ConfigError(file, cert ? cert_line : key_line, key + (cert ? ".cert_file" : ".key_file"),
+                      e.problem(), e.fix());
+  }
+}
+
+// basic_auth_users: user -> bcrypt hash.
+std::map<std::string, std::string> ReadBasicAuthUsers(const std::string& file,
+                                                      const YAML::Node& value, int line) {
+  const std::string key = "basic_auth_users";
+  std::map<std::string, std::string> users;
+  if (value.IsNull()) return users;
+  if (!value.IsMap()) {
+    throw ConfigError(file, line, key, "must be a map of user: bcrypt-hash",
+                      "write one line per user, e.g.  prometheus: $2y$10$...");
+  }
+  for (const auto& user : value) {
+    const std::string name = user.first.Scalar();
+    const std::string full = key + "." + name;
+    RejectNul(file, YamlLine(user.first), full, name);
+    if (name.empty() || name.find(':') != std::string::npos) {
+      throw ConfigError(file, YamlLine(user.first), full,
+                        "a user name must be non-empty and hold no ':'", "rename the user");
+    }
+    const std::string hash = YamlScalar(file, user.second, full);
+    if (const auto problem = web::BcryptHashProblem(hash)) {
+      throw ConfigError(file, YamlLine(user.second), full, "the value " + *problem,
+                        web::kBcryptFix);
+    }
+    if (!users.emplace(name, hash).second) {
+      throw ConfigError(file, YamlLine(user.first), full, "user listed twice",
+                        "keep one entry per user");
+    }
+  }
+  return users;
+}
+
 }  // namespace
 
 WebConfig LoadWebConfig(const std::filesystem::path& path) {
@@ -147,80 +231,12 @@ WebConfig LoadWebConfig(const std::filesystem::path& path) {
   try {
     for (const auto& entry : root) {
       const std::string key = entry.first.Scalar();
-      const YAML::Node& value = entry.second;
       const int line = YamlLine(entry.first);
       RejectNul(file, line, key, key);
       if (key == "tls_server_config") {
-        if (value.IsNull()) continue;
-        if (!value.IsMap())
-          throw ConfigError(file, line, key, "must be a map with cert_file and key_file",
-                            "indent cert_file: and key_file: under it");
-        std::filesystem::path cert_file, key_file;
-        int cert_line = line, key_line = line;
-        for (const auto& tls : value) {
-          const std::string tls_key = tls.first.Scalar();
-          const std::string name = key + "." + tls_key;
-          RejectNul(file, YamlLine(tls.first), name, tls_key);
-          if (tls_key == "cert_file" || tls_key == "key_file") {
-            const std::string given = YamlScalar(file, tls.second, name);
-            if (given.empty()) {
-              throw ConfigError(file, YamlLine(tls.second), name, "must not be empty",
-                                "name the PEM file");
-            }
-            (tls_key == "cert_file" ? cert_file : key_file) = ResolveAgainst(path, given);
-            (tls_key == "cert_file" ? cert_line : key_line) = YamlLine(tls.second);
-          } else {
-            throw ConfigError(file, YamlLine(tls.first), name,
-                              "not supported by xferd (it supports cert_file and key_file only)",
-                              "remove it; for client certificates put a TLS proxy in front");
-          }
-        }
-        if (cert_file.empty() != key_file.empty()) {
-          throw ConfigError(file, line, key + (cert_file.empty() ? ".cert_file" : ".key_file"),
-                            "TLS needs both cert_file and key_file",
-                            "add the missing one, or remove tls_server_config for plain HTTP");
-        }
-        if (cert_file.empty()) continue;
-        try {
-          // Read and checked here, once: check-config and run refuse the same files, with
-          // the same exit code (78), before any port is opened.
-          web.tls = web::LoadTlsMaterial(cert_file, key_file);
-        } catch (const platform::FileError& e) {
-          const bool cert = e.path() == cert_file;
-          throw ConfigError(
-              file, cert ? cert_line : key_line, key + (cert ? ".cert_file" : ".key_file"),
-              "cannot read " + e.path().string() + ": " + e.cause(),
-              e.fix() + " (relative paths are relative to " +
-                  (path.parent_path().empty() ? std::string(".") : path.parent_path().string()) +
-                  ")");
-        } catch (const web::TlsMaterialError& e) {
-          const bool cert = e.file() == web::TlsMaterialError::File::kCertificate;
-          throw ConfigError(file, cert ? cert_line : key_line,
-                            key + (cert ? ".cert_file" : ".key_file"), e.problem(), e.fix());
-        }
+        web.tls = ReadTlsServerConfig(file, path, entry.second, line);
       } else if (key == "basic_auth_users") {
-        if (value.IsNull()) continue;
-        if (!value.IsMap())
-          throw ConfigError(file, line, key, "must be a map of user: bcrypt-hash",
-                            "write one line per user, e.g.  prometheus: $2y$10$...");
-        for (const auto& user : value) {
-          const std::string name = user.first.Scalar();
-          const std::string full = key + "." + name;
-          RejectNul(file, YamlLine(user.first), full, name);
-          if (name.empty() || name.find(':') != std::string::npos) {
-            throw ConfigError(file, YamlLine(user.first), full,
-                              "a user name must be non-empty and hold no ':'", "rename the user");
-          }
-          const std::string hash = YamlScalar(file, user.second, full);
-          if (const auto problem = web::BcryptHashProblem(hash)) {
-            throw ConfigError(file, YamlLine(user.second), full, "the value " + *problem,
-                              web::kBcryptFix);
-          }
-          if (!web.basic_auth_users.emplace(name, hash).second) {
-            throw ConfigError(file, YamlLine(user.first), full, "user listed twice",
-                              "keep one entry per user");
-          }
-        }
+        web.basic_auth_users = ReadBasicAuthUsers(file, entry.second, line);
       } else if (key == "http_server_config") {
         // Rejected rather than ignored: an operator who asked for headers or HTTP/2 must
         // not believe they are in effect.

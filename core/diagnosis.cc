@@ -1,6 +1,8 @@
 #include "core/diagnosis.h"
 
 #include <cstdio>
+#include <optional>
+#include <utility>
 
 #include "core/band.h"
 
@@ -47,116 +49,121 @@ std::string_view ToString(DiagnosisCause cause) {
   return "unknown";
 }
 
-std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::ExpectedBand& band,
-                                const std::vector<const SeriesHealth*>& observed,
-                                double drift_fraction) {
-  std::vector<Diagnosis> out;
-  const probes::LinkPath& path = obs.link_path;
+namespace {
 
-  bool low = false;
-  const SeriesHealth* worst_band = nullptr;
-  const SeriesHealth* worst_baseline = nullptr;
-  for (const SeriesHealth* s : observed) {
-    if (s->below_band) {
-      low = true;
-      if (!worst_band || PerDirection(s->direction, s->median_bytes_per_s) <
-                             PerDirection(worst_band->direction, worst_band->median_bytes_per_s)) {
-        worst_band = s;
-      }
-    }
-    if (s->below_baseline) {
-      low = true;
-      if (!worst_baseline ||
-          s->median_bytes_per_s / s->baseline_bytes_per_s <
-              worst_baseline->median_bytes_per_s / worst_baseline->baseline_bytes_per_s) {
-        worst_baseline = s;
-      }
-    }
-  }
-
-  // A downtrained link is a fault whether or not this cycle was slow: it caps every copy.
-  std::vector<std::string> downtrained;
-  std::string first_bdf;
+// A downtrained link is a fault whether or not this cycle was slow: it caps every copy.
+std::optional<Diagnosis> LinkDowntrained(const probes::LinkPath& path) {
+  std::string detail, first_bdf;
   for (const probes::PcieLink& link : path.links) {
     if (!link.Downtrained()) continue;
     if (first_bdf.empty()) first_bdf = link.bdf;
-    downtrained.push_back(link.bdf + " " + LinkText(link.current_gen, link.current_width) +
-                          ", max " + LinkText(link.max_gen, link.max_width));
+    detail += (detail.empty() ? "" : "; ") + link.bdf + " " +
+              LinkText(link.current_gen, link.current_width) + ", max " +
+              LinkText(link.max_gen, link.max_width);
   }
-  if (!downtrained.empty()) {
-    std::string detail;
-    for (const auto& d : downtrained) detail += (detail.empty() ? "" : "; ") + d;
-    out.push_back({DiagnosisCause::kLinkDowntrained, detail,
+  if (detail.empty()) return std::nullopt;
+  return Diagnosis{DiagnosisCause::kLinkDowntrained, detail,
                    "A PCIe link on the GPU's path runs below its maximum: compare LnkSta with "
                    "LnkCap in `lspci -vv -s " +
                        first_bdf +
                        "`, reseat the card or riser, check the slot and the BIOS PCIe speed "
-                       "setting."});
-  }
+                       "setting."};
+}
 
+std::optional<Diagnosis> NumaRemote(const CycleObservation& obs) {
   // The node the caller names, else the one a probe found its host buffer on.
   int host_node = obs.host_numa_node;
   for (const probes::ProbeSample& sample : obs.samples) {
     if (host_node >= 0) break;
     if (sample.status == ProbeStatus::kOk) host_node = sample.host_numa_node;
   }
-  if (path.numa_node >= 0 && host_node >= 0 && path.numa_node != host_node) {
-    const std::string gpu_node = std::to_string(path.numa_node);
-    out.push_back(
-        {DiagnosisCause::kNumaRemote,
-         "GPU on node " + gpu_node + ", host buffers on node " + std::to_string(host_node),
-         "Host memory is on another NUMA node than the GPU, so copies cross the "
-         "socket link: bind the workload and xferd to node " +
-             gpu_node + " (numactl --cpunodebind=" + gpu_node + " --membind=" + gpu_node +
-             ", or CPUAffinity=/NUMAPolicy= in the unit)."});
-  }
+  const int gpu = obs.link_path.numa_node;
+  if (gpu < 0 || host_node < 0 || gpu == host_node) return std::nullopt;
+  const std::string gpu_node = std::to_string(gpu);
+  return Diagnosis{
+      DiagnosisCause::kNumaRemote,
+      "GPU on node " + gpu_node + ", host buffers on node " + std::to_string(host_node),
+      "Host memory is on another NUMA node than the GPU, so copies cross the socket link: bind "
+      "the workload and xferd to node " +
+          gpu_node + " (numactl --cpunodebind=" + gpu_node + " --membind=" + gpu_node +
+          ", or CPUAffinity=/NUMAPolicy= in the unit)."};
+}
 
+// Pinned against pageable h2d of the same size, both measured this cycle. Integrated GPUs
+// share DRAM with the host, where a ratio near 1 is normal.
+std::optional<Diagnosis> PinnedPageableRatio(const CycleObservation& obs,
+                                             const std::vector<const SeriesHealth*>& observed) {
+  if (obs.device.integrated) return std::nullopt;
+  const auto ok_h2d = [](const SeriesHealth* s, TransferMode mode) {
+    return s->mode == mode && s->direction == Direction::kH2D && s->status == ProbeStatus::kOk &&
+           s->median_bytes_per_s > 0;
+  };
+  for (const SeriesHealth* pinned : observed) {
+    if (!ok_h2d(pinned, TransferMode::kPinned)) continue;
+    for (const SeriesHealth* pageable : observed) {
+      if (!ok_h2d(pageable, TransferMode::kPageable) ||
+          pageable->size_bytes != pinned->size_bytes) {
+        continue;
+      }
+      const double ratio = pinned->median_bytes_per_s / pageable->median_bytes_per_s;
+      if (ratio >= kPinnedPageableRatioLow && ratio <= kPinnedPageableRatioHigh) continue;
+      char detail[96];
+      std::snprintf(detail, sizeof detail, "pinned/pageable h2d %.1fx, usual 2-4x", ratio);
+      return Diagnosis{
+          DiagnosisCause::kPinnedPageableRatio, detail,
+          ratio < kPinnedPageableRatioLow
+              ? "Pinned copies are hardly faster than pageable ones: check the memlock limit "
+                "(LimitMEMLOCK=), that pinned allocations succeed, and the IOMMU mode."
+              : "Pageable copies are unusually slow next to pinned ones: check host memory "
+                "bandwidth and pressure, the process's NUMA placement and transparent huge "
+                "pages."};
+    }
+  }
+  return std::nullopt;
+}
+
+// The series furthest below the band (per direction) and below its baseline (by ratio).
+std::pair<const SeriesHealth*, const SeriesHealth*> Worst(
+    const std::vector<const SeriesHealth*>& observed) {
+  const SeriesHealth* band = nullptr;
+  const SeriesHealth* baseline = nullptr;
+  const auto rate = [](const SeriesHealth* s) {
+    return PerDirection(s->direction, s->median_bytes_per_s);
+  };
+  const auto ratio = [](const SeriesHealth* s) {
+    return s->median_bytes_per_s / s->baseline_bytes_per_s;
+  };
+  for (const SeriesHealth* s : observed) {
+    if (s->below_band && (!band || rate(s) < rate(band))) band = s;
+    if (s->below_baseline && (!baseline || ratio(s) < ratio(baseline))) baseline = s;
+  }
+  return {band, baseline};
+}
+
+}  // namespace
+
+std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::ExpectedBand& band,
+                                const std::vector<const SeriesHealth*>& observed,
+                                double drift_fraction) {
+  std::vector<Diagnosis> out;
+  const auto [worst_band, worst_baseline] = Worst(observed);
+  const bool low = worst_band != nullptr || worst_baseline != nullptr;
+  const probes::LinkPath& path = obs.link_path;
+  if (auto d = LinkDowntrained(path)) out.push_back(std::move(*d));
+  if (auto d = NumaRemote(obs)) out.push_back(std::move(*d));
   if (low && (path.iommu_type == "DMA" || path.iommu_type == "DMA-FQ")) {
     out.push_back({DiagnosisCause::kIommuTranslating, "iommu_group type " + path.iommu_type,
                    "The IOMMU translates every DMA of this GPU: check whether a kernel or "
                    "BIOS update turned it on; iommu=pt (passthrough) on the kernel command "
                    "line restores direct DMA where isolation is not needed."});
   }
-
-  // Pinned against pageable h2d of the same size, both measured this cycle. Integrated GPUs
-  // share DRAM with the host, where a ratio near 1 is normal.
-  if (!obs.device.integrated) {
-    for (const SeriesHealth* pinned : observed) {
-      if (pinned->mode != TransferMode::kPinned || pinned->direction != Direction::kH2D ||
-          pinned->status != ProbeStatus::kOk) {
-        continue;
-      }
-      for (const SeriesHealth* pageable : observed) {
-        if (pageable->mode != TransferMode::kPageable || pageable->direction != Direction::kH2D ||
-            pageable->size_bytes != pinned->size_bytes || pageable->status != ProbeStatus::kOk ||
-            pageable->median_bytes_per_s <= 0) {
-          continue;
-        }
-        const double ratio = pinned->median_bytes_per_s / pageable->median_bytes_per_s;
-        if (ratio >= kPinnedPageableRatioLow && ratio <= kPinnedPageableRatioHigh) continue;
-        char detail[96];
-        std::snprintf(detail, sizeof detail, "pinned/pageable h2d %.1fx, usual 2-4x", ratio);
-        out.push_back(
-            {DiagnosisCause::kPinnedPageableRatio, detail,
-             ratio < kPinnedPageableRatioLow
-                 ? "Pinned copies are hardly faster than pageable ones: check the memlock "
-                   "limit (LimitMEMLOCK=), that pinned allocations succeed, and the IOMMU mode."
-                 : "Pageable copies are unusually slow next to pinned ones: check host memory "
-                   "bandwidth and pressure, the process's NUMA placement and transparent huge "
-                   "pages."});
-        break;
-      }
-      if (!out.empty() && out.back().cause == DiagnosisCause::kPinnedPageableRatio) break;
-    }
-  }
-
+  if (auto d = PinnedPageableRatio(obs, observed)) out.push_back(std::move(*d));
   if (obs.busy) {
     out.push_back({DiagnosisCause::kGpuBusy, "other work on the GPU or link during the probes",
                    "Another workload used the GPU or its link while probing: this cycle counts "
                    "toward neither verdicts nor baselines; if it persists, raise the busy "
                    "thresholds or the interval."});
   }
-
   if (worst_band) {
     out.push_back({DiagnosisCause::kBelowBand,
                    PairName(worst_band->mode, worst_band->direction) + " " +

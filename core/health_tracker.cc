@@ -58,7 +58,8 @@ void HealthTracker::Reconfigure(const Settings& config) {
     const bool direction = h.direction != Direction::kBidirectional || config_.bidirectional;
     return mode && size && direction;
   };
-  for (auto& [uuid, device] : devices_) {
+  for (auto& [uuid, state] : devices_) {
+    DeviceState& device = state;  // a plain reference: lambdas below capture it
     const std::size_t before = device.series.size();
     for (auto it = device.series.begin(); it != device.series.end();) {
       SeriesState& series = it->second;

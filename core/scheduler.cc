@@ -17,15 +17,6 @@ using std::chrono::duration;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-bool SteadyClock::SleepUntil(SteadyTime until, std::stop_token stop) {
-  std::mutex m;
-  std::condition_variable_any cv;
-  std::unique_lock lock(m);
-  // Nothing notifies cv: only the deadline or a stop request (which wakes it) end the wait.
-  cv.wait_until(lock, stop, until, [] { return false; });
-  return !stop.stop_requested();
-}
-
 namespace {
 
 double AllowanceCapacity(const Settings& config) {
@@ -205,138 +196,153 @@ SteadyTime Scheduler::NextStart(const Settings& config, SteadyTime cycle_start) 
   return std::max(start, floor);
 }
 
+bool Scheduler::SkipIfBusy(const probes::DeviceInfo& device,
+                           const std::vector<probes::ProbeSpec>& plan, BusyDetector& busy,
+                           DeviceCycle& dc, CycleReport& report) {
+  dc.busy = busy.Check(device);
+  if (!dc.busy || !dc.busy->busy) return false;
+  dc.skipped_busy = true;
+  report.skipped_busy += static_cast<int>(plan.size());
+  const std::string gpu = std::to_string(device.index);
+  ScopedLogFields fields(gpu, "");
+  spdlog::info("gpu {}: busy ({}); skipping its probes this cycle", gpu, dc.busy->reason);
+  for (const auto& spec : plan) {
+    if (callbacks_.on_skipped_busy) callbacks_.on_skipped_busy(device, spec);
+  }
+  return true;
+}
+
+bool Scheduler::Fits(int device, const probes::ProbeSpec& spec, const Settings& config) {
+  std::lock_guard lock(mutex_);
+  DeviceAllowance& allowance = allowances_[device];
+  Refill(allowance, config, clock_.Now());
+  auto it = allowance.probes.find({spec.mode, spec.direction, spec.size_bytes});
+  // Unknown cost: run it and learn. A probe dearer than the whole allowance runs when the
+  // allowance is full, or it would never run at all.
+  return it == allowance.probes.end() || !it->second.last_run ||
+         it->second.cost_s <= allowance.balance_s ||
+         allowance.balance_s >= AllowanceCapacity(config);
+}
+
+std::optional<probes::ProbeSample> Scheduler::RunProbe(const probes::DeviceInfo& device,
+                                                       const probes::ProbeSpec& spec, bool headline,
+                                                       std::stop_token stop, CycleReport& report) {
+  const std::string gpu = std::to_string(device.index);
+  ScopedLogFields fields(gpu, std::string(probes::ToString(spec.mode)));
+  const SteadyTime probe_start = clock_.Now();
+  {
+    std::lock_guard lock(mutex_);
+    in_probe_ = true;
+    probe_device_ = device.index;
+    probe_spec_ = spec;
+    probe_started_ = probe_start;
+    ++probe_serial_;
+  }
+  probes::ProbeSample sample = backend_.Run(device.index, spec, stop);
+  const SteadyTime probe_end = clock_.Now();
+  {
+    std::lock_guard lock(mutex_);
+    in_probe_ = false;
+  }
+  if (stop.stop_requested()) return std::nullopt;  // cut short: not a result
+  const double elapsed = duration<double>(probe_end - probe_start).count();
+  const double deadline_s = duration<double>(spec.deadline).count();
+  if (sample.status == probes::ProbeStatus::kOk && elapsed > deadline_s) {
+    // A backend that overran without noticing: the result came too late to trust.
+    sample.status = probes::ProbeStatus::kTimeout;
+    sample.message =
+        fmt::format("finished after {:.2f} s, past its {:.2f} s deadline", elapsed, deadline_s);
+  }
+  // Device time cannot exceed the wall time the call took (the call waits for the device);
+  // a simulated device running faster than real time reports more.
+  const double cost = sample.device_time_s > 0 ? std::min(sample.device_time_s, elapsed) : elapsed;
+  report.device_s += cost;
+  {
+    std::lock_guard lock(mutex_);
+    DeviceAllowance& allowance = allowances_[device.index];
+    allowance.balance_s -= cost;
+    allowance.probes[{spec.mode, spec.direction, spec.size_bytes}] = {probe_start, cost};
+    if (headline) allowance.headline_s += cost;
+  }
+  switch (sample.status) {
+    case probes::ProbeStatus::kOk: ++report.ok; break;
+    case probes::ProbeStatus::kError: ++report.errors; break;
+    case probes::ProbeStatus::kTimeout: ++report.timeouts; break;
+    case probes::ProbeStatus::kUnsupported: ++report.unsupported; break;
+  }
+  if (sample.status == probes::ProbeStatus::kError ||
+      sample.status == probes::ProbeStatus::kTimeout) {
+    spdlog::warn("gpu {} {} {} {}: probe {}: {}", gpu, probes::ToString(spec.mode),
+                 probes::ToString(spec.direction), probes::FormatSize(spec.size_bytes),
+                 sample.status == probes::ProbeStatus::kError ? "error" : "timed out",
+                 sample.message);
+  }
+  return sample;
+}
+
+DeviceCycle Scheduler::ProbeDevice(const probes::DeviceInfo& device,
+                                   const std::vector<probes::ProbeSpec>& plan,
+                                   const Settings& config, SteadyTime cycle_start,
+                                   std::stop_token stop, CycleReport& report) {
+  DeviceCycle dc;
+  dc.device = device;
+  std::vector<probes::ProbeSpec> ordered;
+  {
+    std::lock_guard lock(mutex_);
+    DeviceAllowance& allowance = allowances_[device.index];
+    Refill(allowance, config, clock_.Now());
+    allowance.headline_s = 0;
+    ordered = Order(plan, config, allowance);
+  }
+  const auto read_link = [&] {
+    dc.link_path = backend_.ReadLinkPath(device.index);
+    if (callbacks_.on_link_path) callbacks_.on_link_path(device, dc.link_path);
+  };
+  bool link_read = false;
+  for (std::size_t i = 0; i < ordered.size() && !stop.stop_requested(); ++i) {
+    const probes::ProbeSpec& spec = ordered[i];
+    const bool headline = IsHeadline(spec, config);
+    if (!headline && !Fits(device.index, spec, config)) {
+      // Strict order: the stalest saves up instead of being starved by cheaper ones.
+      dc.held_back = static_cast<int>(ordered.size() - i);
+      report.held_back += dc.held_back;
+      break;
+    }
+    if (clock_.Now() - cycle_start >= config.cycle_budget) {
+      ++dc.skipped_budget;
+      ++report.skipped_budget;
+      report.over_budget = true;
+      continue;
+    }
+    std::optional<probes::ProbeSample> sample = RunProbe(device, spec, headline, stop, report);
+    if (!sample) break;
+    if (callbacks_.on_probe) callbacks_.on_probe(device, *sample);
+    if (!link_read && sample->status == probes::ProbeStatus::kOk) {
+      read_link();  // right after traffic, before an idle link trains down to save power
+      link_read = true;
+    }
+    dc.samples.push_back(std::move(*sample));
+  }
+  if (!link_read && !stop.stop_requested()) read_link();
+  std::lock_guard lock(mutex_);
+  dc.allowance_s = allowances_[device.index].balance_s;
+  return dc;
+}
+
 CycleReport Scheduler::RunCycle(const Settings& config, BusyDetector* busy, std::stop_token stop) {
   CycleReport report;
   report.started_at = std::chrono::system_clock::now();
   const SteadyTime start = clock_.Now();
   const std::vector<probes::ProbeSpec> plan = PlanProbes(config);
-
   for (const auto& device : devices_) {
     if (stop.stop_requested()) break;
     DeviceCycle dc;
     dc.device = device;
-    const std::string gpu = std::to_string(device.index);
-    if (config.busy_detection && busy != nullptr) {
-      dc.busy = busy->Check(device);
-      if (dc.busy && dc.busy->busy) {
-        dc.skipped_busy = true;
-        report.skipped_busy += static_cast<int>(plan.size());
-        ScopedLogFields fields(gpu, "");
-        spdlog::info("gpu {}: busy ({}); skipping its probes this cycle", gpu, dc.busy->reason);
-        for (const auto& spec : plan) {
-          if (callbacks_.on_skipped_busy) callbacks_.on_skipped_busy(device, spec);
-        }
-        report.devices.push_back(std::move(dc));
-        continue;
-      }
+    if (config.busy_detection && busy != nullptr && SkipIfBusy(device, plan, *busy, dc, report)) {
+      report.devices.push_back(std::move(dc));
+      continue;
     }
-    bool link_read = false;
-    std::vector<probes::ProbeSpec> ordered;
-    {
-      std::lock_guard lock(mutex_);
-      DeviceAllowance& allowance = allowances_[device.index];
-      Refill(allowance, config, clock_.Now());
-      allowance.headline_s = 0;
-      ordered = Order(plan, config, allowance);
-    }
-    for (std::size_t i = 0; i < ordered.size(); ++i) {
-      const probes::ProbeSpec& spec = ordered[i];
-      if (stop.stop_requested()) break;
-      const bool headline = IsHeadline(spec, config);
-      if (!headline) {
-        std::lock_guard lock(mutex_);
-        DeviceAllowance& allowance = allowances_[device.index];
-        Refill(allowance, config, clock_.Now());
-        auto it = allowance.probes.find({spec.mode, spec.direction, spec.size_bytes});
-        // Unknown cost: run it and learn. A probe dearer than the whole allowance runs when
-        // the allowance is full, or it would never run at all.
-        const bool fits = it == allowance.probes.end() || !it->second.last_run ||
-                          it->second.cost_s <= allowance.balance_s ||
-                          allowance.balance_s >= AllowanceCapacity(config);
-        if (!fits) {
-          // Strict order: the stalest saves up instead of being starved by cheaper ones.
-          dc.held_back = static_cast<int>(ordered.size() - i);
-          report.held_back += dc.held_back;
-          break;
-        }
-      }
-      if (clock_.Now() - start >= config.cycle_budget) {
-        ++dc.skipped_budget;
-        ++report.skipped_budget;
-        report.over_budget = true;
-        continue;
-      }
-      ScopedLogFields fields(gpu, std::string(probes::ToString(spec.mode)));
-      {
-        std::lock_guard lock(mutex_);
-        in_probe_ = true;
-        probe_device_ = device.index;
-        probe_spec_ = spec;
-        probe_started_ = clock_.Now();
-        ++probe_serial_;
-      }
-      const SteadyTime probe_start = clock_.Now();
-      probes::ProbeSample sample = backend_.Run(device.index, spec, stop);
-      const SteadyTime probe_end = clock_.Now();
-      {
-        std::lock_guard lock(mutex_);
-        in_probe_ = false;
-      }
-      if (stop.stop_requested()) break;  // cut short: not a result
-      const double elapsed = duration<double>(probe_end - probe_start).count();
-      if (sample.status == probes::ProbeStatus::kOk &&
-          elapsed > duration<double>(spec.deadline).count()) {
-        // A backend that overran without noticing: the result came too late to trust.
-        sample.status = probes::ProbeStatus::kTimeout;
-        sample.message = fmt::format("finished after {:.2f} s, past its {:.2f} s deadline", elapsed,
-                                     duration<double>(spec.deadline).count());
-      }
-      // Device time cannot exceed the wall time the call took (the call waits for the
-      // device); a simulated device running faster than real time reports more.
-      const double cost =
-          sample.device_time_s > 0 ? std::min(sample.device_time_s, elapsed) : elapsed;
-      report.device_s += cost;
-      {
-        std::lock_guard lock(mutex_);
-        DeviceAllowance& allowance = allowances_[device.index];
-        allowance.balance_s -= cost;
-        allowance.probes[{spec.mode, spec.direction, spec.size_bytes}] = {probe_start, cost};
-        if (headline) allowance.headline_s += cost;
-      }
-      switch (sample.status) {
-        case probes::ProbeStatus::kOk: ++report.ok; break;
-        case probes::ProbeStatus::kError:
-          ++report.errors;
-          spdlog::warn("gpu {} {} {} {}: probe error: {}", gpu, probes::ToString(spec.mode),
-                       probes::ToString(spec.direction), probes::FormatSize(spec.size_bytes),
-                       sample.message);
-          break;
-        case probes::ProbeStatus::kTimeout:
-          ++report.timeouts;
-          spdlog::warn("gpu {} {} {} {}: probe timed out: {}", gpu, probes::ToString(spec.mode),
-                       probes::ToString(spec.direction), probes::FormatSize(spec.size_bytes),
-                       sample.message);
-          break;
-        case probes::ProbeStatus::kUnsupported: ++report.unsupported; break;
-      }
-      if (callbacks_.on_probe) callbacks_.on_probe(device, sample);
-      if (!link_read && sample.status == probes::ProbeStatus::kOk) {
-        // Right after traffic, before an idle link trains down to save power.
-        dc.link_path = backend_.ReadLinkPath(device.index);
-        link_read = true;
-        if (callbacks_.on_link_path) callbacks_.on_link_path(device, dc.link_path);
-      }
-      dc.samples.push_back(std::move(sample));
-    }
-    if (!link_read && !stop.stop_requested()) {
-      dc.link_path = backend_.ReadLinkPath(device.index);
-      if (callbacks_.on_link_path) callbacks_.on_link_path(device, dc.link_path);
-    }
-    {
-      std::lock_guard lock(mutex_);
-      dc.allowance_s = allowances_[device.index].balance_s;
-    }
-    report.devices.push_back(std::move(dc));
+    report.devices.push_back(ProbeDevice(device, plan, config, start, stop, report));
   }
   report.wall_s = duration<double>(clock_.Now() - start).count();
   if (report.over_budget) {

@@ -28,27 +28,11 @@
 #include <vector>
 
 #include "core/busy_detector.h"
+#include "core/clock.h"
 #include "core/settings.h"
 #include "xferd/probes/backend.h"
 
 namespace xferd::core {
-
-using SteadyTime = std::chrono::steady_clock::time_point;
-
-// Time as the scheduler sees it; tests inject a fake.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual SteadyTime Now() const = 0;
-  // Wait until `until` or until `stop` is requested; false when stopped.
-  virtual bool SleepUntil(SteadyTime until, std::stop_token stop) = 0;
-};
-
-class SteadyClock final : public Clock {
- public:
-  SteadyTime Now() const override { return std::chrono::steady_clock::now(); }
-  bool SleepUntil(SteadyTime until, std::stop_token stop) override;
-};
 
 // What one cycle did on one GPU.
 struct DeviceCycle {
@@ -141,6 +125,19 @@ class Scheduler {
   };
 
   CycleReport RunCycle(const Settings& config, BusyDetector* busy, std::stop_token stop);
+  // One GPU's part of a cycle: its probes in allowance order, within the cycle's budget.
+  DeviceCycle ProbeDevice(const probes::DeviceInfo& device,
+                          const std::vector<probes::ProbeSpec>& plan, const Settings& config,
+                          SteadyTime cycle_start, std::stop_token stop, CycleReport& report);
+  // True (and the cycle's record says so) when the GPU is busy with other work.
+  bool SkipIfBusy(const probes::DeviceInfo& device, const std::vector<probes::ProbeSpec>& plan,
+                  BusyDetector& busy, DeviceCycle& dc, CycleReport& report);
+  // Whether a rotating probe's last cost fits the GPU's allowance now.
+  bool Fits(int device, const probes::ProbeSpec& spec, const Settings& config);
+  // One probe, timed, charged to the allowance and counted; nullopt when cut short by stop.
+  std::optional<probes::ProbeSample> RunProbe(const probes::DeviceInfo& device,
+                                              const probes::ProbeSpec& spec, bool headline,
+                                              std::stop_token stop, CycleReport& report);
   SteadyTime NextStart(const Settings& config, SteadyTime cycle_start);
   // Adds max_duty_cycle x the time since the last refill, up to the window's capacity.
   void Refill(DeviceAllowance& allowance, const Settings& config, SteadyTime now) const;

@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const xferd::config::WebConfig web =
         xferd::config::LoadWebConfig("/proc/self/fd/" + std::to_string(fd));
     // What loaded must be what validation promised.
-    if (web.cert_file.empty() != web.key_file.empty()) __builtin_trap();
+    if (web.tls && (web.tls->cert_file.empty() || web.tls->key_file.empty())) __builtin_trap();
     for (const auto& [user, hash] : web.basic_auth_users) {
       if (user.empty() || hash.size() != 60 || hash[0] != '$') __builtin_trap();
     }

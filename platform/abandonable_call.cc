@@ -19,7 +19,7 @@ struct Outcome {
 
 }  // namespace
 
-bool CallUnlessStopped(std::function<void()> work, const sigset_t& stop_signals, int* signal) {
+std::optional<Signal> CallUnlessStopped(std::function<void()> work, SignalSource& signals) {
   // Shared with the thread, which may outlive this call.
   auto outcome = std::make_shared<Outcome>();
   std::thread([outcome, work = std::move(work)] {
@@ -35,22 +35,18 @@ bool CallUnlessStopped(std::function<void()> work, const sigset_t& stop_signals,
     outcome->finished.notify_all();
   }).detach();
 
-  constexpr auto kSignalPoll = std::chrono::milliseconds(20);
+  // Short waits on each: the work usually takes well under a millisecond.
+  constexpr auto kPoll = std::chrono::milliseconds(20);
   for (;;) {
     {
       std::unique_lock lock(outcome->mutex);
-      if (outcome->finished.wait_for(lock, kSignalPoll, [&] { return outcome->done; })) {
+      if (outcome->finished.wait_for(lock, kPoll, [&] { return outcome->done; })) {
         if (outcome->error) std::rethrow_exception(outcome->error);
-        return true;
+        return std::nullopt;
       }
     }
-    const timespec now{0, 0};
-    siginfo_t info{};
-    const int sig = sigtimedwait(&stop_signals, &info, &now);
-    if (sig > 0) {
-      if (signal != nullptr) *signal = sig;
-      return false;
-    }
+    const Signal signal = signals.Wait(std::chrono::milliseconds(0));
+    if (signal.kind == Signal::Kind::kStop) return signal;
   }
 }
 

@@ -8,7 +8,7 @@ import statistics
 import sys
 from pathlib import Path
 
-NVBANDWIDTH = 55.3e9  # nvbandwidth v0.8 CE H2D/D2H on the test H200 (DESIGN.md)
+NVBANDWIDTH = 55.3e9  # nvbandwidth v0.8 CE H2D/D2H on the test H200 (docs/gpu-results.md)
 
 
 def load(path):

@@ -1,5 +1,6 @@
-// The CUDA backend: every mode of DESIGN.md on real GPUs. Host logic lives here; the
-// kernels it launches are in kernels.cu.
+// The CUDA backend: every mode of docs/probe.md on real GPUs. Host logic lives here; the
+// kernels it launches are in kernels.cu, and every CUDA resource it holds is owned by a
+// wrapper of resources.h.
 #include "xferd/probes/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -18,6 +19,7 @@
 #include "device_identity.h"
 #include "host_memory.h"
 #include "kernels.h"
+#include "resources.h"
 #include "xferd/probes/stats.h"
 
 namespace xferd::probes {
@@ -82,14 +84,16 @@ cudaError_t Prefetch(const void* ptr, std::uint64_t bytes, int device, cudaStrea
 // how many leading bytes hold the static pattern (written, or verified after a copy), so a
 // source is refilled only after something else was written into it.
 struct HostBuffer {
-  void* ptr = nullptr;         // host address
+  cuda::Memory memory;
   void* device_ptr = nullptr;  // mapped buffers: the device's address of it
   std::uint64_t pattern_bytes = 0;
+  void* ptr() const { return memory.get(); }  // host address
 };
 
 struct DeviceBuffer {
-  void* ptr = nullptr;
+  cuda::Memory memory;
   std::uint64_t pattern_bytes = 0;
+  void* ptr() const { return memory.get(); }
 };
 
 // Everything one GPU's probes use; allocated on first need, sized for max_size_bytes, kept.
@@ -101,19 +105,38 @@ struct DeviceState {
   bool ready = false;
   bool unfinished_work = false;  // a probe timed out or was cancelled with work in flight
 
-  std::vector<cudaStream_t> streams;  // [0]: the probe's own stream
-  cudaEvent_t begin = nullptr, start = nullptr, stop = nullptr, stop_b = nullptr, end = nullptr;
-  std::vector<cudaEvent_t> joins;
-  std::uint64_t* device_result = nullptr;  // one checksum slot on the device
-  std::uint64_t* host_result = nullptr;    // and its pinned copy
+  std::vector<cuda::Stream> streams;  // [0]: the probe's own stream
+  cuda::Event begin, start, stop, stop_b, end;
+  std::vector<cuda::Event> joins;
+  cuda::Memory device_result_memory;  // one checksum slot on the device
+  cuda::Memory host_result_memory;    // and its pinned copy
 
   DeviceBuffer device_source, device_destination;
   HostBuffer pinned, pinned_second, pageable, mapped;
-  void* managed = nullptr;
+  cuda::Memory managed;
   std::uint64_t pinned_bytes = 0;
 
   std::map<std::uint64_t, std::uint64_t> pattern_checksums;  // size -> static pattern checksum
   std::map<std::uint64_t, int> compute_rounds;               // size -> overlap kernel rounds
+
+  std::uint64_t* device_result() const {
+    return static_cast<std::uint64_t*>(device_result_memory.get());
+  }
+  std::uint64_t* host_result() const {
+    return static_cast<std::uint64_t*>(host_result_memory.get());
+  }
+  // Gives up everything held without a CUDA call: the GPU does not answer, and freeing
+  // could hang the shutdown.
+  void Leak() {
+    for (auto& stream : streams) stream.Leak();
+    for (cuda::Event* e : {&begin, &start, &stop, &stop_b, &end}) e->Leak();
+    for (auto& join : joins) join.Leak();
+    for (cuda::Memory* m : {&device_result_memory, &host_result_memory, &device_source.memory,
+                            &device_destination.memory, &pinned.memory, &pinned_second.memory,
+                            &pageable.memory, &mapped.memory, &managed}) {
+      m->Leak();
+    }
+  }
 };
 
 class CudaBackend final : public TransferBackend {
@@ -183,7 +206,7 @@ class ProbeRun {
   }
   void EnsureHostPattern(HostBuffer& b) {
     if (b.pattern_bytes >= n_) return;
-    HostFillPattern(b.ptr, options_.max_size_bytes, kStaticSalt);
+    HostFillPattern(b.ptr(), options_.max_size_bytes, kStaticSalt);
     b.pattern_bytes = options_.max_size_bytes;
   }
   // The buffer is about to be written: remember what held the pattern before.
@@ -243,13 +266,14 @@ std::uint64_t ProbeRun::StaticChecksum() {
 
 void ProbeRun::EnsureDevicePattern(DeviceBuffer& b) {
   if (b.pattern_bytes >= n_) return;
-  Check(cuda::LaunchFill(b.ptr, options_.max_size_bytes, kStaticSalt, nullptr, s_.blocks, Stream()),
-        "fill kernel");
+  Check(
+      cuda::LaunchFill(b.ptr(), options_.max_size_bytes, kStaticSalt, nullptr, s_.blocks, Stream()),
+      "fill kernel");
   b.pattern_bytes = options_.max_size_bytes;  // stream order puts the fill before any copy
 }
 
 void ProbeRun::EnqueueDeviceCheck(void* data, bool uncached) {
-  Check(cuda::LaunchChecksum(data, n_, uncached, s_.device_result, s_.blocks, Stream()),
+  Check(cuda::LaunchChecksum(data, n_, uncached, s_.device_result(), s_.blocks, Stream()),
         "checksum kernel");
 }
 
@@ -262,7 +286,7 @@ void ProbeRun::Corrupted(const char* where, int round, const std::string& detail
 }
 
 void ProbeRun::FetchChecksum() {
-  Check(cudaMemcpyAsync(s_.host_result, s_.device_result, sizeof(std::uint64_t),
+  Check(cudaMemcpyAsync(s_.host_result(), s_.device_result(), sizeof(std::uint64_t),
                         cudaMemcpyDeviceToHost, Stream()),
         "cudaMemcpyAsync (checksum)");
   Record(s_.end);
@@ -270,10 +294,10 @@ void ProbeRun::FetchChecksum() {
 }
 
 void ProbeRun::ExpectDeviceChecksum(std::uint64_t expected, const char* where, int round) {
-  if (*s_.host_result != expected) {
+  if (*s_.host_result() != expected) {
     char detail[96];
     std::snprintf(detail, sizeof(detail), "has checksum %016llx, expected %016llx",
-                  static_cast<unsigned long long>(*s_.host_result),
+                  static_cast<unsigned long long>(*s_.host_result()),
                   static_cast<unsigned long long>(expected));
     Corrupted(where, round, detail);
   }
@@ -281,11 +305,11 @@ void ProbeRun::ExpectDeviceChecksum(std::uint64_t expected, const char* where, i
 
 void ProbeRun::CheckHostDestination(HostBuffer& b, std::uint64_t held_before, int round, bool last,
                                     const char* where) {
-  if (options_.corrupt_transfers) static_cast<unsigned char*>(b.ptr)[n_ / 2] ^= 0xFF;
-  if (!cuda::SparseCheck(b.ptr, n_, kStaticSalt, round))
+  if (options_.corrupt_transfers) static_cast<unsigned char*>(b.ptr())[n_ / 2] ^= 0xFF;
+  if (!cuda::SparseCheck(b.ptr(), n_, kStaticSalt, round))
     Corrupted(where, round, "does not hold the pattern at a sampled word");
   if (last) {
-    const std::uint64_t sum = HostChecksum(b.ptr, n_);
+    const std::uint64_t sum = HostChecksum(b.ptr(), n_);
     if (sum != StaticChecksum()) Corrupted(where, round, "fails its full checksum");
     b.pattern_bytes = std::max(held_before, n_);
   }
@@ -317,23 +341,23 @@ double ProbeRun::CopyH2D(int round) {
   const bool pageable = spec_.mode == TransferMode::kPageable;
   HostBuffer& src = pageable ? s_.pageable : s_.pinned;
   EnsureHostPattern(src);
-  void* dst = s_.device_destination.ptr;
+  void* dst = s_.device_destination.ptr();
   Record(s_.begin);
   PoisonDevice(dst);
-  Check(cudaMemsetAsync(s_.device_result, 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
+  Check(cudaMemsetAsync(s_.device_result(), 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
   Record(s_.start);
   double duration = 0;
   if (pageable) {
     Await(s_.start, true);  // the poison is done: the copy is timed alone
     const auto t0 = Clock::now();
-    Check(cudaMemcpy(dst, src.ptr, n_, cudaMemcpyHostToDevice), "cudaMemcpy");
+    Check(cudaMemcpy(dst, src.ptr(), n_, cudaMemcpyHostToDevice), "cudaMemcpy");
     // cudaMemcpy may return with the last staged chunk still in flight: wait for it.
     Check(cudaEventRecord(s_.stop, cudaStreamLegacy), "cudaEventRecord");
     Await(s_.stop, true);
     duration = std::chrono::duration<double>(Clock::now() - t0).count();
     Check(cudaStreamWaitEvent(Stream(), s_.stop, 0), "cudaStreamWaitEvent");
   } else {
-    Check(cudaMemcpyAsync(dst, src.ptr, n_, cudaMemcpyHostToDevice, Stream()), "cudaMemcpyAsync");
+    Check(cudaMemcpyAsync(dst, src.ptr(), n_, cudaMemcpyHostToDevice, Stream()), "cudaMemcpyAsync");
     Record(s_.stop);
   }
   if (options_.corrupt_transfers) Check(cuda::LaunchFlipByte(dst, n_ / 2, Stream()), "flip kernel");
@@ -350,18 +374,18 @@ double ProbeRun::CopyD2H(int round, bool last) {
   HostBuffer& dst = pageable ? s_.pageable : s_.pinned;
   EnsureDevicePattern(s_.device_source);
   const std::uint64_t held = StartWriting(dst);
-  PoisonHost(dst.ptr, round, last);
+  PoisonHost(dst.ptr(), round, last);
   Record(s_.begin);
   Record(s_.start);
   double duration = 0;
   if (pageable) {
     Await(s_.start, true);  // the source is ready: the copy is timed alone
     const auto t0 = Clock::now();
-    Check(cudaMemcpy(dst.ptr, s_.device_source.ptr, n_, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    Check(cudaMemcpy(dst.ptr(), s_.device_source.ptr(), n_, cudaMemcpyDeviceToHost), "cudaMemcpy");
     duration = std::chrono::duration<double>(Clock::now() - t0).count();
     sample_.device_time_s += Elapsed(s_.begin, s_.start) + duration;
   } else {
-    Check(cudaMemcpyAsync(dst.ptr, s_.device_source.ptr, n_, cudaMemcpyDeviceToHost, Stream()),
+    Check(cudaMemcpyAsync(dst.ptr(), s_.device_source.ptr(), n_, cudaMemcpyDeviceToHost, Stream()),
           "cudaMemcpyAsync");
     Record(s_.stop);
     Await(s_.stop, false);
@@ -379,16 +403,17 @@ double ProbeRun::Bidirectional(int round, bool last) {
   EnsureDevicePattern(s_.device_source);
   HostBuffer& host_dst = s_.pinned_second;
   const std::uint64_t held = StartWriting(host_dst);
-  PoisonHost(host_dst.ptr, round, last);
-  void* dev_dst = s_.device_destination.ptr;
+  PoisonHost(host_dst.ptr(), round, last);
+  void* dev_dst = s_.device_destination.ptr();
   Record(s_.begin);
   PoisonDevice(dev_dst);
-  Check(cudaMemsetAsync(s_.device_result, 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
+  Check(cudaMemsetAsync(s_.device_result(), 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
   Record(s_.start);
   Check(cudaStreamWaitEvent(Stream(1), s_.start, 0), "cudaStreamWaitEvent");
-  Check(cudaMemcpyAsync(dev_dst, s_.pinned.ptr, n_, cudaMemcpyHostToDevice, Stream(0)),
+  Check(cudaMemcpyAsync(dev_dst, s_.pinned.ptr(), n_, cudaMemcpyHostToDevice, Stream(0)),
         "cudaMemcpyAsync (h2d)");
-  Check(cudaMemcpyAsync(host_dst.ptr, s_.device_source.ptr, n_, cudaMemcpyDeviceToHost, Stream(1)),
+  Check(cudaMemcpyAsync(host_dst.ptr(), s_.device_source.ptr(), n_, cudaMemcpyDeviceToHost,
+                        Stream(1)),
         "cudaMemcpyAsync (d2h)");
   Record(s_.stop, 0);
   Record(s_.stop_b, 1);
@@ -436,12 +461,12 @@ void ProbeRun::EnqueueChunkedCopies(void* dst, const void* src, cudaMemcpyKind k
 
 double ProbeRun::ChunkedH2D(int round) {
   EnsureHostPattern(s_.pinned);
-  void* dst = s_.device_destination.ptr;
+  void* dst = s_.device_destination.ptr();
   Record(s_.begin);
   PoisonDevice(dst);
-  Check(cudaMemsetAsync(s_.device_result, 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
+  Check(cudaMemsetAsync(s_.device_result(), 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
   Record(s_.start);
-  EnqueueChunkedCopies(dst, s_.pinned.ptr, cudaMemcpyHostToDevice, 0);
+  EnqueueChunkedCopies(dst, s_.pinned.ptr(), cudaMemcpyHostToDevice, 0);
   Record(s_.stop);
   if (options_.corrupt_transfers) Check(cuda::LaunchFlipByte(dst, n_ / 2, Stream()), "flip kernel");
   EnqueueDeviceCheck(dst, false);
@@ -455,10 +480,10 @@ double ProbeRun::ChunkedD2H(int round, bool last) {
   EnsureDevicePattern(s_.device_source);
   HostBuffer& dst = s_.pinned;
   const std::uint64_t held = StartWriting(dst);
-  PoisonHost(dst.ptr, round, last);
+  PoisonHost(dst.ptr(), round, last);
   Record(s_.begin);
   Record(s_.start);
-  EnqueueChunkedCopies(dst.ptr, s_.device_source.ptr, cudaMemcpyDeviceToHost, 0);
+  EnqueueChunkedCopies(dst.ptr(), s_.device_source.ptr(), cudaMemcpyDeviceToHost, 0);
   Record(s_.stop);
   Await(s_.stop, false);
   sample_.device_time_s += Elapsed(s_.begin, s_.stop);
@@ -472,11 +497,11 @@ double ProbeRun::ZeroCopyH2D(int round) {
   HostBuffer& src = s_.mapped;
   EnsureHostPattern(src);
   if (options_.corrupt_transfers) {
-    static_cast<unsigned char*>(src.ptr)[n_ / 2] ^= 0xFF;
+    static_cast<unsigned char*>(src.ptr())[n_ / 2] ^= 0xFF;
     src.pattern_bytes = 0;
   }
   Record(s_.begin);
-  Check(cudaMemsetAsync(s_.device_result, 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
+  Check(cudaMemsetAsync(s_.device_result(), 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
   Record(s_.start);
   EnqueueDeviceCheck(src.device_ptr, true);
   Record(s_.stop);
@@ -489,7 +514,7 @@ double ProbeRun::ZeroCopyH2D(int round) {
 double ProbeRun::ZeroCopyD2H(int round, bool last) {
   HostBuffer& dst = s_.mapped;
   const std::uint64_t held = StartWriting(dst);
-  PoisonHost(dst.ptr, round, last);
+  PoisonHost(dst.ptr(), round, last);
   Record(s_.begin);
   Record(s_.start);
   Check(cuda::LaunchFill(dst.device_ptr, n_, kStaticSalt, nullptr, s_.blocks, Stream()),
@@ -506,7 +531,7 @@ double ProbeRun::ZeroCopyD2H(int round, bool last) {
 // prefetch, cudaMemPrefetchAsync moves them first, inside the timed span.
 double ProbeRun::ManagedH2D(int round, bool prefetch) {
   const std::uint64_t salt = static_cast<std::uint64_t>(round) + 1;
-  void* buf = s_.managed;
+  void* buf = s_.managed.get();
   const int device = s_.index;
   Record(s_.begin);
   // Bring the pages home cheaply before the CPU writes them (untimed setup).
@@ -515,7 +540,7 @@ double ProbeRun::ManagedH2D(int round, bool prefetch) {
   Await(s_.stop_b, false);
   const std::uint64_t expected = HostFillPattern(buf, n_, salt);
   if (options_.corrupt_transfers) static_cast<unsigned char*>(buf)[n_ / 2] ^= 0xFF;
-  Check(cudaMemsetAsync(s_.device_result, 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
+  Check(cudaMemsetAsync(s_.device_result(), 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
   Record(s_.start);
   if (prefetch) Check(Prefetch(buf, n_, device, Stream()), "cudaMemPrefetchAsync (to device)");
   EnqueueDeviceCheck(buf, false);
@@ -532,20 +557,20 @@ double ProbeRun::ManagedH2D(int round, bool prefetch) {
 // host (events); the CPU read that follows finds local pages and is the check.
 double ProbeRun::ManagedD2H(int round, bool prefetch) {
   const std::uint64_t salt = static_cast<std::uint64_t>(round) + 1;
-  void* buf = s_.managed;
+  void* buf = s_.managed.get();
   Record(s_.begin);
   // Move the pages to the GPU before it writes them: setup, cheaper than faulting them.
   Check(Prefetch(buf, n_, s_.index, Stream()), "cudaMemPrefetchAsync (to device)");
-  Check(cudaMemsetAsync(s_.device_result, 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
-  Check(cuda::LaunchFill(buf, n_, salt, s_.device_result, s_.blocks, Stream()), "fill kernel");
+  Check(cudaMemsetAsync(s_.device_result(), 0, sizeof(std::uint64_t), Stream()), "cudaMemsetAsync");
+  Check(cuda::LaunchFill(buf, n_, salt, s_.device_result(), s_.blocks, Stream()), "fill kernel");
   if (options_.corrupt_transfers) Check(cuda::LaunchFlipByte(buf, n_ / 2, Stream()), "flip kernel");
-  Check(cudaMemcpyAsync(s_.host_result, s_.device_result, sizeof(std::uint64_t),
+  Check(cudaMemcpyAsync(s_.host_result(), s_.device_result(), sizeof(std::uint64_t),
                         cudaMemcpyDeviceToHost, Stream()),
         "cudaMemcpyAsync (checksum)");
   Record(s_.start);
   Await(s_.start, false);
   sample_.device_time_s += Elapsed(s_.begin, s_.start);
-  const std::uint64_t expected = *s_.host_result;
+  const std::uint64_t expected = *s_.host_result();
   double duration = 0;
   std::uint64_t sum = 0;
   if (prefetch) {
@@ -606,7 +631,7 @@ double ProbeRun::OverlapRatio(double copy_s) {
   auto [it, fresh] = s_.compute_rounds.try_emplace(n_, 16);
   // Short kernels are bound by memory, long ones by arithmetic: scale a few times.
   for (int step = 0; fresh && step < 4; ++step) {
-    const double t = TimeChunkedCompute(dev.ptr, it->second);
+    const double t = TimeChunkedCompute(dev.ptr(), it->second);
     if (t > 0.8 * copy_s && t < 1.25 * copy_s) break;
     const double scaled = t > 0 ? it->second * copy_s / t : it->second * 16.0;
     it->second = static_cast<int>(std::clamp(scaled, 1.0, 1e6));
@@ -614,12 +639,12 @@ double ProbeRun::OverlapRatio(double copy_s) {
   const int rounds = it->second;
   std::vector<double> kernel, pipelined;
   for (int rep = 0; rep < 3; ++rep) {
-    kernel.push_back(TimeChunkedCompute(dev.ptr, rounds));
+    kernel.push_back(TimeChunkedCompute(dev.ptr(), rounds));
     Record(s_.start);
     if (h2d)
-      EnqueueChunkedCopies(dev.ptr, s_.pinned.ptr, cudaMemcpyHostToDevice, rounds);
+      EnqueueChunkedCopies(dev.ptr(), s_.pinned.ptr(), cudaMemcpyHostToDevice, rounds);
     else
-      EnqueueChunkedCopies(s_.pinned.ptr, dev.ptr, cudaMemcpyDeviceToHost, rounds);
+      EnqueueChunkedCopies(s_.pinned.ptr(), dev.ptr(), cudaMemcpyDeviceToHost, rounds);
     Record(s_.stop);
     Await(s_.stop, false);
     pipelined.push_back(Elapsed(s_.start, s_.stop));
@@ -715,30 +740,20 @@ CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
 CudaBackend::~CudaBackend() {
   for (auto& state : states_) {
     DeviceState& s = *state;
-    if (!s.ready) continue;
-    if (cudaSetDevice(s.index) != cudaSuccess) continue;
+    // The resources are freed on their own device, once it is idle.
+    bool idle = cudaSetDevice(s.index) == cudaSuccess;
     const auto give_up = Clock::now() + std::chrono::seconds(2);
-    bool idle = false;
-    while (!idle && Clock::now() < give_up) {
-      idle = true;
-      for (cudaStream_t stream : s.streams) {
-        if (cudaStreamQuery(stream) == cudaErrorNotReady) idle = false;
+    for (bool busy = idle; busy && idle;) {
+      busy = false;
+      for (const cuda::Stream& stream : s.streams) {
+        if (cudaStreamQuery(stream) == cudaErrorNotReady) busy = true;
       }
-      if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (!busy) break;
+      if (Clock::now() >= give_up) idle = false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    if (!idle) continue;
-    cudaFree(s.device_source.ptr);
-    cudaFree(s.device_destination.ptr);
-    cudaFree(s.device_result);
-    cudaFree(s.managed);
-    cudaFreeHost(s.pinned.ptr);
-    cudaFreeHost(s.pinned_second.ptr);
-    cudaFreeHost(s.mapped.ptr);
-    cudaFreeHost(s.host_result);
-    std::free(s.pageable.ptr);
-    for (cudaEvent_t e : {s.begin, s.start, s.stop, s.stop_b, s.end}) cudaEventDestroy(e);
-    for (cudaEvent_t e : s.joins) cudaEventDestroy(e);
-    for (cudaStream_t stream : s.streams) cudaStreamDestroy(stream);
+    if (!idle) s.Leak();
+    state.reset();
   }
 }
 
@@ -778,7 +793,7 @@ class Provisioner {
     const bool d2h = spec.direction != Direction::kH2D;
     switch (spec.mode) {
       case TransferMode::kPageable:
-        if (s_.pageable.ptr == nullptr) Pageable();
+        if (!s_.pageable.memory) Pageable();
         break;
       case TransferMode::kPinned:
       case TransferMode::kPinnedAsync:
@@ -789,9 +804,10 @@ class Provisioner {
       case TransferMode::kZeroCopy: Pinned(s_.mapped, "zero_copy", cudaHostAllocMapped); break;
       case TransferMode::kManaged:
       case TransferMode::kManagedPrefetch:
-        if (s_.managed == nullptr) {
-          Check(cudaMallocManaged(&s_.managed, options_.max_size_bytes, cudaMemAttachGlobal),
-                "cudaMallocManaged");
+        if (!s_.managed) {
+          cudaError_t e = cudaSuccess;
+          s_.managed = cuda::AllocateManaged(options_.max_size_bytes, &e);
+          Check(e, "cudaMallocManaged");
         }
         break;
     }
@@ -807,12 +823,13 @@ class Provisioner {
     // Context creation happens here, on the first probe; it is not part of any deadline.
     int least = 0, greatest = 0;
     Check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
-    for (cudaEvent_t* e : {&s_.begin, &s_.start, &s_.stop, &s_.stop_b, &s_.end})
-      Check(cudaEventCreate(e), "cudaEventCreate");
-    Check(cudaMalloc(reinterpret_cast<void**>(&s_.device_result), sizeof(std::uint64_t)),
-          "cudaMalloc");
-    Check(cudaMallocHost(reinterpret_cast<void**>(&s_.host_result), sizeof(std::uint64_t)),
-          "cudaMallocHost");
+    for (cuda::Event* e : {&s_.begin, &s_.start, &s_.stop, &s_.stop_b, &s_.end})
+      Check(cudaEventCreate(e->Out()), "cudaEventCreate");
+    cudaError_t e = cudaSuccess;
+    s_.device_result_memory = cuda::AllocateDevice(sizeof(std::uint64_t), &e);
+    Check(e, "cudaMalloc");
+    s_.host_result_memory = cuda::AllocatePinned(sizeof(std::uint64_t), cudaHostAllocDefault, &e);
+    Check(e, "cudaMallocHost");
     const LinkPath path = probes::ReadLinkPath(options_.sysfs_root, BusId());
     s_.numa_node = path.numa_node;
     s_.ready = true;
@@ -829,21 +846,22 @@ class Provisioner {
     // Lowest priority and non-blocking: a probe yields to any work an application runs.
     int least = 0, greatest = 0;
     Check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
-    cudaStream_t stream = nullptr;
-    Check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, least),
+    cuda::Stream stream;
+    Check(cudaStreamCreateWithPriority(stream.Out(), cudaStreamNonBlocking, least),
           "cudaStreamCreateWithPriority");
-    s_.streams.push_back(stream);
-    cudaEvent_t join = nullptr;
-    Check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
-    s_.joins.push_back(join);
+    s_.streams.push_back(std::move(stream));
+    cuda::Event join;
+    Check(cudaEventCreateWithFlags(join.Out(), cudaEventDisableTiming), "cudaEventCreate");
+    s_.joins.push_back(std::move(join));
   }
 
   void Device(DeviceBuffer& b) {
-    if (b.ptr != nullptr) return;
-    if (cudaError_t e = cudaMalloc(&b.ptr, options_.max_size_bytes); e != cudaSuccess) {
+    if (b.memory) return;
+    cudaError_t e = cudaSuccess;
+    b.memory = cuda::AllocateDevice(options_.max_size_bytes, &e);
+    if (e != cudaSuccess) {
       std::size_t free_bytes = 0, total = 0;
       cudaMemGetInfo(&free_bytes, &total);
-      b.ptr = nullptr;
       throw ProbeAbort{ProbeStatus::kError,
                        "cudaMalloc of " + Mib(options_.max_size_bytes) +
                            " for the probe buffers failed: " + CudaErrorText(e) + " (the GPU has " +
@@ -852,19 +870,19 @@ class Provisioner {
   }
 
   void Pageable() {
-    const std::uint64_t bytes = (options_.max_size_bytes + 4095) / 4096 * 4096;
+    const std::uint64_t bytes = options_.max_size_bytes;
     cuda::ScopedMemoryPolicy policy(s_.numa_node);
-    void* p = std::aligned_alloc(4096, bytes);
-    if (p == nullptr) {
+    cuda::Memory memory = cuda::AllocatePageable(bytes);
+    if (!memory) {
       throw ProbeAbort{ProbeStatus::kError,
                        "out of host memory allocating " + Mib(bytes) + " for the pageable probe"};
     }
-    std::memset(p, 0, bytes);  // first touch: the pages land on the policy's node now
-    s_.pageable.ptr = p;
+    std::memset(memory.get(), 0, bytes);  // first touch: the pages land on the policy's node now
+    s_.pageable.memory = std::move(memory);
   }
 
   void Pinned(HostBuffer& b, const char* what, unsigned flags = cudaHostAllocDefault) {
-    if (b.ptr != nullptr) return;
+    if (b.memory) return;
     const std::uint64_t bytes = options_.max_size_bytes;
     if (s_.pinned_bytes + bytes > options_.pinned_cap_bytes) {
       throw ProbeAbort{ProbeStatus::kError,
@@ -876,8 +894,9 @@ class Provisioner {
                            " or lower the largest probe size"};
     }
     cuda::ScopedMemoryPolicy policy(s_.numa_node);
-    if (cudaError_t e = cudaHostAlloc(&b.ptr, bytes, flags); e != cudaSuccess) {
-      b.ptr = nullptr;
+    cudaError_t e = cudaSuccess;
+    b.memory = cuda::AllocatePinned(bytes, flags, &e);
+    if (e != cudaSuccess) {
       throw ProbeAbort{ProbeStatus::kError,
                        std::string("pinning ") + Mib(bytes) + " of host memory for the " + what +
                            " probe failed: " + CudaErrorText(e) + "; " + cuda::MemlockLimitText() +
@@ -885,9 +904,9 @@ class Provisioner {
                            "probe.pinned_cap and the probe sizes"};
     }
     s_.pinned_bytes += bytes;
-    std::memset(b.ptr, 0, bytes);
+    std::memset(b.ptr(), 0, bytes);
     if (flags & cudaHostAllocMapped)
-      Check(cudaHostGetDevicePointer(&b.device_ptr, b.ptr, 0), "cudaHostGetDevicePointer");
+      Check(cudaHostGetDevicePointer(&b.device_ptr, b.ptr(), 0), "cudaHostGetDevicePointer");
   }
 
   DeviceState& s_;
@@ -900,7 +919,7 @@ void DrainUnfinishedWork(DeviceState& s, const ProbeSpec& spec, std::stop_token 
   const auto deadline = Clock::now() + spec.deadline;
   for (;;) {
     bool idle = true;
-    for (cudaStream_t stream : s.streams) {
+    for (const cuda::Stream& stream : s.streams) {
       const cudaError_t e = cudaStreamQuery(stream);
       if (e == cudaErrorNotReady)
         idle = false;
@@ -935,10 +954,10 @@ std::string ValidateSpec(const ProbeSpec& spec, const CudaOptions& options) {
 // stays put: asking the kernel about it would fault a migrated page back to the host.
 const void* HostBufferOf(const DeviceState& s, TransferMode mode) {
   switch (mode) {
-    case TransferMode::kPageable: return s.pageable.ptr;
+    case TransferMode::kPageable: return s.pageable.ptr();
     case TransferMode::kPinned:
-    case TransferMode::kPinnedAsync: return s.pinned.ptr;
-    case TransferMode::kZeroCopy: return s.mapped.ptr;
+    case TransferMode::kPinnedAsync: return s.pinned.ptr();
+    case TransferMode::kZeroCopy: return s.mapped.ptr();
     case TransferMode::kManaged:
     case TransferMode::kManagedPrefetch: return nullptr;
   }

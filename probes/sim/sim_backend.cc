@@ -14,9 +14,9 @@ namespace xferd::probes {
 namespace {
 
 // How one (mode, direction) behaves relative to the simulated link. The fractions follow
-// what DESIGN.md measured on a Gen5 x16 H200 (pinned ~0.87 of the link, pageable through a
-// bounce buffer far less, managed first touch paying for page faults) shifted a little
-// down to the Gen4 hosts the seed band was written for.
+// what was measured on a Gen5 x16 H200 (docs/gpu-results.md: pinned ~0.87 of the link,
+// pageable through a bounce buffer far less, managed first touch paying for page faults)
+// shifted a little down to the Gen4 hosts the seed band was written for.
 struct ModeModel {
   double link_fraction;    // sustained bandwidth / theoretical link rate
   double latency_floor_s;  // fixed cost of one transfer: launch, doorbell, completion
@@ -36,8 +36,8 @@ ModeModel ModelFor(TransferMode mode, Direction direction) {
   return {0.5, 10e-6};
 }
 
-// Both directions at once carry ~1.8x one direction (DESIGN.md: ~100 GB/s summed against
-// 55 one way): the link is full duplex but the host's memory controller is shared.
+// Both directions at once carry ~1.8x one direction (docs/gpu-results.md: ~99 GB/s summed
+// against 55 one way): the link is full duplex but the host's memory controller is shared.
 constexpr double kBidirectionalGain = 1.8;
 // Each pinned_async chunk pays for its own copy launch on the copy engine.
 constexpr double kChunkOverheadS = 1.5e-6;

@@ -19,35 +19,50 @@ std::vector<std::pair<TransferMode, Direction>> AllModeDirections() {
   return pairs;
 }
 
+namespace {
+
+// Each value's name: what metrics, config and JSON call it. ToString and Parse both read it.
+constexpr std::pair<TransferMode, std::string_view> kModeNames[] = {
+    {TransferMode::kPageable, "pageable"},
+    {TransferMode::kPinned, "pinned"},
+    {TransferMode::kPinnedAsync, "pinned_async"},
+    {TransferMode::kZeroCopy, "zero_copy"},
+    {TransferMode::kManaged, "managed"},
+    {TransferMode::kManagedPrefetch, "managed_prefetch"}};
+constexpr std::pair<Direction, std::string_view> kDirectionNames[] = {
+    {Direction::kH2D, "h2d"}, {Direction::kD2H, "d2h"}, {Direction::kBidirectional, "bidir"}};
+constexpr std::pair<ProbeStatus, std::string_view> kStatusNames[] = {
+    {ProbeStatus::kOk, "ok"},
+    {ProbeStatus::kError, "error"},
+    {ProbeStatus::kTimeout, "timeout"},
+    {ProbeStatus::kUnsupported, "unsupported"}};
+
+template <typename T, std::size_t N>
+std::string_view NameOf(const std::pair<T, std::string_view> (&names)[N], T value) {
+  for (const auto& [v, name] : names) {
+    if (v == value) return name;
+  }
+  return "unknown";
+}
+
+template <typename T, std::size_t N>
+std::optional<T> ValueOf(const std::pair<T, std::string_view> (&names)[N], std::string_view text) {
+  for (const auto& [v, name] : names) {
+    if (name == text) return v;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::string_view ToString(TransferMode mode) {
-  switch (mode) {
-    case TransferMode::kPageable: return "pageable";
-    case TransferMode::kPinned: return "pinned";
-    case TransferMode::kPinnedAsync: return "pinned_async";
-    case TransferMode::kZeroCopy: return "zero_copy";
-    case TransferMode::kManaged: return "managed";
-    case TransferMode::kManagedPrefetch: return "managed_prefetch";
-  }
-  return "unknown";
+  return NameOf(kModeNames, mode);
 }
-
 std::string_view ToString(Direction direction) {
-  switch (direction) {
-    case Direction::kH2D: return "h2d";
-    case Direction::kD2H: return "d2h";
-    case Direction::kBidirectional: return "bidir";
-  }
-  return "unknown";
+  return NameOf(kDirectionNames, direction);
 }
-
 std::string_view ToString(ProbeStatus status) {
-  switch (status) {
-    case ProbeStatus::kOk: return "ok";
-    case ProbeStatus::kError: return "error";
-    case ProbeStatus::kTimeout: return "timeout";
-    case ProbeStatus::kUnsupported: return "unsupported";
-  }
-  return "unknown";
+  return NameOf(kStatusNames, status);
 }
 
 std::string AllModeNames() {
@@ -60,17 +75,11 @@ std::string AllModeNames() {
 }
 
 std::optional<TransferMode> ParseMode(std::string_view text) {
-  for (TransferMode mode : kAllModes) {
-    if (ToString(mode) == text) return mode;
-  }
-  return std::nullopt;
+  return ValueOf(kModeNames, text);
 }
 
 std::optional<Direction> ParseDirection(std::string_view text) {
-  for (Direction d : {Direction::kH2D, Direction::kD2H, Direction::kBidirectional}) {
-    if (ToString(d) == text) return d;
-  }
-  return std::nullopt;
+  return ValueOf(kDirectionNames, text);
 }
 
 bool IsValidPair(TransferMode mode, Direction direction) {

@@ -142,7 +142,7 @@ TEST_F(CudaBackendTest, OddSizesAreCopiedAndChecked) {
   }
 }
 
-// Link-bound modes against the link the GPU reports (DESIGN.md: 50 % to 105 % of it).
+// Link-bound modes against the link the GPU reports (50 % to 105 % of it: docs/gpu-results.md has the H200 figures).
 // The rest are printed for the record.
 TEST_F(CudaBackendTest, BandwidthOfLinkBoundModesFitsTheLink) {
   MAKE_OR_SKIP(backend, CudaOptions{});

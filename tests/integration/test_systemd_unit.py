@@ -68,7 +68,7 @@ def test_notify_watchdog_and_reload_contract():
     assert values("ExecReload") == ["/bin/kill -HUP $MAINPID"]
     assert values("Restart") == ["on-failure"]
     (prevent,) = values("RestartPreventExitStatus")
-    # 78 = invalid config, 69 = no GPU (daemon/exit_codes.h): restarting fixes neither.
+    # 78 = invalid config, 69 = no GPU (platform/exit_codes.h): restarting fixes neither.
     assert {"78", "69"} <= set(prevent.split())
     assert values("StateDirectory") == ["xferd"]
     assert values("ExecStart")[0].startswith("/usr/bin/xferd run --config /etc/xferd/xferd.toml")

@@ -56,6 +56,13 @@ class ProbeCommand : public ::testing::Test {
     return dir_ / name;
   }
 
+  // A config for the simulated device (instant transfers) with one injected fault, given
+  // as its keys after `kind`; `before` goes ahead of [simulate].
+  fs::path FaultConfig(const std::string& name, const std::string& fault,
+                       const std::string& before = "") {
+    return WriteFile(name, before + "[simulate]\ntime_scale = 0\n[[simulate.fault]]\n" + fault);
+  }
+
   fs::path dir_;
 };
 
@@ -194,13 +201,7 @@ TEST_F(ProbeCommand, GpuSelectedByUuid) {
 }
 
 TEST_F(ProbeCommand, DegradedDeviceIsBelowBandAndExits1) {
-  const fs::path config = WriteFile("degraded.toml", R"(
-[simulate]
-time_scale = 0
-[[simulate.fault]]
-kind = "degrade"
-factor = 0.4
-)");
+  const fs::path config = FaultConfig("degraded.toml", "kind = \"degrade\"\nfactor = 0.4\n");
   const Result r = Xferd("probe --simulate --json --iterations 3 -c '" + config.string() + "'");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   int below = 0;
@@ -212,13 +213,7 @@ factor = 0.4
 }
 
 TEST_F(ProbeCommand, DowntrainedLinkIsShownAndNarrowsTheBand) {
-  const fs::path config = WriteFile("downtrain.toml", R"(
-[simulate]
-time_scale = 0
-[[simulate.fault]]
-kind = "downtrain"
-width = 8
-)");
+  const fs::path config = FaultConfig("downtrain.toml", "kind = \"downtrain\"\nwidth = 8\n");
   const Result r =
       Xferd("probe --simulate --iterations 3 --mode pinned -c '" + config.string() + "'");
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -229,13 +224,7 @@ width = 8
 }
 
 TEST_F(ProbeCommand, DowntrainedLinkIsNamedAsTheLikelyCause) {
-  const fs::path config = WriteFile("downtrain.toml", R"(
-[simulate]
-time_scale = 0
-[[simulate.fault]]
-kind = "downtrain"
-gen = 3
-)");
+  const fs::path config = FaultConfig("downtrain.toml", "kind = \"downtrain\"\ngen = 3\n");
   const std::string args =
       "probe --simulate --iterations 3 --mode pinned -c '" + config.string() + "'";
   const Result table = Xferd(args);
@@ -269,14 +258,8 @@ TEST_F(ProbeCommand, HealthyDeviceNamesNoCause) {
 }
 
 TEST_F(ProbeCommand, HungProbeIsCancelledAndReportedAsTimeout) {
-  const fs::path config = WriteFile("hang.toml", R"(
-[probe]
-deadline = "100ms"
-[simulate]
-time_scale = 0
-[[simulate.fault]]
-kind = "hang"
-)");
+  const fs::path config =
+      FaultConfig("hang.toml", "kind = \"hang\"\n", "[probe]\ndeadline = \"100ms\"\n");
   const Result r = Xferd("probe --simulate --json --iterations 2 --mode managed --size 4KiB -c '" +
                          config.string() + "'");
   EXPECT_EQ(r.exit_code, 1) << r.err;

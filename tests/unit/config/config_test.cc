@@ -490,17 +490,21 @@ TEST(ConfigValidation, Bands) {
 }
 
 TEST(ConfigValidation, SimulatedFaults) {
-  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nfactor = 0.5\n").key(), "simulate.fault[0].kind");
-  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"degrade\"\n").key(), "simulate.fault[0].factor");
-  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"slow\"\nfactor = 0.5\n").key(),
-            "simulate.fault[0].factor");
-  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"downtrain\"\n").key(), "simulate.fault[0].gen");
-  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"downtrain\"\nwidth = 5\n").key(),
-            "simulate.fault[0].width");
-  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"error_every\"\nevery = 0\n").key(),
-            "simulate.fault[0].every");
-  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"lost\"\nevery = 2\n").key(),
-            "simulate.fault[0].every");
+  // A [[simulate.fault]] body and the key its error must name.
+  const std::pair<const char*, const char*> cases[] = {
+      {"factor = 0.5\n", "kind"},
+      {"kind = \"degrade\"\n", "factor"},
+      {"kind = \"slow\"\nfactor = 0.5\n", "factor"},
+      {"kind = \"downtrain\"\n", "gen"},
+      {"kind = \"downtrain\"\nwidth = 5\n", "width"},
+      {"kind = \"error_every\"\nevery = 0\n", "every"},
+      {"kind = \"lost\"\nevery = 2\n", "every"},
+  };
+  for (const auto& [body, key] : cases) {
+    EXPECT_EQ(ErrorOf(std::string("[[simulate.fault]]\n") + body).key(),
+              std::string("simulate.fault[0].") + key)
+        << body;
+  }
   EXPECT_EQ(ErrorOf("[simulate]\nfault = 3\n").key(), "simulate.fault");
 }
 

@@ -41,27 +41,34 @@ TEST(ResolveBand, OverrideByIndexOrUuidInAnyCaseElseTheLink) {
 TEST(JudgeBand, LinkBoundFromFourMiBPerDirection) {
   const probes::ExpectedBand band{20e9, 26e9, "config"};
   const std::uint64_t big = 64ull << 20;
-  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, big, 25e9, band), BandVerdict::kOk);
-  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, big, 19e9, band),
-            BandVerdict::kBelowBand);
-  // Both ways at once: 38 GB/s is 19 per direction.
-  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kBidirectional, big, 38e9, band),
-            BandVerdict::kBelowBand);
-  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kBidirectional, big, 45e9, band),
-            BandVerdict::kOk);
-  // Not held to the band: staging, faults, host population, latency-bound sizes, no band.
-  EXPECT_EQ(JudgeBand(TransferMode::kPageable, Direction::kH2D, big, 1e9, band),
-            BandVerdict::kNotLinkBound);
-  EXPECT_EQ(JudgeBand(TransferMode::kManaged, Direction::kD2H, big, 1e9, band),
-            BandVerdict::kNotLinkBound);
-  EXPECT_EQ(JudgeBand(TransferMode::kManagedPrefetch, Direction::kD2H, big, 1e9, band),
-            BandVerdict::kNotLinkBound);
-  EXPECT_EQ(JudgeBand(TransferMode::kManagedPrefetch, Direction::kH2D, big, 1e9, band),
-            BandVerdict::kBelowBand);
-  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, kBandMinSizeBytes - 1, 1e9, band),
-            BandVerdict::kLatencyBound);
-  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, kBandMinSizeBytes, 1e9, band),
-            BandVerdict::kBelowBand);
+  struct Case {
+    TransferMode mode;
+    Direction direction;
+    std::uint64_t size;
+    double bytes_per_s;
+    BandVerdict verdict;
+  };
+  const Case cases[] = {
+      {TransferMode::kPinned, Direction::kH2D, big, 25e9, BandVerdict::kOk},
+      {TransferMode::kPinned, Direction::kH2D, big, 19e9, BandVerdict::kBelowBand},
+      // Both ways at once: 38 GB/s is 19 per direction.
+      {TransferMode::kPinned, Direction::kBidirectional, big, 38e9, BandVerdict::kBelowBand},
+      {TransferMode::kPinned, Direction::kBidirectional, big, 45e9, BandVerdict::kOk},
+      // Not held to the band: staging, faults, host population, latency-bound sizes.
+      {TransferMode::kPageable, Direction::kH2D, big, 1e9, BandVerdict::kNotLinkBound},
+      {TransferMode::kManaged, Direction::kD2H, big, 1e9, BandVerdict::kNotLinkBound},
+      {TransferMode::kManagedPrefetch, Direction::kD2H, big, 1e9, BandVerdict::kNotLinkBound},
+      {TransferMode::kManagedPrefetch, Direction::kH2D, big, 1e9, BandVerdict::kBelowBand},
+      {TransferMode::kPinned, Direction::kH2D, kBandMinSizeBytes - 1, 1e9,
+       BandVerdict::kLatencyBound},
+      {TransferMode::kPinned, Direction::kH2D, kBandMinSizeBytes, 1e9, BandVerdict::kBelowBand},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(JudgeBand(c.mode, c.direction, c.size, c.bytes_per_s, band), c.verdict)
+        << probes::ToString(c.mode) << " " << probes::ToString(c.direction) << " " << c.size;
+    EXPECT_EQ(HeldToBand(c.mode, c.direction, c.size),
+              c.verdict == BandVerdict::kOk || c.verdict == BandVerdict::kBelowBand);
+  }
   EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, big, 1e9, probes::ExpectedBand{}),
             BandVerdict::kNoBand);
   EXPECT_EQ(ToString(BandVerdict::kBelowBand), "below band");

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/busy_detector.h"
+#include "testing/fakes.h"
 
 namespace xferd::core {
 
@@ -15,79 +16,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class FakeClock final : public Clock {
- public:
-  SteadyTime Now() const override { return now_; }
-  bool SleepUntil(SteadyTime until, std::stop_token stop) override {
-    if (stop.stop_requested()) return false;
-    if (until > now_) now_ = until;
-    return true;
-  }
-  void Advance(std::chrono::nanoseconds d) {
-    now_ += std::chrono::duration_cast<SteadyTime::duration>(d);
-  }
-  SteadyTime now_{std::chrono::seconds(1000)};
-};
-
-// Each probe takes `probe_wall` on the fake clock and reports `device_time` of GPU time.
-class FakeBackend final : public probes::TransferBackend {
- public:
-  explicit FakeBackend(FakeClock& clock) : clock_(clock) {}
-  std::string Name() const override { return "fake"; }
-  std::vector<probes::DeviceInfo> Devices() const override {
-    std::vector<probes::DeviceInfo> d(2);
-    for (int i = 0; i < 2; ++i) {
-      d[i].index = i;
-      d[i].uuid = "FAKE-" + std::to_string(i);
-      d[i].simulated = true;
-    }
-    return d;
-  }
-  probes::Capabilities GetCapabilities(int) const override { return {}; }
-  probes::LinkPath ReadLinkPath(int) const override {
-    ++link_reads;
-    return {};
-  }
-  probes::ProbeSample Run(int device, const probes::ProbeSpec& spec, std::stop_token) override {
-    ++runs;
-    runs_per_device[device]++;
-    if (device == 0) ran.push_back(spec);
-    double device_time = device_time_s;
-    auto wall = std::chrono::duration_cast<std::chrono::nanoseconds>(probe_wall);
-    if (auto it = cost.find({spec.mode, spec.direction}); it != cost.end()) {
-      // A fixed cost per probe, as on a real GPU: the call takes that long too.
-      device_time = it->second;
-      wall = std::chrono::nanoseconds(static_cast<std::int64_t>(device_time * 1e9));
-    }
-    clock_.Advance(wall);
-    probes::ProbeSample s;
-    s.spec = spec;
-    s.status = status;
-    s.bytes_per_transfer = spec.size_bytes;
-    s.durations_s.assign(spec.iterations, 0.001);
-    s.device_time_s = device_time;
-    return s;
-  }
-  FakeClock& clock_;
-  std::chrono::milliseconds probe_wall{10};
-  double device_time_s = 0.01;
-  probes::ProbeStatus status = probes::ProbeStatus::kOk;
-  int runs = 0;
-  std::map<int, int> runs_per_device;
-  mutable int link_reads = 0;
-  std::map<std::pair<probes::TransferMode, probes::Direction>, double> cost;  // device s
-  std::vector<probes::ProbeSpec> ran;  // GPU 0's probes, in the order they ran
-};
-
-class FixedBusy final : public BusyDetector {
- public:
-  explicit FixedBusy(int busy_device) : busy_device_(busy_device) {}
-  std::optional<BusyReading> Check(const probes::DeviceInfo& d) override {
-    return Judge(d.index == busy_device_ ? 95 : 0, 0, BusyThresholds{});
-  }
-  std::string Describe() const override { return "fixed"; }
-  int busy_device_;
-};
+using fakes::FakeBackend;
+using fakes::FakeClock;
 
 Settings SmallConfig() {
   Settings c;
@@ -104,14 +34,14 @@ Settings SmallConfig() {
 
 struct Harness {
   FakeClock clock;
-  FakeBackend backend{clock};
+  FakeBackend backend{&clock};
   std::vector<CycleReport> reports;
   std::vector<SteadyTime> starts;
   std::stop_source stop;
   int stop_after = 5;
   int skipped_busy_calls = 0;
   std::function<void(Scheduler&, const CycleReport&)> after_cycle;
-  std::vector<std::size_t> ran_before_cycle;  // backend.ran.size() at each cycle's end
+  std::vector<std::size_t> ran_before_cycle;  // backend.Ran().size() at each cycle's end
 
   void Run(const Settings& config, std::unique_ptr<BusyDetector> busy = nullptr,
            std::uint64_t seed = 1) {
@@ -120,7 +50,7 @@ struct Harness {
     Scheduler* self = nullptr;
     cb.on_cycle = [&](const CycleReport& r) {
       reports.push_back(r);
-      ran_before_cycle.push_back(backend.ran.size());
+      ran_before_cycle.push_back(backend.Ran().size());
       if (after_cycle) after_cycle(*self, r);
       if (static_cast<int>(reports.size()) >= stop_after) stop.request_stop();
     };
@@ -200,10 +130,11 @@ void SetH200Costs(FakeBackend& b) {
 std::vector<int> CyclesThatRan(const Harness& h, probes::TransferMode mode,
                                probes::Direction direction) {
   std::vector<int> cycles;
+  const std::vector<probes::ProbeSpec> ran = h.backend.Ran();
   for (std::size_t c = 0; c < h.ran_before_cycle.size(); ++c) {
     const std::size_t from = c == 0 ? 0 : h.ran_before_cycle[c - 1];
     for (std::size_t i = from; i < h.ran_before_cycle[c]; ++i) {
-      if (h.backend.ran[i].mode == mode && h.backend.ran[i].direction == direction) {
+      if (ran[i].mode == mode && ran[i].direction == direction) {
         cycles.push_back(static_cast<int>(c));
       }
     }
@@ -366,7 +297,7 @@ TEST(Scheduler, BudgetStopsStartingProbes) {
 TEST(Scheduler, BusyGpuIsSkippedAndCounted) {
   Harness h;
   h.stop_after = 2;
-  h.Run(SmallConfig(), std::make_unique<FixedBusy>(1));
+  h.Run(SmallConfig(), fakes::BusyOnly(1));
   EXPECT_EQ(h.backend.runs_per_device[0], 10);
   EXPECT_EQ(h.backend.runs_per_device[1], 0);
   EXPECT_EQ(h.reports[0].skipped_busy, 5);
@@ -379,7 +310,7 @@ TEST(Scheduler, BusyDetectionOffIgnoresTheDetector) {
   h.stop_after = 1;
   Settings c = SmallConfig();
   c.busy_detection = false;
-  h.Run(c, std::make_unique<FixedBusy>(1));
+  h.Run(c, fakes::BusyOnly(1));
   EXPECT_EQ(h.backend.runs_per_device[1], 5);
 }
 
@@ -402,35 +333,18 @@ TEST(Scheduler, LinkPathReadOncePerGpuPerCycle) {
   EXPECT_EQ(h.backend.link_reads, 6);
 }
 
-// A backend call that never returns: CheckStall reports it once past deadline + grace,
-// and Run still ends when stopped once the call comes back.
-class HangingBackend final : public probes::TransferBackend {
- public:
-  std::string Name() const override { return "hang"; }
-  std::vector<probes::DeviceInfo> Devices() const override { return {probes::DeviceInfo{}}; }
-  probes::Capabilities GetCapabilities(int) const override { return {}; }
-  probes::LinkPath ReadLinkPath(int) const override { return {}; }
-  probes::ProbeSample Run(int, const probes::ProbeSpec& spec, std::stop_token) override {
-    entered = true;
-    while (!release) std::this_thread::sleep_for(1ms);
-    probes::ProbeSample s;
-    s.spec = spec;
-    s.status = probes::ProbeStatus::kError;
-    s.message = "cancelled";
-    return s;
-  }
-  std::atomic<bool> entered{false}, release{false};
-};
-
+// A backend call that never returns, not even when asked to stop: CheckStall reports it
+// once past deadline + grace, and Run still ends when stopped once the call comes back.
 TEST(Scheduler, HungProbeIsReportedAsAStallOnce) {
   FakeClock clock;
-  HangingBackend backend;
+  FakeBackend backend(nullptr, 1);
+  backend.Hold(/*ignore_stop=*/true);
   Settings c = SmallConfig();
   c.probe_deadline = 2s;
   std::stop_source stop;
   Scheduler s(backend, backend.Devices(), c, nullptr, clock, 1, {});
   std::thread t([&] { s.Run(stop.get_token()); });
-  while (!backend.entered) std::this_thread::sleep_for(1ms);
+  while (!backend.Entered()) std::this_thread::sleep_for(1ms);
   const SteadyTime t0 = clock.Now();
   EXPECT_FALSE(s.CheckStall(t0 + 2s));          // within its deadline
   EXPECT_FALSE(s.CheckStall(t0 + 2s + 900ms));  // within the grace
@@ -442,7 +356,7 @@ TEST(Scheduler, HungProbeIsReportedAsAStallOnce) {
   ASSERT_TRUE(again);
   EXPECT_FALSE(again->first_report);
   stop.request_stop();
-  backend.release = true;
+  backend.Release();
   t.join();
   EXPECT_EQ(s.CyclesCompleted(), 0u);  // the cut-short cycle is not reported
   EXPECT_FALSE(s.CheckStall(t0 + 10s));
@@ -450,7 +364,7 @@ TEST(Scheduler, HungProbeIsReportedAsAStallOnce) {
 
 TEST(Scheduler, ReconfigureTakesEffectNextCycle) {
   FakeClock clock;
-  FakeBackend backend(clock);
+  FakeBackend backend(&clock);
   Settings c = SmallConfig();
   std::stop_source stop;
   std::vector<int> ok_per_cycle;

@@ -43,18 +43,29 @@ class CountingCollectable : public prometheus::Collectable {
 };
 
 std::string Scrape(const HttpServer::Handler& handler) {
-  const HttpResponse response = handler(HttpRequest{"GET", "/metrics", ""});
+  const HttpResponse response = handler(HttpRequest{"GET", "/metrics", "", ""});
   EXPECT_EQ(response.status, 200);
   return response.body;
 }
 
+// Metrics in a registry served as `xferd run` serves it: rendered once per generation.
+struct CachedMetrics {
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  Metrics metrics{*registry};
+  HttpServer::Handler handler = MakeExporterHandler(Routes());
+
+  ExporterRoutes Routes() {
+    ExporterRoutes routes;
+    routes.cached_collectables = {registry};
+    routes.generation = [this] { return metrics.Generation(); };
+    return routes;
+  }
+};
+
 TEST(MetricsCache, NewValuesShowAtTheNextScrape) {
-  auto registry = std::make_shared<prometheus::Registry>();
-  Metrics metrics(*registry);
-  ExporterRoutes routes;
-  routes.cached_collectables = {registry};
-  routes.generation = [&metrics] { return metrics.Generation(); };
-  const auto handler = MakeExporterHandler(routes);
+  CachedMetrics cached;
+  Metrics& metrics = cached.metrics;
+  const auto& handler = cached.handler;
 
   EXPECT_NE(Scrape(handler).find("xferd_cycles_total{result=\"ok\"} 0\n"), std::string::npos);
   EXPECT_NE(Scrape(handler).find("xferd_cycles_total{result=\"ok\"} 0\n"), std::string::npos);
@@ -105,12 +116,9 @@ TEST(MetricsCache, WithoutAGenerationEveryScrapeRenders) {
 
 // Scrapes racing the probe thread never keep a stale text once the writes stop.
 TEST(MetricsCache, ScrapesDuringWritesEndOnTheLastValue) {
-  auto registry = std::make_shared<prometheus::Registry>();
-  Metrics metrics(*registry);
-  ExporterRoutes routes;
-  routes.cached_collectables = {registry};
-  routes.generation = [&metrics] { return metrics.Generation(); };
-  const auto handler = MakeExporterHandler(routes);
+  CachedMetrics cached;
+  Metrics& metrics = cached.metrics;
+  const auto& handler = cached.handler;
 
   constexpr int kCycles = 300;
   std::atomic<bool> done{false};

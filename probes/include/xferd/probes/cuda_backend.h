@@ -1,4 +1,4 @@
-// The real backend: CUDA runtime, every mode of DESIGN.md. Declared here without any CUDA
+// The real backend: CUDA runtime, every mode of docs/probe.md. Declared here without any CUDA
 // header; built only when the CUDA toolkit was found (XFERD_HAVE_CUDA).
 #pragma once
 

@@ -1,0 +1,500 @@
+#include "cmd/service.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <optional>
+#include <thread>
+
+#include "cmd/backend.h"
+#include "exporter/exposition.h"
+#include "exporter/textfile.h"
+#include "platform/abandonable_call.h"
+#include "platform/build_info.h"
+#include "platform/exit_codes.h"
+#include "platform/logging.h"
+
+namespace xferd::cmd {
+
+using namespace xferd::config;
+using namespace xferd::core;
+using namespace xferd::exporter;
+using namespace xferd::platform;
+using namespace xferd::web;
+
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::duration;
+using std::chrono::duration_cast;
+
+// SIGTERM must end the process within 2 s even mid-cycle; this is how long the probe
+// thread gets to notice the stop before the process leaves without it.
+constexpr auto kProbeStopWait = 1500ms;
+// How often the main thread looks at signals, the watchdog and the probe loop.
+constexpr auto kTick = 100ms;
+
+CycleResult ResultOfCycle(const CycleReport& r) {
+  bool all_busy = !r.devices.empty();
+  for (const auto& d : r.devices) all_busy = all_busy && d.skipped_busy;
+  if (all_busy) return CycleResult::kSkippedBusy;
+  if (r.over_budget) return CycleResult::kOverBudget;
+  if (r.errors > 0 || r.timeouts > 0 || r.skipped_busy > 0) return CycleResult::kPartial;
+  return CycleResult::kOk;
+}
+
+// What a reload cannot change in a running process; said in the log so nobody waits for it.
+void WarnRestartOnly(const Config& running, const Config& next) {
+  auto warn = [](const char* what) {
+    spdlog::warn("reload: {} changed; that takes effect only after a restart", what);
+  };
+  if (running.listen_address != next.listen_address) warn("web.listen_address");
+  if (running.telemetry_path != next.telemetry_path) warn("web.telemetry_path");
+  const auto tls_files = [](const WebConfig& web) {
+    return web.tls ? std::make_pair(web.tls->cert_file, web.tls->key_file)
+                   : std::pair<std::filesystem::path, std::filesystem::path>();
+  };
+  if (tls_files(running.web) != tls_files(next.web)) {
+    warn("the TLS certificate or key");
+  }
+  if (running.state_dir != next.state_dir) warn("daemon.state_dir");
+  if (running.simulate != next.simulate) warn("simulate.enabled");
+  if (running.gpus != next.gpus) warn("probe.gpus");
+  if (running.simulate && next.simulate &&
+      (running.sim.devices != next.sim.devices || running.sim.seed != next.sim.seed ||
+       running.sim.link_gen != next.sim.link_gen || running.sim.link_width != next.sim.link_width ||
+       running.sim.time_scale != next.sim.time_scale ||
+       running.sim.integrated != next.sim.integrated)) {
+    warn("the simulated device (devices, seed, link, time_scale, integrated)");
+  }
+}
+
+}  // namespace
+
+Service::Service(Config config, probes::TransferBackend& backend,
+                 std::vector<probes::DeviceInfo> devices, ServiceSeams seams)
+    : config_(std::make_shared<const Config>(std::move(config))),
+      backend_(backend),
+      devices_(std::move(devices)),
+      seams_(std::move(seams)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      process_metrics_(std::make_shared<ProcessMetrics>()),
+      metrics_(*registry_),
+      health_(*config_),
+      state_(config_->state_dir),
+      started_(seams_.clock->Now()) {}
+
+Service::~Service() = default;
+
+std::shared_ptr<const Config> Service::CurrentConfig() const {
+  std::lock_guard lock(config_mutex_);
+  return config_;
+}
+
+HealthState Service::Healthz() const {
+  if (stalled_) {
+    return {false, "a probe is hung in a device call past its deadline (see the log)"};
+  }
+  const auto config = CurrentConfig();
+  const auto stale_after = 3 * config->interval + config->cycle_budget;
+  const auto last = scheduler_->LastCycleEnd();
+  const SteadyTime since = last.value_or(started_);
+  const auto age = seams_.clock->Now() - since;
+  if (age > stale_after) {
+    return {false,
+            fmt::format("no probe cycle finished for {:.0f} s (interval {:.0f} s, "
+                        "stale after {:.0f} s)",
+                        duration<double>(age).count(), duration<double>(config->interval).count(),
+                        duration<double>(stale_after).count())};
+  }
+  return {true, last ? "ok" : "starting: first probe cycle running"};
+}
+
+// One line per (mode, direction) whose verdict flipped: the figures that made it flip and
+// the likely causes with their advice, so the log says what to check, not only that.
+void Service::LogVerdictChanges(const DeviceHealth& health) {
+  for (const PairVerdict& v : health.verdicts) {
+    if (!v.changed) continue;
+    ScopedLogFields fields(std::to_string(health.gpu), std::string(probes::ToString(v.mode)));
+    std::string figures;
+    for (const SeriesHealth& s : health.series) {
+      if (s.mode != v.mode || s.direction != v.direction) continue;
+      figures += fmt::format("{}{} {:.2f} GB/s{}{}", figures.empty() ? "" : ", ",
+                             probes::FormatSize(s.size_bytes), s.median_bytes_per_s / 1e9,
+                             s.baseline_bytes_per_s > 0
+                                 ? fmt::format(" (baseline {:.2f})", s.baseline_bytes_per_s / 1e9)
+                                 : "",
+                             s.Bad() ? " low" : "");
+    }
+    if (health.band.Known()) {
+      figures +=
+          fmt::format("; band {:.2f}-{:.2f} GB/s per direction",
+                      health.band.lower_bytes_per_s / 1e9, health.band.upper_bytes_per_s / 1e9);
+    }
+    std::string causes;
+    for (const Diagnosis& d : health.diagnoses) {
+      causes += fmt::format("; likely {} ({}): {}", ToString(d.cause), d.detail, d.advice);
+    }
+    spdlog::log(v.degraded ? spdlog::level::warn : spdlog::level::info,
+                "gpu {} {} {}: verdict {} ({}){}", health.gpu, probes::ToString(v.mode),
+                probes::ToString(v.direction), v.degraded ? "DEGRADED" : "back to ok", figures,
+                causes);
+  }
+}
+
+void Service::OnCycle(const CycleReport& report) {
+  const auto config = CurrentConfig();
+  for (const DeviceCycle& dc : report.devices) {
+    CycleObservation obs;
+    obs.device = dc.device;
+    obs.link_path = dc.link_path;
+    obs.samples = dc.samples;
+    obs.busy = dc.skipped_busy;
+    const DeviceHealth health = health_.Observe(obs);
+    metrics_.RecordHealth(health);
+    LogVerdictChanges(health);
+  }
+  metrics_.RecordCycle(report.wall_s, ResultOfCycle(report));
+
+  const StateWrite w = state_.Save(health_.Snapshot());
+  if (!w.skipped) {
+    metrics_.RecordStateWrite(w.ok);
+    // Said when it starts and stops failing, not every cycle (intervals can be short).
+    if (!w.ok && !state_write_failing_) {
+      spdlog::error("state: {} (said once; xferd_state_write_errors_total counts each failure)",
+                    w.error);
+    } else if (w.ok && state_write_failing_) {
+      spdlog::info("state: writing {} works again", state_.path().string());
+    }
+    state_write_failing_ = !w.ok;
+  }
+
+  WriteTextfile(*config);
+
+  const std::string summary = health_.Summary();
+  const double duty = report.wall_s + report.next_in.count() / 1e3 > 0
+                          ? report.device_s / (report.wall_s + report.next_in.count() / 1e3)
+                          : 0;
+  spdlog::info(
+      "cycle {}: {} ok, {} error, {} timeout, {} unsupported, {} skipped busy, {} over "
+      "budget, {} held back (allowance); {:.3f} s wall, {:.3f} s device, duty {:.4f}; "
+      "next in {:.1f} s; {}",
+      report.number, report.ok, report.errors, report.timeouts, report.unsupported,
+      report.skipped_busy, report.skipped_budget, report.held_back, report.wall_s, report.device_s,
+      duty, report.next_in.count() / 1e3, summary);
+  std::lock_guard lock(status_mutex_);
+  status_ = fmt::format("cycle {}: {}", report.number, summary);
+}
+
+void Service::WriteTextfile(const Config& config) {
+  if (config.textfile_path.empty()) return;
+  try {
+    exporter::WriteTextfile(config.textfile_path,
+                            RenderExposition(Collectables{registry_}, "xferd_"));
+    if (textfile_failing_) {
+      spdlog::info("textfile: writing {} works again", config.textfile_path.string());
+    }
+    textfile_failing_ = false;
+  } catch (const std::exception& e) {
+    metrics_.RecordTextfileWrite(false);
+    if (!textfile_failing_) spdlog::error("textfile: {}", e.what());
+    textfile_failing_ = true;
+  }
+}
+
+void Service::CheckStall() {
+  const auto stall = scheduler_->CheckStall(seams_.clock->Now());
+  stalled_ = stall.has_value();
+  if (stall && stall->first_report) {
+    const auto& s = stall->spec;
+    ScopedLogFields fields(std::to_string(stall->device), std::string(probes::ToString(s.mode)));
+    metrics_.RecordSkipped(stall->device, s.mode, ProbeResult::kTimeout);
+    spdlog::error(
+        "gpu {} {} {} {}: probe hung: no answer after {:.1f} s (deadline {:.1f} s); watchdog "
+        "pings stop so systemd restarts xferd; check the GPU (nvidia-smi, dmesg for Xid)",
+        stall->device, probes::ToString(s.mode), probes::ToString(s.direction),
+        probes::FormatSize(s.size_bytes), stall->running_for.count() / 1e3,
+        duration<double>(s.deadline).count());
+    seams_.notifier->Status(fmt::format(
+        "HUNG: gpu {} {} {} probe not answering for {:.0f} s", stall->device,
+        probes::ToString(s.mode), probes::ToString(s.direction), stall->running_for.count() / 1e3));
+  }
+}
+
+struct Service::PendingReload {
+  std::mutex mutex;
+  bool done = false;
+  std::optional<Config> config;
+  std::exception_ptr error;
+};
+
+void Service::StartReload() {
+  seams_.notifier->Reloading();
+  auto pending = std::make_shared<PendingReload>();
+  reload_ = pending;
+  // The thread holds its own copy of the reload function and the result; it may outlive
+  // the service when the daemon stops meanwhile (Run then ends the process).
+  std::thread([pending, reload = seams_.reload] {
+    std::optional<Config> config;
+    std::exception_ptr error;
+    try {
+      config = reload();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard lock(pending->mutex);
+    pending->config = std::move(config);
+    pending->error = error;
+    pending->done = true;
+  }).detach();
+}
+
+bool Service::ReloadReady() const {
+  if (!reload_) return false;
+  std::lock_guard lock(reload_->mutex);
+  return reload_->done;
+}
+
+void Service::FinishReload() {
+  const std::shared_ptr<PendingReload> pending = std::move(reload_);
+  reload_.reset();
+  const auto running = CurrentConfig();
+  const double now_s =
+      duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  try {
+    if (pending->error) std::rethrow_exception(pending->error);
+    Config next = std::move(*pending->config);
+    SelectConfigured(backend_.Devices(), next);  // an unknown GPU is a bad config
+    WarnRestartOnly(*running, next);
+    // What cannot change keeps its running value, so health and the scheduler stay
+    // consistent with what is actually served and probed.
+    next.listen_address = running->listen_address;
+    next.telemetry_path = running->telemetry_path;
+    next.state_dir = running->state_dir;
+    next.simulate = running->simulate;
+    next.gpus = running->gpus;
+    SetLogLevel(next.log_level);
+    if (seams_.sim != nullptr) seams_.sim->SetFaults(next.sim.faults);
+    if (next.web.basic_auth_users != running->web.basic_auth_users) {
+      http_->SetBasicAuthUsers(next.web.basic_auth_users);
+    }
+    next.web.tls = running->web.tls;
+    auto busy = seams_.make_busy(next);
+    if (busy->Describe() != busy_description_) {
+      busy_description_ = busy->Describe();
+      spdlog::info("busy detection: {}", busy_description_);
+    }
+    health_.Reconfigure(next);
+    scheduler_->Reconfigure(next, std::move(busy));
+    {
+      std::lock_guard lock(config_mutex_);
+      config_ = std::make_shared<const Config>(std::move(next));
+    }
+    metrics_.RecordConfigReload(true, now_s);
+    spdlog::info("reload: configuration {} applied from the next cycle", seams_.config_name);
+  } catch (const platform::Error& e) {
+    // ConfigError (exit 78 at start) and the rest: the file, its line and the fix.
+    metrics_.RecordConfigReload(false, now_s);
+    spdlog::error("reload failed, keeping the running configuration: {}", e.what());
+  } catch (const std::exception& e) {
+    metrics_.RecordConfigReload(false, now_s);
+    spdlog::error("reload failed (internal error), keeping the running configuration: {}",
+                  e.what());
+  }
+  seams_.notifier->Ready();
+  std::lock_guard lock(status_mutex_);
+  if (!status_.empty()) seams_.notifier->Status(status_);
+}
+
+void Service::StartServing(const Config& config) {
+  ExporterRoutes routes;
+  routes.telemetry_path = config.telemetry_path;
+  // Only metrics_ writes the registry, and it changes once per probe, not per scrape: its
+  // text is rendered once per change (Metrics::Generation); process_* is read per scrape.
+  routes.cached_collectables = {registry_};
+  routes.generation = [this] { return metrics_.Generation(); };
+  routes.collectables = {process_metrics_};
+  routes.health = [this] { return Healthz(); };
+  routes.status_line = [this] { return health_.Summary(); };
+  routes.version = kVersion;
+  HttpServerOptions http_options;
+  http_options.listen_address = config.listen_address;
+  http_options.web = config.web;
+  try {
+    http_ = std::make_unique<HttpServer>(http_options, MakeExporterHandler(std::move(routes)));
+  } catch (const HttpError& e) {
+    spdlog::critical("cannot serve metrics: {}", e.what());
+    throw platform::Error(platform::Failure::kOsError,
+                          "cannot serve metrics: " + std::string(e.what()));
+  }
+  spdlog::info("serving {}{} (and /, /healthz)", http_->url(), config.telemetry_path);
+}
+
+void Service::Prepare(const Config& config) {
+  metrics_.SetBuildInfo();
+  for (const auto& d : devices_) metrics_.SetDevice(d);
+  metrics_.RecordConfigReload(
+      true, duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+
+  // Read where a hung file system cannot keep SIGTERM from stopping the daemon.
+  StateLoad loaded;
+  if (const auto stop =
+          CallUnlessStopped([this, &loaded] { loaded = state_.Load(); }, *seams_.signals)) {
+    spdlog::warn("{} while reading the state file {}: stopping without it", stop->name,
+                 state_.path().string());
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    _exit(kExitOk);
+  }
+  if (!loaded.message.empty()) spdlog::warn("state: {}", loaded.message);
+  health_.Restore(loaded.baselines);
+  std::size_t series = 0;
+  for (const auto& [uuid, s] : loaded.baselines) series += s.size();
+  spdlog::info("state: {} ({} learned series)", state_.path().string(), series);
+
+  auto busy = seams_.make_busy(config);
+  busy_description_ = busy->Describe();
+  spdlog::info("busy detection: {}", busy_description_);
+
+  SchedulerCallbacks callbacks;
+  callbacks.on_probe = [this](const probes::DeviceInfo& d, const probes::ProbeSample& s) {
+    metrics_.RecordSample(
+        d, s, health_.Baseline(d.uuid, s.spec.mode, s.spec.direction, s.spec.size_bytes));
+  };
+  callbacks.on_skipped_busy = [this](const probes::DeviceInfo& d, const probes::ProbeSpec& s) {
+    metrics_.RecordSkipped(d.index, s.mode, ProbeResult::kSkippedBusy);
+  };
+  callbacks.on_link_path = [this](const probes::DeviceInfo& d, const probes::LinkPath& p) {
+    metrics_.RecordLinkPath(d.index, p);
+  };
+  callbacks.on_cycle = [this](const CycleReport& r) { OnCycle(r); };
+  scheduler_ = std::make_unique<Scheduler>(backend_, devices_, config, std::move(busy),
+                                           *seams_.clock, seams_.jitter_seed, std::move(callbacks));
+}
+
+// The probe thread, and how it ended.
+class Service::ProbeThread {
+ public:
+  explicit ProbeThread(Scheduler& scheduler)
+      : thread_([this, &scheduler](std::stop_token stop) {
+          try {
+            scheduler.Run(stop);
+          } catch (const std::exception& e) {
+            spdlog::critical("probe loop failed: {}", e.what());
+            failed_ = true;
+          }
+          std::lock_guard lock(mutex_);
+          done_ = true;
+          done_cv_.notify_all();
+        }) {}
+
+  bool failed() const { return failed_; }
+
+  // Asks the loop to stop and waits up to `wait` for it; false when it has not returned.
+  bool Stop(std::chrono::milliseconds wait) {
+    thread_.request_stop();
+    std::unique_lock lock(mutex_);
+    if (!done_cv_.wait_for(lock, wait, [&] { return done_; })) return false;
+    lock.unlock();
+    thread_.join();
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::atomic<bool> failed_{false};
+  std::jthread thread_;  // last: it starts once the members it uses exist
+};
+
+int Service::Supervise(ProbeThread& probe) {
+  const auto watchdog = seams_.notifier->WatchdogInterval();
+  if (watchdog) {
+    spdlog::info("systemd watchdog: pinging every {:.1f} s while the probe loop progresses",
+                 watchdog->count() / 2e6);
+  }
+  auto next_ping = std::chrono::steady_clock::now();
+  std::uint64_t cycles_seen = 0;
+  bool ready = false;
+  for (;;) {
+    const platform::Signal signal = seams_.signals->Wait(kTick);
+    if (signal.kind == platform::Signal::Kind::kStop) {
+      spdlog::info("{}: stopping", signal.name);
+      return kExitOk;
+    }
+    if (signal.kind == platform::Signal::Kind::kReload) {
+      if (reload_) {
+        spdlog::info("{}: a reload is still reading its files; another follows it", signal.name);
+        reload_again_ = true;
+      } else {
+        spdlog::info("{}: reloading the configuration", signal.name);
+        StartReload();
+      }
+    }
+    if (ReloadReady()) FinishReload();
+    if (reload_again_ && !reload_) {
+      reload_again_ = false;
+      StartReload();
+    }
+    if (probe.failed()) return kExitSoftware;
+    const std::uint64_t cycles = scheduler_->CyclesCompleted();
+    if (cycles != cycles_seen) {
+      cycles_seen = cycles;
+      if (!ready) {
+        // Serving and one cycle done: what "started" means for a Type=notify service.
+        seams_.notifier->Ready();
+        ready = true;
+        spdlog::info("ready: first probe cycle done");
+      }
+      std::lock_guard lock(status_mutex_);
+      seams_.notifier->Status(status_);
+    }
+    CheckStall();
+    const auto now = std::chrono::steady_clock::now();
+    if (watchdog && now >= next_ping) {
+      // A probe stuck in a device call starves systemd of pings: it restarts the service.
+      if (!stalled_) seams_.notifier->Watchdog();
+      next_ping = now + duration_cast<std::chrono::steady_clock::duration>(*watchdog / 2);
+    }
+  }
+}
+
+int Service::Run() {
+  const auto config = CurrentConfig();
+  Prepare(*config);
+  StartServing(*config);
+  ProbeThread probe(*scheduler_);
+  const int exit_code = Supervise(probe);
+
+  seams_.notifier->Stopping();
+  if (!probe.Stop(kProbeStopWait)) {
+    // A device call that ignores cancellation (a hung driver) cannot be waited for: the
+    // state was saved after the last cycle, so leaving now loses nothing.
+    spdlog::error("stopping without the probe thread: a device call did not return within {:.1f} s",
+                  duration<double>(kProbeStopWait).count());
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    _exit(exit_code);
+  }
+  if (reload_ && !ReloadReady()) {
+    // A reload still reading (a hung file system): its thread cannot be waited for, and
+    // the process must not run its exit handlers under it. Nothing of it is needed now.
+    http_.reset();
+    spdlog::warn("stopped while a reload was still reading its files; it is abandoned");
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    _exit(exit_code);
+  }
+  http_.reset();
+  spdlog::info("stopped");
+  spdlog::default_logger()->flush();
+  return exit_code;
+}
+
+}  // namespace xferd::cmd

@@ -1,0 +1,114 @@
+// The daemon once it is configured: everything that lives from start to stop. The main
+// thread (Run) owns signals, sd_notify and the watchdog; one probe thread runs the
+// scheduler's cycles; the HTTP server serves from its own threads. How a probe result
+// flows from the backend to /metrics, the verdict and the log: docs/architecture.md.
+//
+// The seams (time, the backend, busy detection, systemd, signals, reloading the config)
+// are injected, so tests drive a whole service in-process (tests/unit/cmd/service_test.cc).
+#pragma once
+
+#include <prometheus/registry.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "core/busy_detector.h"
+#include "core/clock.h"
+#include "core/health_tracker.h"
+#include "core/scheduler.h"
+#include "core/state_file.h"
+#include "exporter/metrics.h"
+#include "exporter/process_metrics.h"
+#include "exporter/routes.h"
+#include "platform/signals.h"
+#include "platform/systemd_notifier.h"
+#include "web/http_server.h"
+#include "xferd/probes/backend.h"
+#include "xferd/probes/sim_backend.h"
+
+namespace xferd::cmd {
+
+struct ServiceSeams {
+  core::Clock* clock = nullptr;  // the scheduler's time and the stall check's
+  platform::Notifier* notifier = nullptr;
+  platform::SignalSource* signals = nullptr;
+  // The configuration again, for a reload (SIGHUP). Throws ConfigError or another
+  // platform::Error for a bad file or flag: the running configuration is then kept.
+  std::function<config::Config()> reload;
+  // The busy detector for a configuration (at start and on each reload).
+  std::function<std::unique_ptr<core::BusyDetector>(const config::Config&)> make_busy;
+  // The simulated backend, when it is one: its faults follow the config on reload.
+  probes::SimBackend* sim = nullptr;
+  std::uint64_t jitter_seed = 1;
+  std::string config_name = "(defaults)";  // for the log
+};
+
+class Service {
+ public:
+  // `backend` must outlive the service; `devices` are the GPUs it probes.
+  Service(config::Config config, probes::TransferBackend& backend,
+          std::vector<probes::DeviceInfo> devices, ServiceSeams seams);
+  ~Service();
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  // Serves and probes until a stop signal; returns the exit code (0, or 70 when the probe
+  // loop failed). Throws platform::Error (EX_OSERR) when the endpoint cannot be served. A
+  // probe thread stuck in a device call past the stop bound ends the process (_exit): the
+  // state was saved after the last cycle, so nothing is lost. So does a stop while the
+  // state file or a reloaded config is still being read (a hung file system).
+  int Run();
+
+  // What /metrics serves besides the process metrics: for tests and the textfile.
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+ private:
+  std::shared_ptr<const config::Config> CurrentConfig() const;
+  void OnCycle(const core::CycleReport& report);             // probe thread
+  void LogVerdictChanges(const core::DeviceHealth& health);  // probe thread
+  void WriteTextfile(const config::Config& config);          // probe thread
+  void StartReload();                                        // main thread
+  bool ReloadReady() const;                                  // main thread
+  void FinishReload();                                       // main thread
+  exporter::HealthState Healthz() const;                     // HTTP threads
+  void CheckStall();                                         // main thread
+  void StartServing(const config::Config& config);           // main thread
+  void Prepare(const config::Config& config);                // main thread, first
+  class ProbeThread;
+  int Supervise(ProbeThread& probe);  // main thread: signals, READY, STATUS, watchdog
+
+  mutable std::mutex config_mutex_;
+  std::shared_ptr<const config::Config> config_;
+  probes::TransferBackend& backend_;
+  std::vector<probes::DeviceInfo> devices_;
+  ServiceSeams seams_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<exporter::ProcessMetrics> process_metrics_;
+  exporter::Metrics metrics_;
+  core::HealthTracker health_;
+  core::StateFile state_;
+  std::unique_ptr<core::Scheduler> scheduler_;
+  std::unique_ptr<web::HttpServer> http_;
+  std::string busy_description_;
+
+  const core::SteadyTime started_;
+  std::atomic<bool> stalled_{false};
+  mutable std::mutex status_mutex_;
+  std::string status_;  // the STATUS line of the last cycle
+  bool state_write_failing_ = false, textfile_failing_ = false;  // probe thread only
+
+  // A reload reads its files on a thread of its own, so that a file on a hung file system
+  // cannot keep the main thread from SIGTERM and the watchdog; the main thread applies the
+  // result. One at a time: a SIGHUP meanwhile asks for another once it is done.
+  struct PendingReload;
+  std::shared_ptr<PendingReload> reload_;  // main thread only
+  bool reload_again_ = false;
+};
+
+}  // namespace xferd::cmd

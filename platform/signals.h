@@ -1,0 +1,30 @@
+// The process signals the daemon obeys, taken synchronously by the thread that waits for
+// them (no handler runs on another thread). An interface, so tests can stop and reload a
+// service without signalling the test process.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace xferd::platform {
+
+struct Signal {
+  enum class Kind { kNone, kStop, kReload };
+  Kind kind = Kind::kNone;
+  std::string name;  // "SIGTERM", "SIGINT", "SIGHUP": for the log
+};
+
+class SignalSource {
+ public:
+  virtual ~SignalSource() = default;
+  // The next signal, or kNone after `timeout`.
+  virtual Signal Wait(std::chrono::milliseconds timeout) = 0;
+};
+
+// SIGTERM and SIGINT (stop) and SIGHUP (reload), blocked in the calling thread and so in
+// every thread it starts afterwards; SIGPIPE ignored (a scraper that hangs up mid-response
+// must not kill the daemon). Call it before starting any thread.
+std::unique_ptr<SignalSource> TakeProcessSignals();
+
+}  // namespace xferd::platform

@@ -1,0 +1,138 @@
+#include "testing/fakes.h"
+
+#include <thread>
+
+namespace xferd::fakes {
+
+core::SteadyTime FakeClock::Now() const {
+  std::lock_guard lock(mutex_);
+  return now_;
+}
+
+bool FakeClock::SleepUntil(core::SteadyTime until, std::stop_token stop) {
+  if (stop.stop_requested()) return false;
+  std::lock_guard lock(mutex_);
+  if (until > now_) now_ = until;
+  return true;
+}
+
+void FakeClock::Advance(std::chrono::nanoseconds d) {
+  std::lock_guard lock(mutex_);
+  now_ += std::chrono::duration_cast<core::SteadyTime::duration>(d);
+}
+
+FakeBackend::FakeBackend(FakeClock* clock, int devices) : clock_(clock), devices_(devices) {}
+
+std::vector<probes::DeviceInfo> FakeBackend::Devices() const {
+  std::vector<probes::DeviceInfo> d(static_cast<std::size_t>(devices_));
+  for (int i = 0; i < devices_; ++i) {
+    d[i].index = i;
+    d[i].uuid = "FAKE-" + std::to_string(i);
+    d[i].simulated = true;
+  }
+  return d;
+}
+
+probes::LinkPath FakeBackend::ReadLinkPath(int) const {
+  ++link_reads;
+  return {};
+}
+
+probes::ProbeSample FakeBackend::Run(int device, const probes::ProbeSpec& spec,
+                                     std::stop_token stop) {
+  entered_ = true;
+  probes::ProbeSample s;
+  s.spec = spec;
+  while (held_ && (ignore_stop_ || !stop.stop_requested())) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (stop.stop_requested()) {
+    s.status = probes::ProbeStatus::kError;
+    s.message = "cancelled";
+    return s;
+  }
+  ++runs;
+  {
+    std::lock_guard lock(mutex_);
+    runs_per_device[device]++;
+    if (device == 0) ran_.push_back(spec);
+  }
+  double device_time = device_time_s;
+  auto wall = std::chrono::duration_cast<std::chrono::nanoseconds>(probe_wall);
+  if (auto it = cost.find({spec.mode, spec.direction}); it != cost.end()) {
+    device_time = it->second;
+    wall = std::chrono::nanoseconds(static_cast<std::int64_t>(device_time * 1e9));
+  }
+  if (clock_ != nullptr) clock_->Advance(wall);
+  s.status = status;
+  s.bytes_per_transfer = spec.size_bytes;
+  s.durations_s.assign(static_cast<std::size_t>(spec.iterations), 0.001);
+  s.device_time_s = device_time;
+  return s;
+}
+
+void FakeBackend::Hold(bool ignore_stop) {
+  ignore_stop_ = ignore_stop;
+  held_ = true;
+}
+
+void FakeBackend::Release() {
+  held_ = false;
+}
+
+std::vector<probes::ProbeSpec> FakeBackend::Ran() const {
+  std::lock_guard lock(mutex_);
+  return ran_;
+}
+
+std::unique_ptr<core::BusyDetector> BusyOnly(int busy_device) {
+  return core::MakeBusyDetector(
+      std::make_unique<FakeGpuLoadReader>([busy_device](const probes::DeviceInfo& d) {
+        return probes::GpuLoad{d.index == busy_device ? 95.0 : 0.0, 0};
+      }),
+      core::BusyThresholds{});
+}
+
+std::vector<std::string> FakeNotifier::Messages() const {
+  std::lock_guard lock(mutex_);
+  return messages_;
+}
+
+int FakeNotifier::Count(std::string_view message) const {
+  std::lock_guard lock(mutex_);
+  int n = 0;
+  for (const auto& m : messages_) n += m == message ? 1 : 0;
+  return n;
+}
+
+bool FakeNotifier::WaitFor(const std::function<bool(const std::vector<std::string>&)>& done,
+                           std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, timeout, [&] { return done(messages_); });
+}
+
+void FakeNotifier::Record(std::string message) {
+  {
+    std::lock_guard lock(mutex_);
+    messages_.push_back(std::move(message));
+  }
+  changed_.notify_all();
+}
+
+void FakeSignals::Send(platform::Signal::Kind kind) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(kind);
+  }
+  sent_.notify_all();
+}
+
+platform::Signal FakeSignals::Wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (!sent_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return {};
+  const platform::Signal::Kind kind = queue_.front();
+  queue_.pop_front();
+  return {kind, kind == platform::Signal::Kind::kStop ? "SIGTERM (test)" : "SIGHUP (test)"};
+}
+
+}  // namespace xferd::fakes

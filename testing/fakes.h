@@ -1,0 +1,133 @@
+// The fakes every test shares, one per seam: the clock, the transfer backend, the GPU-load
+// reader and busy detector, the systemd notifier and the process signals. Each records
+// what it was asked and is safe to inspect from the test thread while the code under test
+// runs on its own threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/busy_detector.h"
+#include "core/clock.h"
+#include "platform/signals.h"
+#include "platform/systemd_notifier.h"
+#include "xferd/probes/backend.h"
+#include "xferd/probes/gpu_load.h"
+
+namespace xferd::fakes {
+
+// Time that moves only when told: SleepUntil jumps to the deadline at once.
+class FakeClock final : public core::Clock {
+ public:
+  core::SteadyTime Now() const override;
+  bool SleepUntil(core::SteadyTime until, std::stop_token stop) override;
+  void Advance(std::chrono::nanoseconds d);
+
+ private:
+  mutable std::mutex mutex_;
+  core::SteadyTime now_{std::chrono::seconds(1000)};
+};
+
+// GPUs "FAKE-0".."FAKE-<n-1>" whose probes succeed (1 ms per transfer) unless told
+// otherwise. With a clock, each probe advances it by `probe_wall` (or by its `cost`).
+class FakeBackend final : public probes::TransferBackend {
+ public:
+  explicit FakeBackend(FakeClock* clock = nullptr, int devices = 2);
+
+  std::string Name() const override { return "fake"; }
+  std::vector<probes::DeviceInfo> Devices() const override;
+  probes::Capabilities GetCapabilities(int) const override { return {}; }
+  probes::LinkPath ReadLinkPath(int) const override;
+  probes::ProbeSample Run(int device, const probes::ProbeSpec& spec, std::stop_token stop) override;
+
+  // Probes block while held: a hung device call. With `ignore_stop` they do not give up
+  // when asked to stop either (a driver call that ignores cancellation).
+  void Hold(bool ignore_stop = false);
+  void Release();
+  bool Entered() const { return entered_.load(); }  // a probe has started
+
+  std::vector<probes::ProbeSpec> Ran() const;  // GPU 0's probes, in the order they ran
+
+  std::chrono::milliseconds probe_wall{10};
+  double device_time_s = 0.01;
+  probes::ProbeStatus status = probes::ProbeStatus::kOk;
+  // A fixed device cost per (mode, direction) in seconds; the call takes that long too.
+  std::map<std::pair<probes::TransferMode, probes::Direction>, double> cost;
+  std::atomic<int> runs{0};
+  std::map<int, int> runs_per_device;  // read once the probe thread has stopped
+  mutable std::atomic<int> link_reads{0};
+
+ private:
+  FakeClock* clock_;
+  int devices_;
+  std::atomic<bool> held_{false}, ignore_stop_{false}, entered_{false};
+  mutable std::mutex mutex_;
+  std::vector<probes::ProbeSpec> ran_;
+};
+
+// The load `read` says (nullopt: cannot be read).
+class FakeGpuLoadReader final : public probes::GpuLoadReader {
+ public:
+  using Read_ = std::function<std::optional<probes::GpuLoad>(const probes::DeviceInfo&)>;
+  explicit FakeGpuLoadReader(Read_ read) : read_(std::move(read)) {}
+  std::optional<probes::GpuLoad> Read(const probes::DeviceInfo& device) override {
+    return read_(device);
+  }
+  std::string Describe() const override { return "fake"; }
+
+ private:
+  Read_ read_;
+};
+
+// GPU `busy_device` at 95% utilisation, every other one idle.
+std::unique_ptr<core::BusyDetector> BusyOnly(int busy_device);
+
+// Records every message in order: "READY", "STATUS=...", "WATCHDOG", "RELOADING",
+// "STOPPING".
+class FakeNotifier final : public platform::Notifier {
+ public:
+  explicit FakeNotifier(std::optional<std::chrono::microseconds> watchdog = std::nullopt)
+      : watchdog_(watchdog) {}
+  void Ready() override { Record("READY"); }
+  void Status(std::string_view text) override { Record("STATUS=" + std::string(text)); }
+  void Watchdog() override { Record("WATCHDOG"); }
+  void Reloading() override { Record("RELOADING"); }
+  void Stopping() override { Record("STOPPING"); }
+  std::optional<std::chrono::microseconds> WatchdogInterval() const override { return watchdog_; }
+
+  std::vector<std::string> Messages() const;
+  int Count(std::string_view message) const;  // exact matches
+  // Waits until `done(messages)` holds; false after `timeout`.
+  bool WaitFor(const std::function<bool(const std::vector<std::string>&)>& done,
+               std::chrono::milliseconds timeout) const;
+
+ private:
+  void Record(std::string message);
+  std::optional<std::chrono::microseconds> watchdog_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  std::vector<std::string> messages_;
+};
+
+// Signals sent by the test.
+class FakeSignals final : public platform::SignalSource {
+ public:
+  void Send(platform::Signal::Kind kind);
+  platform::Signal Wait(std::chrono::milliseconds timeout) override;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable sent_;
+  std::deque<platform::Signal::Kind> queue_;
+};
+
+}  // namespace xferd::fakes
