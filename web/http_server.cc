@@ -21,6 +21,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -215,12 +216,17 @@ struct HttpServer::Impl {
     int fd;
     std::string address;
     Clock::time_point opened, since;  // since: opened, or the previous request's end
+    // opened + the header timeout, spread over 0.75..1.25 of it: sockets opened together
+    // (one client's flood) do not all time out, and reconnect, in the same instant.
+    Clock::time_point header_deadline;
     Phase phase = Phase::kOpening;
     bool cut = false;  // shut down by us; gone once MHD reports it closed
   };
   std::mutex connections_mutex;
   std::unordered_map<MHD_Connection*, Tracked> connections;
   std::unordered_map<std::string, unsigned> live_per_address;  // not cut
+  std::minstd_rand random{std::random_device{}()};             // under connections_mutex
+  std::uniform_real_distribution<double> spread{0.0, 1.0};
   unsigned live = 0;
   std::condition_variable reaper_wake;
   bool stopping = false;
@@ -245,27 +251,36 @@ struct HttpServer::Impl {
     if (--live_per_address[tracked.address] == 0) live_per_address.erase(tracked.address);
   }
 
-  // Over the limit: close the oldest connection that is not being answered, of the
-  // address that holds the most. A scraper's connection is answered within a moment of
-  // arriving (its request is in the socket when MHD accepts it), so it is never the one.
-  void EnforceLimitLocked() {
-    while (live > options.connection_limit) {
-      Tracked* victim = nullptr;
-      unsigned victim_count = 0;
-      for (auto& [connection, tracked] : connections) {
-        if (tracked.cut || tracked.phase == Phase::kServing) continue;
-        const unsigned count = live_per_address[tracked.address];
-        if (victim == nullptr || count > victim_count ||
-            (count == victim_count && tracked.since < victim->since)) {
-          victim = &tracked;
-          victim_count = count;
-        }
-      }
-      if (victim == nullptr) return;  // all being answered: MHD's own limit holds the rest
-      CutLocked(*victim);
-      spdlog::debug("http: {} connections open: closed an idle one from {}",
-                    options.connection_limit, platform::Printable(victim->address));
+  // Over the limit, a new connection from the address that holds the most is closed at
+  // once, before anything is read from it (no TLS handshake is spent on it): an address
+  // flooding the server with idle sockets keeps what it holds until their header timeout
+  // and gets no more. One from any other address makes room: the oldest connection of the
+  // address holding the most that is not being answered is closed. So one address never
+  // takes the slots of another, and a scraper (its request is in the socket when the
+  // connection is accepted) is answered at once.
+  void EnforceLimitLocked(Tracked& newcomer) {
+    if (live <= options.connection_limit) return;
+    unsigned most = 0;
+    std::string biggest;
+    for (const auto& [address, count] : live_per_address) {
+      if (count > most) most = count, biggest = address;
     }
+    if (live_per_address[newcomer.address] >= most) {
+      CutLocked(newcomer);
+      spdlog::debug("http: {} connections open: refused another from {}, which holds {}",
+                    options.connection_limit, platform::Printable(newcomer.address), most);
+      return;
+    }
+    Tracked* victim = nullptr;
+    for (auto& [connection, tracked] : connections) {
+      if (tracked.cut || tracked.phase == Phase::kServing || tracked.address != biggest) continue;
+      if (victim == nullptr || tracked.since < victim->since) victim = &tracked;
+    }
+    if (victim == nullptr) return;  // all being answered: MHD's own limit holds the rest
+    CutLocked(*victim);
+    spdlog::debug("http: {} connections open: closed an idle one from {} for {}",
+                  options.connection_limit, platform::Printable(biggest),
+                  platform::Printable(newcomer.address));
   }
 
   void SetPhase(MHD_Connection* connection, Phase phase) {
@@ -287,7 +302,7 @@ struct HttpServer::Impl {
       const auto now = Clock::now();
       for (auto& [connection, tracked] : connections) {
         if (tracked.cut) continue;
-        if (tracked.phase == Phase::kOpening && now - tracked.opened > options.header_timeout) {
+        if (tracked.phase == Phase::kOpening && now > tracked.header_deadline) {
           CutLocked(tracked);
           spdlog::debug("http: closed a connection that sent no whole request in {} s",
                         options.header_timeout.count());
@@ -328,11 +343,14 @@ struct HttpServer::Impl {
       if (fd == nullptr) return;
       const auto now = Clock::now();
       Tracked tracked{fd->connect_fd, AddressKey(peer != nullptr ? peer->client_addr : nullptr),
-                      now, now};
+                      now, now, now};
+      const auto spread = std::chrono::duration_cast<Clock::duration>(
+          self->options.header_timeout * (0.75 + 0.5 * self->spread(self->random)));
+      tracked.header_deadline = now + spread;
       ++self->live;
       ++self->live_per_address[tracked.address];
-      self->connections[connection] = std::move(tracked);
-      self->EnforceLimitLocked();
+      Tracked& added = self->connections[connection] = std::move(tracked);
+      self->EnforceLimitLocked(added);
     } else {
       const auto it = self->connections.find(connection);
       if (it == self->connections.end()) return;
@@ -566,12 +584,13 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
   if (s.socket.family == AF_INET6) flags |= MHD_USE_IPv6;
 
   // MHD's own limit is a backstop above ours (EnforceLimitLocked keeps below it while any
-  // connection can be closed); MHD splits it between its threads.
+  // connection can be closed); MHD splits it between its threads, unevenly at times.
   s.options.connection_limit = std::max(1u, s.options.connection_limit);
   const unsigned threads = std::max(1u, s.options.threads);
-  const unsigned hard_limit =
-      FitConnectionsToFileLimit(2 * s.options.connection_limit + 8 * threads);
-  s.options.connection_limit = std::min(s.options.connection_limit, std::max(1u, hard_limit / 2));
+  const unsigned hard_limit = FitConnectionsToFileLimit(
+      s.options.connection_limit + s.options.connection_limit / 4 + 16 * threads);
+  s.options.connection_limit =
+      std::min(s.options.connection_limit, std::max(1u, hard_limit * 4 / 5));
 
   std::vector<MHD_OptionItem> items;
   auto add = [&items](MHD_OPTION option, intptr_t value, void* ptr = nullptr) {
@@ -579,6 +598,10 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
   };
   add(MHD_OPTION_LISTEN_SOCKET, s.socket.fd);
   add(MHD_OPTION_CONNECTION_LIMIT, hard_limit);
+  // An address at the limit gets no more: MHD closes its new connection right after accept,
+  // before any memory or TLS session is spent on it (EnforceLimitLocked would do the same,
+  // only later and dearer: a flood of reconnects then costs a TLS handshake each).
+  add(MHD_OPTION_PER_IP_CONNECTION_LIMIT, s.options.connection_limit);
   add(MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(s.options.idle_timeout.count()));
   add(MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(s.options.connection_memory_bytes));
   if (threads > 1) add(MHD_OPTION_THREAD_POOL_SIZE, threads);

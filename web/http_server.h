@@ -43,11 +43,11 @@ struct HttpServerOptions {
   // "localhost:9742". Port 0 picks a free port; port() tells which.
   std::string listen_address = ":9742";
   WebConfig web;  // TLS when cert and key are set; basic auth when users are set
-  // Connections held open at once. A new connection beyond this closes the oldest one that
-  // is not being answered (still opening: no whole request yet, or idle between requests)
-  // of the client address that holds the most: idle sockets can never keep a scraper out,
-  // and one address cannot take the slots of another.
-  unsigned connection_limit = 512;
+  // Connections held open at once. Beyond this a new connection from the client address
+  // that holds the most is closed at once; one from any other address closes the oldest
+  // connection of that address that is not being answered (still opening, or idle between
+  // requests). Idle sockets from one address never keep another's scrape out.
+  unsigned connection_limit = 1024;
   // A connection must send a whole request (its TLS handshake included) within this long
   // of opening, or it is closed.
   std::chrono::seconds header_timeout{5};
