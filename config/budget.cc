@@ -1,5 +1,6 @@
 // What a configuration costs Prometheus (series) and the state file (baseline values), and
 // the limits on both (docs/configuration.md, "Limits").
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -28,18 +29,22 @@ constexpr std::size_t kFixedPerGpu = 2 + 7 + 7 + 2 + 1;
 
 SeriesEstimate EstimateSeries(const core::Settings& settings) {
   SeriesEstimate e;
-  const auto plan = core::PlanProbes(settings);
+  // The plan repeats the same probes for each size (core/plan.h): plan one size and count,
+  // rather than build the plan of a file listing 100,000 sizes only to refuse it.
+  core::Settings one_size = settings;
+  one_size.sizes.resize(std::min<std::size_t>(settings.sizes.size(), 1));
+  const auto plan = core::PlanProbes(one_size);
   std::set<std::pair<probes::TransferMode, probes::Direction>> pairs;
   bool overlap = false;
   for (const probes::ProbeSpec& spec : plan) {
     pairs.insert({spec.mode, spec.direction});
     overlap = overlap || spec.mode == probes::TransferMode::kPinnedAsync;
   }
-  e.probes = plan.size();
-  e.per_gpu = plan.size() * kPerProbe + pairs.size() * kPerModeDirection + kRunResults +
+  e.probes = plan.size() * settings.sizes.size();
+  e.per_size = plan.size() * kPerProbe;
+  e.per_gpu = e.probes * kPerProbe + pairs.size() * kPerModeDirection + kRunResults +
               settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) + kFixedPerGpu;
-  e.per_size = settings.sizes.empty() ? 0 : plan.size() / settings.sizes.size() * kPerProbe;
-  e.baseline_values_per_gpu = plan.size() * static_cast<std::size_t>(settings.baseline_window);
+  e.baseline_values_per_gpu = e.probes * static_cast<std::size_t>(settings.baseline_window);
   return e;
 }
 
