@@ -39,12 +39,14 @@ configure_build "$build"
 (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 900)
 
 if [[ $sanitizers -eq 1 ]]; then
-  # CPU suites only (no CUDA backend): unit and integration tests under each sanitizer.
+  # CPU suites only (no CUDA backend): unit and integration tests under each sanitizer,
+  # without the deployment tests (label `deploy`: package, systemd container, rules,
+  # dashboards, fleets), which the normal pass runs.
   for san in address thread; do
     dir="$build-$san"
     mkdir -p "$dir"
     configure_build "$dir" -DXFERD_SANITIZE=$san -DXFERD_CUDA=OFF -DXFERD_BENCH=OFF
     (cd "$dir" && ASAN_OPTIONS=detect_leaks=1 TSAN_OPTIONS=halt_on_error=1 \
-      ctest --output-on-failure -j "$jobs" --timeout 900 -LE gpu)
+      ctest --output-on-failure -j "$jobs" --timeout 900 -LE "gpu|deploy")
   done
 fi
