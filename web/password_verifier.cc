@@ -185,8 +185,13 @@ struct PasswordVerifier::State {
       const auto entry = lane->front();
       lane->pop_front();
       self->running.insert(entry);
+      // Copies for the bcrypt outside the lock: a stop may answer the entry meanwhile.
+      std::string password = std::move(entry->password);
+      entry->password.clear();
+      const std::string hash = entry->hash;
       lock.unlock();
-      const bool match = VerifyPasswordHash(entry->password, entry->hash);
+      const bool match = VerifyPasswordHash(password, hash);
+      std::fill(password.begin(), password.end(), '\0');
       lock.lock();
       self->running.erase(entry);
       if (entry->answered) continue;  // stopped meanwhile: Stop() released it
