@@ -5,14 +5,14 @@ server closes them), half-finished TLS handshakes, and a timed scrape.
     holder.start(); holder.wait_held(); ...; holder.stop()
     status, seconds = timed_scrape(port, tls_ca="tests/data/tls/server.crt")
 
-Everything on loopback, bounded: a holder runs until stop(), and each socket it opens is
-closed by then.
+Everything on loopback, bounded: a holder (a child process) runs until stop(), and each
+socket it opens is closed by then.
 """
 import errno
+import multiprocessing
 import selectors
 import socket
 import ssl
-import threading
 import time
 
 
@@ -33,23 +33,34 @@ def client_hello():
 
 class IdleSockets:
     """`count` connections from `source` that send nothing (or, with tls, a ClientHello and
-    then nothing), each reopened as soon as the server closes it."""
+    then nothing), each reopened as soon as the server closes it. They are held by a child
+    process, so that the holder's work never delays the caller's own scrapes (one Python
+    process would make them wait for its interpreter lock, not for the server)."""
 
     def __init__(self, port, count=1000, source="127.0.0.2", tls=False):
         self.port, self.count, self.source = port, count, source
         self.hello = client_hello() if tls else b""
-        self.opened = 0            # connections made
-        self.closed_by_server = 0  # ... that the server closed
-        self._held = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        ctx = multiprocessing.get_context("fork")
+        self._opened = ctx.Value("q", 0)            # connections made
+        self._closed = ctx.Value("q", 0)            # ... that the server closed
+        self._held = ctx.Value("q", 0)
+        self._stop = ctx.Event()
+        self._process = ctx.Process(target=self._run, daemon=True)
 
-    def start(self):
-        self._thread.start()
-        return self
+    @property
+    def opened(self):
+        return self._opened.value
+
+    @property
+    def closed_by_server(self):
+        return self._closed.value
 
     def held(self):
-        return self._held
+        return self._held.value
+
+    def start(self):
+        self._process.start()
+        return self
 
     def wait_held(self, timeout=20):
         """Until every socket has connected once (or `timeout`)."""
@@ -60,7 +71,10 @@ class IdleSockets:
 
     def stop(self):
         self._stop.set()
-        self._thread.join(30)
+        self._process.join(30)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
 
     def _open(self, sel):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -78,6 +92,9 @@ class IdleSockets:
         return True
 
     def _run(self):
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, self.count + 256)), hard))
         sel = selectors.DefaultSelector()
         live = 0
         try:
@@ -94,7 +111,8 @@ class IdleSockets:
                             s.close()
                             live -= 1
                             continue
-                        self.opened += 1
+                        with self._opened.get_lock():
+                            self._opened.value += 1
                         if self.hello:
                             try:
                                 s.send(self.hello)
@@ -110,8 +128,9 @@ class IdleSockets:
                         sel.unregister(s)
                         s.close()
                         live -= 1
-                        self.closed_by_server += 1
-                self._held = live
+                        with self._closed.get_lock():
+                            self._closed.value += 1
+                self._held.value = live
         finally:
             for key in list(sel.get_map().values()):
                 key.fileobj.close()
