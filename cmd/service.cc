@@ -18,6 +18,7 @@
 #include "platform/build_info.h"
 #include "platform/exit_codes.h"
 #include "platform/logging.h"
+#include "platform/printable.h"
 
 namespace xferd::cmd {
 
@@ -300,11 +301,12 @@ void Service::FinishReload() {
   } catch (const platform::Error& e) {
     // ConfigError (exit 78 at start) and the rest: the file, its line and the fix.
     metrics_.RecordConfigReload(false, now_s);
-    spdlog::error("reload failed, keeping the running configuration: {}", e.what());
+    spdlog::error("reload failed, keeping the running configuration: {}",
+                  platform::Printable(e.what(), 2000));
   } catch (const std::exception& e) {
     metrics_.RecordConfigReload(false, now_s);
     spdlog::error("reload failed (internal error), keeping the running configuration: {}",
-                  e.what());
+                  platform::Printable(e.what(), 2000));
   }
   seams_.notifier->Ready();
   std::lock_guard lock(status_mutex_);

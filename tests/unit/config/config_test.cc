@@ -947,5 +947,16 @@ TEST(ConfigErrors, EchoedInputIsEscapedAndCapped) {
   EXPECT_THAT(what, HasSubstr("...(100011 bytes)"));
 }
 
+// Whatever a message quotes (here a flag), what reaches stderr is escaped and capped.
+TEST(ConfigErrors, EveryErrorLineIsPrintableFlagsToo) {
+  const RunResult level =
+      RunXferd({"run", "--log.level", "in\x1b[31mfo\n" + std::string(5000, 'x')});
+  EXPECT_EQ(level.exit_code, 64) << level.err;
+  ExpectPrintableLine(level.err, "--log.level");
+  const RunResult address = RunXferd({"run", "--web.listen-address", "\x1b]0;pwned\x07:1"});
+  EXPECT_EQ(address.exit_code, 64) << address.err;
+  ExpectPrintableLine(address.err, "--web.listen-address");
+}
+
 }  // namespace
 }  // namespace xferd::config
