@@ -11,6 +11,17 @@ import time
 from xferd_harness import BINARY, Daemon, sim_config
 
 
+def sanitizer_build():
+    """The sanitizer the binary was built with ("address", "thread") or "": a sanitizer's
+    shadow memory and slowness make memory and time figures mean nothing."""
+    cache = os.path.join(os.environ.get("XFERD_BUILD_DIR", ""), "CMakeCache.txt")
+    if os.path.exists(cache):
+        m = re.search(r"^XFERD_SANITIZE:STRING=(\w*)", open(cache).read(), re.M)
+        return m.group(1) if m else ""
+    return "thread" if "TSAN_OPTIONS" in os.environ else \
+        "address" if "ASAN_OPTIONS" in os.environ else ""
+
+
 def run_exit(args, timeout=20):
     start = time.monotonic()
     p = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=timeout)
@@ -98,16 +109,20 @@ def test_the_largest_state_file_accepted_loads_in_bounded_memory(tmp_path):
     state.mkdir()
     size = write_state(state / "state.json", (64 << 20) - 1)
     assert size < 64 << 20
+    sanitizer = sanitizer_build()
     d = Daemon(tmp_path / "d", sim_config(interval="1s"), state_dir=state)
     start = time.monotonic()
-    d.start()
-    d.wait_log(r"state: .* \((\d+) learned series\)", timeout=60)
+    d.start(wait_listening=False)
+    d.wait_log(r"state: .* \((\d+) learned series\)", timeout=600 if sanitizer else 60)
+    d.port = int(d.wait_log(r"serving https?://[^:]+:(\d+)", timeout=60).group(1))
     d.wait_for(lambda: d.get("/metrics")[0] == 200, 60, "/metrics")
     took = time.monotonic() - start
     peak = vm_hwm_kib(d.proc.pid)
     d.stop()
-    print(f"\nstate file {size / 2**20:.1f} MiB: /metrics after {took:.2f} s, peak RSS {peak / 1024:.1f} MiB")
-    assert peak < 256 * 1024, peak
+    print(f"\nstate file {size / 2**20:.1f} MiB: /metrics after {took:.2f} s, peak RSS {peak / 1024:.1f} MiB"
+          + (f" ({sanitizer} sanitizer build: not held to the bound)" if sanitizer else ""))
+    if not sanitizer:
+        assert peak < 256 * 1024, peak
 
     with open(state / "state.json", "ab") as f:
         f.truncate(100 << 20)  # 100 MiB: past the cap
@@ -117,4 +132,5 @@ def test_the_largest_state_file_accepted_loads_in_bounded_memory(tmp_path):
     peak = vm_hwm_kib(d2.proc.pid)
     assert d2.stop() == 0
     print(f"state file 100 MiB: refused, peak RSS {peak / 1024:.1f} MiB")
-    assert peak < 64 * 1024, peak
+    if not sanitizer:
+        assert peak < 64 * 1024, peak
