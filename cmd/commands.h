@@ -24,13 +24,17 @@ class UsageError : public platform::Error {
 struct ProbeCommandOptions {
   bool simulate = false;
   bool json = false;
+  // The GPUs alone and then together per concurrent group (pinned, each way), instead of
+  // every mode: cmd/probe_concurrent.h.
+  bool concurrent = false;
   std::vector<std::string> modes;  // empty = every mode
   std::vector<std::string> sizes;  // empty = the default size
   int iterations = 20;
   int warmup = 2;
   std::vector<std::string> gpus;  // indices or UUIDs; empty = every GPU
   std::string config_file;        // optional: the daemon's config (bands, plan, sim options)
-  std::string sysfs_root = "/sys";
+  // Root of sysfs (/sys when unset); for the simulated device, the tree its GPUs come from.
+  std::optional<std::string> sysfs_root;
   std::uint64_t seed = 1;
 };
 int RunProbeCommand(const ProbeCommandOptions& options);
@@ -44,6 +48,7 @@ struct RunCommandOptions {
   std::optional<std::string> state_dir;        // --state-dir
   std::optional<std::string> log_level;        // --log.level
   bool simulate = false;                       // --simulate
+  std::optional<std::string> sysfs_root;       // --sysfs-root
 };
 int RunDaemonCommand(const RunCommandOptions& options);
 

@@ -28,11 +28,17 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--state-dir", run.state_dir, "Directory for the persisted baselines");
   run_cmd->add_option("--log.level", run.log_level, "trace|debug|info|warn|error");
   run_cmd->add_flag("--simulate", run.simulate, "Use the simulated device instead of GPUs");
+  run_cmd->add_option("--sysfs-root", run.sysfs_root,
+                      "Root of sysfs (default /sys); with --simulate, the tree the simulated "
+                      "GPUs come from");
 
   ProbeCommandOptions probe;
   auto* probe_cmd = app.add_subcommand("probe", "Run every probe once and print the results");
   probe_cmd->add_flag("--simulate", probe.simulate, "Use the simulated device instead of GPUs");
   probe_cmd->add_flag("--json", probe.json, "Print JSON instead of a table");
+  probe_cmd->add_flag("--concurrent", probe.concurrent,
+                      "Probe the GPUs alone, then every concurrent group at once (pinned, each "
+                      "way): per-GPU alone vs together, aggregate vs its expected band");
   probe_cmd->add_option("--mode", probe.modes, "Modes to run (repeatable; default all)")
       ->delimiter(',');
   probe_cmd->add_option("--size", probe.sizes, "Transfer sizes, e.g. 64MiB (repeatable)")
@@ -44,7 +50,9 @@ int main(int argc, char** argv) {
   probe_cmd->add_option("--gpu", probe.gpus, "GPU index or UUID (repeatable; default all)")
       ->delimiter(',');
   probe_cmd->add_option("-c,--config", probe.config_file, "TOML config (bands, sim options)");
-  probe_cmd->add_option("--sysfs-root", probe.sysfs_root, "Root of sysfs (default /sys)");
+  probe_cmd->add_option("--sysfs-root", probe.sysfs_root,
+                        "Root of sysfs (default /sys); with --simulate, the tree the simulated "
+                        "GPUs come from");
   probe_cmd->add_option("--seed", probe.seed, "Seed of the simulated device");
 
   CheckConfigOptions check;

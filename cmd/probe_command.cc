@@ -19,6 +19,8 @@
 
 #include "cmd/backend.h"
 #include "cmd/commands.h"
+#include "cmd/probe_concurrent.h"
+#include "cmd/watched_probe.h"
 #include "config/config.h"
 #include "core/band.h"
 #include "core/health_tracker.h"
@@ -40,9 +42,6 @@ using probes::ProbeSpec;
 using probes::ProbeStatus;
 using probes::TransferMode;
 
-// A backend that ignores its deadline (a hung driver call) is asked to stop this long after.
-constexpr std::chrono::seconds kHangGrace{2};
-constexpr auto kLinkPollInterval = std::chrono::milliseconds(5);
 struct Row {
   ProbeSample sample;
   std::optional<double> percent_of_link;
@@ -58,43 +57,12 @@ struct DeviceReport {
   std::vector<Diagnosis> diagnoses;  // likely causes of what the rows show; usually none
 };
 
+// What the GPU's host link carries per direction: NVLink-C2C's rate, else the narrowest
+// PCIe link's.
 double NarrowestRate(const probes::LinkPath& path) {
+  if (path.c2c) return probes::kC2cBytesPerSecond;
   const probes::PcieLink* link = path.Narrowest();
   return link != nullptr ? link->CurrentBytesPerSecond() : 0.0;
-}
-
-// Runs one probe on its own thread. While it runs, `link` (if given) is read again and
-// again and the widest reading kept: idle links train down, so a path read with no traffic
-// would understate the link. A backend that overruns the deadline is asked to stop.
-ProbeSample RunProbe(probes::TransferBackend& backend, int device, const ProbeSpec& spec,
-                     probes::LinkPath* link) {
-  std::stop_source stop;
-  auto future = std::async(std::launch::async, [&backend, device, spec, token = stop.get_token()] {
-    return backend.Run(device, spec, token);
-  });
-  const auto give_up_at = std::chrono::steady_clock::now() + spec.deadline + kHangGrace;
-  bool asked_to_stop = false;
-  bool read_once = false;
-  while (future.wait_for(read_once ? kLinkPollInterval : std::chrono::milliseconds(0)) !=
-         std::future_status::ready) {
-    if (link != nullptr) {
-      probes::LinkPath now = backend.ReadLinkPath(device);
-      if (!read_once || NarrowestRate(now) > NarrowestRate(*link)) *link = std::move(now);
-    }
-    read_once = true;
-    if (!asked_to_stop && std::chrono::steady_clock::now() > give_up_at) {
-      stop.request_stop();
-      asked_to_stop = true;
-    }
-  }
-  if (link != nullptr && !read_once) *link = backend.ReadLinkPath(device);
-  ProbeSample sample = future.get();
-  if (asked_to_stop && sample.status == ProbeStatus::kError) {
-    sample.status = ProbeStatus::kTimeout;
-    sample.message = "no answer within the " + std::to_string(spec.deadline.count()) +
-                     " ms deadline (hung device?); the probe was cancelled";
-  }
-  return sample;
 }
 
 Row Judge(ProbeSample sample, const probes::LinkPath& path, const probes::ExpectedBand& band) {
@@ -143,7 +111,7 @@ DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceI
     }
     // Read the path during the first link-bound probe, when the link carries traffic.
     const bool watch = !link_read && probes::IsLinkBound(spec.mode, spec.direction);
-    samples.push_back(RunProbe(backend, info.index, spec, watch ? &report.path : nullptr));
+    samples.push_back(RunWatched(backend, info.index, spec, watch ? &report.path : nullptr));
     link_read = link_read || watch;
   }
   if (!link_read) report.path = backend.ReadLinkPath(info.index);
@@ -175,6 +143,11 @@ std::string Latency(double seconds) {
 }
 
 std::string DescribeLink(const probes::LinkPath& path) {
+  if (path.c2c) {
+    // Grace Hopper: sysfs shows a PCIe function, but host copies go over NVLink-C2C.
+    return "NVLink-C2C, " + Gbps(probes::kC2cBytesPerSecond) +
+           " GB/s per direction (not the PCIe link sysfs shows)";
+  }
   if (!path.pcie) return "none (" + path.note + ")";
   if (path.links.empty()) return "unknown (" + path.note + ")";
   const probes::PcieLink& own = path.links.front();
@@ -339,6 +312,7 @@ Config ProbeConfig(const ProbeCommandOptions& options) {
   Config config = options.config_file.empty() ? Config{} : LoadConfig(options.config_file);
   const ProbeCommandOptions defaults;
   if (options.simulate) config.simulate = true;
+  if (options.sysfs_root) config.sim.sysfs_root = *options.sysfs_root;
   // --seed wins over the config's seed unless left at its default.
   if (options.config_file.empty() || options.seed != defaults.seed) config.sim.seed = options.seed;
   if (!options.modes.empty()) {
@@ -381,7 +355,7 @@ int RunProbeCommand(const ProbeCommandOptions& options) {
   const std::vector<ProbeSpec> plan = PlanProbes(config, Deadlines::kStretchedToSize);
   if (plan.empty()) throw UsageError("no probe selected (check --mode)");
 
-  const Backend made = MakeBackend(config, "probe", options.sysfs_root);
+  const Backend made = MakeBackend(config, "probe", options.sysfs_root.value_or("/sys"));
   probes::TransferBackend& backend = *made.backend;
   const std::vector<probes::DeviceInfo> all = backend.Devices();
   if (all.empty()) throw probes::NoDeviceError(kNoDeviceHint);
@@ -396,6 +370,8 @@ int RunProbeCommand(const ProbeCommandOptions& options) {
                        "\" for --gpu; give an index or a UUID of one of: " + e.known());
     }
   }
+
+  if (options.concurrent) return RunConcurrentProbes(backend, selected, config, options.json);
 
   std::vector<DeviceReport> reports;
   for (const auto& info : selected) {

@@ -46,6 +46,7 @@ std::string CheckedFlag(const char* flag, const std::string& value, Check check)
 Config EffectiveConfig(const RunCommandOptions& options) {
   Config config = options.config_file.empty() ? Config{} : LoadConfig(options.config_file);
   if (options.simulate) config.simulate = true;
+  if (options.sysfs_root) config.sim.sysfs_root = *options.sysfs_root;
   if (options.listen_address) {
     config.listen_address = CheckedFlag("--web.listen-address", *options.listen_address,
                                         [](const std::string& a) { ParseListenAddress(a); });
@@ -100,7 +101,7 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   spdlog::info("xferd {} starting; config {}; logging to {}", kVersion, config_name,
                target == LogTarget::kJournal ? "the journal" : "stderr");
 
-  Backend made = MakeBackend(config, "run");
+  Backend made = MakeBackend(config, "run", options.sysfs_root.value_or("/sys"));
   std::vector<probes::DeviceInfo> devices = SelectConfigured(made.backend->Devices(), config);
   if (devices.empty()) {
     throw probes::NoDeviceError("the " + made.backend->Name() +

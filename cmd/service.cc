@@ -70,8 +70,13 @@ void WarnRestartOnly(const Config& running, const Config& next) {
       (running.sim.devices != next.sim.devices || running.sim.seed != next.sim.seed ||
        running.sim.link_gen != next.sim.link_gen || running.sim.link_width != next.sim.link_width ||
        running.sim.time_scale != next.sim.time_scale ||
-       running.sim.integrated != next.sim.integrated)) {
-    warn("the simulated device (devices, seed, link, time_scale, integrated)");
+       running.sim.integrated != next.sim.integrated ||
+       running.sim.sysfs_root != next.sim.sysfs_root ||
+       running.sim.gpus_per_switch != next.sim.gpus_per_switch ||
+       running.sim.uplink_gen != next.sim.uplink_gen ||
+       running.sim.uplink_width != next.sim.uplink_width ||
+       running.sim.numa_nodes != next.sim.numa_nodes)) {
+    warn("the simulated device (devices, seed, link, time_scale, integrated, its topology)");
   }
 }
 
@@ -150,6 +155,12 @@ void Service::LogVerdictChanges(const DeviceHealth& health) {
 
 void Service::OnCycle(const CycleReport& report) {
   const auto config = CurrentConfig();
+  // Concurrent runs first: the causes they show are part of each GPU's health below.
+  for (const GroupRun& run : report.concurrent) {
+    health_.ObserveConcurrent(run);
+    metrics_.RecordConcurrent(run, GroupBand(run.group, *config));
+    LogConcurrent(run, *config);
+  }
   for (const DeviceCycle& dc : report.devices) {
     CycleObservation obs;
     obs.device = dc.device;
@@ -190,6 +201,26 @@ void Service::OnCycle(const CycleReport& report) {
       duty, report.next_in.count() / 1e3, summary);
   std::lock_guard lock(status_mutex_);
   status_ = fmt::format("cycle {}: {}", report.number, summary);
+}
+
+void Service::LogConcurrent(const GroupRun& run, const Config& config) {
+  std::string members;
+  for (std::size_t i = 0; i < run.samples.size() && i < run.devices.size(); ++i) {
+    const probes::ProbeSample& s = run.samples[i];
+    members += fmt::format("{}{} {}", members.empty() ? "" : ", ", run.devices[i].index,
+                           s.status == probes::ProbeStatus::kOk
+                               ? fmt::format("{:.2f}", s.MedianBandwidth() / 1e9)
+                               : std::string(probes::ToString(s.status)));
+  }
+  const probes::ExpectedBand band = GroupBand(run.group, config);
+  spdlog::info("concurrent {} pinned {}: GPUs {} GB/s; together {}{}", run.group.name,
+               probes::ToString(run.spec.direction), members,
+               run.AllOk() ? fmt::format("{:.2f} GB/s", run.Aggregate() / 1e9) : "n/a",
+               // The band is per direction: both ways at once is the host's memory's business.
+               band.Known() && run.spec.direction != probes::Direction::kBidirectional
+                   ? fmt::format(" (expected {:.2f}-{:.2f})", band.lower_bytes_per_s / 1e9,
+                                 band.upper_bytes_per_s / 1e9)
+                   : "");
 }
 
 void Service::WriteTextfile(const Config& config) {
@@ -366,7 +397,8 @@ void Service::Prepare(const Config& config) {
   SchedulerCallbacks callbacks;
   callbacks.on_probe = [this](const probes::DeviceInfo& d, const probes::ProbeSample& s) {
     metrics_.RecordSample(
-        d, s, health_.Baseline(d.uuid, s.spec.mode, s.spec.direction, s.spec.size_bytes));
+        d, s, health_.Baseline(d.uuid, s.spec.mode, s.spec.direction, s.spec.size_bytes),
+        KeepsHistogram(s.spec, *CurrentConfig()));
   };
   callbacks.on_skipped_busy = [this](const probes::DeviceInfo& d, const probes::ProbeSpec& s) {
     metrics_.RecordSkipped(d.index, s.mode, ProbeResult::kSkippedBusy);

@@ -70,16 +70,17 @@ class Service {
 
  private:
   std::shared_ptr<const config::Config> CurrentConfig() const;
-  void OnCycle(const core::CycleReport& report);             // probe thread
-  void LogVerdictChanges(const core::DeviceHealth& health);  // probe thread
-  void WriteTextfile(const config::Config& config);          // probe thread
-  void StartReload();                                        // main thread
-  bool ReloadReady() const;                                  // main thread
-  void FinishReload();                                       // main thread
-  exporter::HealthState Healthz() const;                     // HTTP threads
-  void CheckStall();                                         // main thread
-  void StartServing(const config::Config& config);           // main thread
-  void Prepare(const config::Config& config);                // main thread, first
+  void OnCycle(const core::CycleReport& report);                                // probe thread
+  void LogVerdictChanges(const core::DeviceHealth& health);                     // probe thread
+  void LogConcurrent(const core::GroupRun& run, const config::Config& config);  // probe thread
+  void WriteTextfile(const config::Config& config);                             // probe thread
+  void StartReload();                                                           // main thread
+  bool ReloadReady() const;                                                     // main thread
+  void FinishReload();                                                          // main thread
+  exporter::HealthState Healthz() const;                                        // HTTP threads
+  void CheckStall();                                                            // main thread
+  void StartServing(const config::Config& config);                              // main thread
+  void Prepare(const config::Config& config);  // main thread, first
   class ProbeThread;
   int Supervise(ProbeThread& probe);  // main thread: signals, READY, STATUS, watchdog
 

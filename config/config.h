@@ -50,14 +50,17 @@ struct Config : core::Settings {
 // and the baseline values the state file keeps for it.
 struct SeriesEstimate {
   std::size_t probes = 0;    // per cycle and GPU: sizes x mode-directions
-  std::size_t per_gpu = 0;   // series
+  std::size_t per_gpu = 0;   // series of a GPU alone
   std::size_t per_size = 0;  // series one more size adds
+  // On a multi-GPU host, at most this many more per GPU for the concurrent groups it is in.
+  std::size_t concurrent_per_gpu = 0;
   std::size_t baseline_values_per_gpu = 0;
 };
 SeriesEstimate EstimateSeries(const core::Settings& settings);
 
 // The limits ParseConfig holds a file to (docs/configuration.md, "Limits"). Per GPU, so
-// that check-config on any machine says what run will; 290 series with the defaults.
+// that check-config on any machine says what run will; 292 series with the defaults (298
+// with the concurrent groups' allowance).
 inline constexpr std::size_t kMaxSeriesPerGpu = 2000;
 // For all GPUs together, where the file fixes their number (probe.gpus, simulate.devices):
 // about 2 MB of /metrics.

@@ -154,6 +154,27 @@ void ReadGpus(const TableReader& r, Config& config) {
   }
 }
 
+// Concurrent groups and how many histograms are kept.
+void ReadConcurrentAndHistograms(const TableReader& r, bool simulate, Config& config) {
+  if (auto v = r.Bool("concurrent")) config.concurrent = *v;
+  const milliseconds min_interval = simulate ? milliseconds(10) : milliseconds(1000);
+  if (auto v =
+          r.Duration("concurrent_interval", min_interval, milliseconds(24 * 3600 * 1000), "15m")) {
+    config.concurrent_interval = *v;
+  }
+  if (auto v = r.String("histograms", "\"all\"")) {
+    if (*v == "all") {
+      config.histograms = core::Settings::Histograms::kAll;
+    } else if (*v == "headline") {
+      config.histograms = core::Settings::Histograms::kHeadline;
+    } else {
+      r.Fail(*r.Find("histograms"), "histograms", "unknown profile " + Quote(*v),
+             "write histograms = \"all\" (every probe) or \"headline\" (pinned h2d and d2h "
+             "only)");
+    }
+  }
+}
+
 }  // namespace
 
 void ReadProbe(const std::string& file, const toml::table& root, bool simulate, Config& config) {
@@ -175,6 +196,7 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
   if (auto v = r.Size("pinned_cap", kKiB, 1ull << 40, "512MiB")) config.pinned_cap_bytes = *v;
   CheckPinnedCap(r, config);
   ReadGpus(r, config);
+  ReadConcurrentAndHistograms(r, simulate, config);
   r.RejectUnknown();
 }
 

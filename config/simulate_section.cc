@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <climits>
 #include <regex>
+#include <tuple>
+#include <utility>
 
 #include "config/messages.h"
 #include "config/sections.h"
@@ -20,6 +22,19 @@ bool ValidWidth(std::int64_t width) {
 
 constexpr const char* kWidthFix = "use 1, 2, 4, 8, 12, 16 or 32";
 
+// "gen4x16" -> (4, 16); the key's error otherwise.
+std::pair<int, int> ParseLinkText(const TableReader& r, std::string_view key,
+                                  const std::string& text) {
+  static const std::regex kLink("[Gg][Ee][Nn]([1-6])[Xx]([0-9]{1,2})");
+  std::smatch m;
+  if (!std::regex_match(text, m, kLink) || !ValidWidth(std::stoi(m[2].str()))) {
+    r.Fail(
+        *r.Find(key), key, "not a PCIe link: " + Quote(text),
+        "write " + std::string(key) + " = \"gen4x16\" (gen 1-6, width 1, 2, 4, 8, 12, 16 or 32)");
+  }
+  return {std::stoi(m[1].str()), std::stoi(m[2].str())};
+}
+
 // link = "gen4x16", or link_gen and link_width: the link the simulated GPU trained to.
 void ReadLink(const TableReader& r, probes::SimOptions& sim) {
   const toml::node* link = r.Find("link");
@@ -28,14 +43,7 @@ void ReadLink(const TableReader& r, probes::SimOptions& sim) {
            "keep link = \"gen4x16\" and remove link_gen and link_width");
   }
   if (auto v = r.String("link", "\"gen4x16\"")) {
-    static const std::regex kLink("[Gg][Ee][Nn]([1-6])[Xx]([0-9]{1,2})");
-    std::smatch m;
-    if (!std::regex_match(*v, m, kLink) || !ValidWidth(std::stoi(m[2].str()))) {
-      r.Fail(*link, "link", "not a PCIe link: " + Quote(*v),
-             "write link = \"gen4x16\" (gen 1-6, width 1, 2, 4, 8, 12, 16 or 32)");
-    }
-    sim.link_gen = std::stoi(m[1].str());
-    sim.link_width = std::stoi(m[2].str());
+    std::tie(sim.link_gen, sim.link_width) = ParseLinkText(r, "link", *v);
   }
   if (auto v = r.Integer("link_gen", 1, 6, 4)) sim.link_gen = static_cast<int>(*v);
   if (auto v = r.Integer("link_width", 1, 32, 16)) {
@@ -45,6 +53,25 @@ void ReadLink(const TableReader& r, probes::SimOptions& sim) {
     }
     sim.link_width = static_cast<int>(*v);
   }
+}
+
+// Where the simulated GPUs sit: the built-in host's switches, uplink and NUMA nodes, or a
+// sysfs tree (relative to the config file) that says how many GPUs there are and where, so
+// devices and the built-in host's keys are then not used.
+void ReadTopology(const TableReader& r, const std::filesystem::path& source,
+                  probes::SimOptions& sim) {
+  if (auto v = r.String("sysfs_root", "\"/sys\"")) {
+    if (v->empty()) {
+      r.Fail(*r.Find("sysfs_root"), "sysfs_root", "must not be empty",
+             "remove the key for the built-in host, or name a tree: sysfs_root = \"/sys\"");
+    }
+    sim.sysfs_root = ResolveAgainst(source, *v);
+  }
+  if (auto v = r.Integer("gpus_per_switch", 1, 15, 2)) sim.gpus_per_switch = static_cast<int>(*v);
+  if (auto v = r.String("uplink", "\"gen4x16\"")) {
+    std::tie(sim.uplink_gen, sim.uplink_width) = ParseLinkText(r, "uplink", *v);
+  }
+  if (auto v = r.Integer("numa_nodes", 1, 8, 2)) sim.numa_nodes = static_cast<int>(*v);
 }
 
 // unsupported = { mode = "reason" }: modes every simulated device cannot do.
@@ -155,7 +182,9 @@ probes::SimFault ReadFault(const std::string& file, const toml::table& table, st
            "use one of " + KindNames());
   }
   fault.kind = *kind;
-  if (auto v = f.Integer("device", -1, sim.devices - 1, -1)) fault.device = static_cast<int>(*v);
+  // A sysfs tree's GPUs are counted when the backend reads it, which checks the index.
+  const int last_device = sim.sysfs_root.empty() ? sim.devices - 1 : 63;
+  if (auto v = f.Integer("device", -1, last_device, -1)) fault.device = static_cast<int>(*v);
   ReadFaultParameters(f, *kind_text, sim, fault);
   f.RejectUnknown();
   return fault;
@@ -171,7 +200,13 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
   if (auto v = r.Integer("devices", 1, 64, 1)) config.sim.devices = static_cast<int>(*v);
   if (auto v = r.Integer("seed", 0, INT64_MAX, 1)) config.sim.seed = static_cast<std::uint64_t>(*v);
   ReadLink(r, config.sim);
+  ReadTopology(r, config.source, config.sim);
   if (auto v = r.Bool("integrated")) config.sim.integrated = *v;
+  if (auto v = r.Bool("c2c")) config.sim.c2c = *v;
+  if (config.sim.c2c && config.sim.integrated) {
+    r.Fail(*r.Find("c2c"), "c2c", "an integrated GPU has no NVLink-C2C: set one of them",
+           "remove c2c = true or integrated = true");
+  }
   if (auto v = r.Number("time_scale", 0, 1000, false, 1)) config.sim.time_scale = *v;
   // The load the simulated GPUs report to busy detection (in place of NVML).
   if (auto v = r.Number("gpu_utilization_percent", 0, 100, false, 90)) {

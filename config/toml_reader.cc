@@ -35,7 +35,8 @@ const std::vector<Section>& Schema() {
       {"daemon", {"state_dir", "textfile_path", "log_level"}},
       {"probe",
        {"interval", "jitter", "modes", "bidirectional", "sizes", "iterations", "warmup", "deadline",
-        "cycle_budget", "max_duty_cycle", "streams", "chunk", "pinned_cap", "gpus"}},
+        "cycle_budget", "max_duty_cycle", "streams", "chunk", "pinned_cap", "gpus", "concurrent",
+        "concurrent_interval", "histograms"}},
       {"busy", {"enabled", "gpu_utilization_percent", "pcie_bytes_per_second"}},
       {"health",
        {"consecutive_bad", "baseline_window", "drift_fraction", "band_lower_fraction",
@@ -43,7 +44,8 @@ const std::vector<Section>& Schema() {
       {"health.band", {"gpu", "lower", "upper"}},
       {"simulate",
        {"enabled", "devices", "seed", "link", "link_gen", "link_width", "integrated", "time_scale",
-        "fault", "gpu_utilization_percent", "pcie_bytes_per_second", "unsupported"}},
+        "fault", "gpu_utilization_percent", "pcie_bytes_per_second", "unsupported", "sysfs_root",
+        "gpus_per_switch", "uplink", "numa_nodes", "c2c"}},
       {"simulate.fault", {"kind", "device", "factor", "gen", "width", "every"}},
   };
   return kSchema;

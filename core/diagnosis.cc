@@ -40,6 +40,7 @@ std::string_view ToString(DiagnosisCause cause) {
   switch (cause) {
     case DiagnosisCause::kLinkDowntrained: return "link_downtrained";
     case DiagnosisCause::kNumaRemote: return "numa_remote";
+    case DiagnosisCause::kSharedUplink: return "shared_uplink";
     case DiagnosisCause::kIommuTranslating: return "iommu_translating";
     case DiagnosisCause::kPinnedPageableRatio: return "pinned_pageable_ratio";
     case DiagnosisCause::kGpuBusy: return "gpu_busy";
@@ -71,18 +72,25 @@ std::optional<Diagnosis> LinkDowntrained(const probes::LinkPath& path) {
 }
 
 std::optional<Diagnosis> NumaRemote(const CycleObservation& obs) {
-  // The node the caller names, else the one a probe found its host buffer on.
+  // The node the caller names, else the one a probe found its host buffer on, and why the
+  // backend could not place them on the GPU's node, when it says.
   int host_node = obs.host_numa_node;
+  std::string placement;
   for (const probes::ProbeSample& sample : obs.samples) {
-    if (host_node >= 0) break;
-    if (sample.status == ProbeStatus::kOk) host_node = sample.host_numa_node;
+    if (sample.status != ProbeStatus::kOk) continue;
+    if (host_node < 0) host_node = sample.host_numa_node;
+    if (placement.empty()) placement = sample.host_placement;
   }
   const int gpu = obs.link_path.numa_node;
-  if (gpu < 0 || host_node < 0 || gpu == host_node) return std::nullopt;
+  if (gpu < 0 || gpu == host_node) return std::nullopt;
+  // Buffers of unknown place are remote only when placing them failed.
+  if (host_node < 0 && placement.empty()) return std::nullopt;
   const std::string gpu_node = std::to_string(gpu);
+  std::string detail = "GPU on node " + gpu_node + ", host buffers on node " +
+                       (host_node >= 0 ? std::to_string(host_node) : std::string("unknown"));
+  if (!placement.empty()) detail += " (not placed on node " + gpu_node + ": " + placement + ")";
   return Diagnosis{
-      DiagnosisCause::kNumaRemote,
-      "GPU on node " + gpu_node + ", host buffers on node " + std::to_string(host_node),
+      DiagnosisCause::kNumaRemote, detail,
       "Host memory is on another NUMA node than the GPU, so copies cross the socket link: bind "
       "the workload and xferd to node " +
           gpu_node + " (numactl --cpunodebind=" + gpu_node + " --membind=" + gpu_node +

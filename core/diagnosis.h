@@ -24,12 +24,14 @@ enum class DiagnosisCause {
   kGpuBusy,              // "gpu_busy": the busy detector saw other work during the probe
   kBelowBand,            // "below_band": a link-bound mode under the band's lower bound
   kBelowBaseline,        // "below_baseline": a mode under drift_fraction x its baseline
+  kSharedUplink,         // "shared_uplink": far below solo while the GPUs behind its switch
+                         // move data, because they share the switch's uplink
 };
-inline constexpr std::array<DiagnosisCause, 7> kAllDiagnosisCauses = {
+inline constexpr std::array<DiagnosisCause, 8> kAllDiagnosisCauses = {
     DiagnosisCause::kLinkDowntrained,  DiagnosisCause::kNumaRemote,
     DiagnosisCause::kIommuTranslating, DiagnosisCause::kPinnedPageableRatio,
     DiagnosisCause::kGpuBusy,          DiagnosisCause::kBelowBand,
-    DiagnosisCause::kBelowBaseline};
+    DiagnosisCause::kBelowBaseline,    DiagnosisCause::kSharedUplink};
 std::string_view ToString(DiagnosisCause cause);
 
 // The pinned/pageable h2d ratio outside which kPinnedPageableRatio fires. The usual figure

@@ -182,7 +182,26 @@ DeviceHealth HealthTracker::Observe(const CycleObservation& obs) {
     device.last.verdicts.push_back({pair.first, pair.second, degraded, degraded != was});
   }
   device.last.diagnoses = Diagnose(obs, band, observed, config_.drift_fraction);
+  // One shared_uplink per device: the first group and direction that shows it.
+  for (const auto& [key, diagnosis] : device.concurrent) {
+    if (diagnosis && !device.last.Has(diagnosis->cause))
+      device.last.diagnoses.push_back(*diagnosis);
+  }
   return device.last;
+}
+
+void HealthTracker::ObserveConcurrent(const GroupRun& run) {
+  const std::map<int, Diagnosis> causes = DiagnoseSharedUplink(run);
+  std::lock_guard lock(mutex_);
+  for (std::size_t i = 0; i < run.devices.size() && i < run.samples.size(); ++i) {
+    // A member whose probe failed tells nothing new: what it showed before stays.
+    if (run.samples[i].status != ProbeStatus::kOk) continue;
+    const probes::DeviceInfo& d = run.devices[i];
+    auto it = causes.find(d.index);
+    DeviceState& device = devices_[d.uuid];
+    device.concurrent[{run.group.name, run.spec.direction}] =
+        it != causes.end() ? std::optional<Diagnosis>(it->second) : std::nullopt;
+  }
 }
 
 double HealthTracker::Baseline(const std::string& uuid, TransferMode mode, Direction direction,

@@ -14,12 +14,14 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "core/band.h"
 #include "core/diagnosis.h"
+#include "core/host_groups.h"
 #include "core/settings.h"
 #include "core/state_file.h"
 
@@ -65,6 +67,10 @@ class HealthTracker {
   // Fold one cycle of one GPU in; returns that GPU's health after it.
   DeviceHealth Observe(const CycleObservation& observation);
 
+  // Fold a concurrent run in: the shared_uplink causes it shows hold for its members
+  // (alongside what Observe finds) until the next run of that group and direction.
+  void ObserveConcurrent(const GroupRun& run);
+
   // The learned baseline of a series in bytes/s (0 when not yet learned).
   double Baseline(const std::string& uuid, probes::TransferMode mode, probes::Direction direction,
                   std::uint64_t size_bytes) const;
@@ -88,6 +94,8 @@ class HealthTracker {
   struct DeviceState {
     DeviceHealth last;
     std::map<Key, SeriesState> series;
+    // Causes from concurrent runs, per (group, direction); nullopt: the last run showed none.
+    std::map<std::pair<std::string, probes::Direction>, std::optional<Diagnosis>> concurrent;
   };
 
   mutable std::mutex mutex_;

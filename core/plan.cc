@@ -96,4 +96,8 @@ bool IsHeadline(const probes::ProbeSpec& spec, const Settings& settings) {
   return spec.mode == (pinned ? probes::TransferMode::kPinned : settings.modes.front());
 }
 
+bool KeepsHistogram(const probes::ProbeSpec& spec, const Settings& settings) {
+  return settings.histograms == Settings::Histograms::kAll || IsHeadline(spec, settings);
+}
+
 }  // namespace xferd::core

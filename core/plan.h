@@ -49,4 +49,8 @@ std::vector<probes::ProbeSpec> PlanProbes(const Settings& settings,
 // when pinned is configured, else the first configured mode's pair.
 bool IsHeadline(const probes::ProbeSpec& spec, const Settings& settings);
 
+// Whether a probe's durations go into a histogram: every probe's, or the headline ones'
+// only ([probe] histograms = "headline").
+bool KeepsHistogram(const probes::ProbeSpec& spec, const Settings& settings);
+
 }  // namespace xferd::core

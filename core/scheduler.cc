@@ -17,13 +17,9 @@ using std::chrono::duration;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-namespace {
-
 double AllowanceCapacity(const Settings& config) {
   return config.max_duty_cycle * duration<double>(kAllowanceWindow).count();
 }
-
-}  // namespace
 
 milliseconds StallGrace(milliseconds deadline) {
   // A backend should answer kTimeout at its deadline; this much later it is not answering
@@ -344,6 +340,7 @@ CycleReport Scheduler::RunCycle(const Settings& config, BusyDetector* busy, std:
     }
     report.devices.push_back(ProbeDevice(device, plan, config, start, stop, report));
   }
+  if (config.concurrent && !stop.stop_requested()) RunGroups(config, start, stop, report);
   report.wall_s = duration<double>(clock_.Now() - start).count();
   if (report.over_budget) {
     spdlog::warn(

@@ -29,6 +29,7 @@
 
 #include "core/busy_detector.h"
 #include "core/clock.h"
+#include "core/host_groups.h"
 #include "core/settings.h"
 #include "xferd/probes/backend.h"
 
@@ -56,6 +57,11 @@ struct CycleReport {
   int held_back = 0;  // summed over GPUs: not an error, the rotation reaches them later
   bool over_budget = false;
   std::chrono::milliseconds next_in{0};  // until the next cycle starts
+  // Concurrent runs of groups that were due (after the GPUs' own probes): one per group and
+  // direction. Groups due but not run (a member busy or short of allowance, the budget
+  // spent) stay due for the next cycle.
+  std::vector<GroupRun> concurrent;
+  int concurrent_held_back = 0;  // group runs left for a later cycle
 };
 
 // A probe that has run past its deadline without returning (a hung device call).
@@ -81,6 +87,9 @@ struct SchedulerCallbacks {
 // for the dearest probe at any sane duty cycle (1.5 s at the default 0.0025), little
 // enough that a long idle spell does not buy a burst much over the cap.
 inline constexpr std::chrono::minutes kAllowanceWindow{10};
+
+// The most device time a GPU's allowance holds: max_duty_cycle x kAllowanceWindow.
+double AllowanceCapacity(const Settings& config);
 
 // A probe is stalled when it runs this long past its deadline without returning.
 std::chrono::milliseconds StallGrace(std::chrono::milliseconds deadline);
@@ -138,6 +147,19 @@ class Scheduler {
   std::optional<probes::ProbeSample> RunProbe(const probes::DeviceInfo& device,
                                               const probes::ProbeSpec& spec, bool headline,
                                               std::stop_token stop, CycleReport& report);
+  // Concurrent groups (scheduler_concurrent.cc): the groups due this cycle, each direction
+  // at once on all members, charged to each member's allowance.
+  struct GroupRecord {
+    std::optional<SteadyTime> last_run;
+    std::map<std::pair<int, probes::Direction>, double> cost_s;  // per member and direction
+  };
+  void RunGroups(const Settings& config, SteadyTime cycle_start, std::stop_token stop,
+                 CycleReport& report);
+  // Whether every member's allowance has room for its last cost in this group.
+  bool GroupFits(const HostGroup& group, const probes::ProbeSpec& spec, const GroupRecord& record,
+                 const Settings& config);
+  std::optional<GroupRun> RunGroup(const HostGroup& group, const probes::ProbeSpec& spec,
+                                   GroupRecord& record, std::stop_token stop, CycleReport& report);
   SteadyTime NextStart(const Settings& config, SteadyTime cycle_start);
   // Adds max_duty_cycle x the time since the last refill, up to the window's capacity.
   void Refill(DeviceAllowance& allowance, const Settings& config, SteadyTime now) const;
@@ -167,6 +189,11 @@ class Scheduler {
   std::optional<SteadyTime> last_cycle_end_;
   std::map<int, DeviceAllowance> allowances_;  // per GPU index
   bool overdraw_warned_ = false;               // the headline-overdraw warning is said once
+
+  // Probe thread only: what the concurrent groups are formed and judged from.
+  std::map<std::string, GroupRecord> groups_;
+  std::map<int, probes::LinkPath> paths_;  // each GPU's last path read
+  std::map<std::tuple<int, probes::Direction, std::uint64_t>, double> solo_;  // last ok pinned
 
   std::atomic<std::uint64_t> cycles_completed_{0};
 };

@@ -35,6 +35,14 @@ struct Settings {
   std::uint64_t chunk_bytes = 1ull << 20;
   std::uint64_t pinned_cap_bytes = 512ull << 20;
   std::vector<std::string> gpus;  // indices or UUIDs (any case); empty = every GPU
+  // Concurrent groups (core/host_groups.h): every GPU of a group probed at once, pinned,
+  // at most once per concurrent_interval, within each member's allowance.
+  bool concurrent = true;
+  std::chrono::milliseconds concurrent_interval{15 * 60 * 1000};
+  // Which probes keep a duration histogram: every one, or only the headline (pinned h2d and
+  // d2h), to hold the series per host down on large fleets; the gauges stay either way.
+  enum class Histograms { kAll, kHeadline };
+  Histograms histograms = Histograms::kAll;
 
   // [busy]
   bool busy_detection = true;

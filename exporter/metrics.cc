@@ -180,6 +180,25 @@ Metrics::Metrics(prometheus::Registry& registry)
       device_info_(Register(prometheus::BuildGauge(), registry, "xferd_device_info",
                             "Constant 1; labels describe the device. simulated=\"1\" marks "
                             "the simulated backend.")),
+      host_link_info_(Register(prometheus::BuildGauge(), registry, "xferd_host_link_info",
+                               "Constant 1; type says how the GPU reaches host memory: pcie, "
+                               "c2c (NVLink-C2C, Grace Hopper) or integrated (shared DRAM).")),
+      concurrent_(Register(prometheus::BuildGauge(), registry,
+                           "xferd_concurrent_bandwidth_bytes_per_second",
+                           "Median bandwidth of the GPU's pinned probe while every GPU of the "
+                           "group moved data at once.")),
+      aggregate_(Register(prometheus::BuildGauge(), registry,
+                          "xferd_host_aggregate_bandwidth_bytes_per_second",
+                          "Sum over the group's GPUs of what each moved in the last concurrent "
+                          "run.")),
+      aggregate_expected_(Register(prometheus::BuildGauge(), registry,
+                                   "xferd_host_aggregate_expected_bandwidth_bytes_per_second",
+                                   "Expected aggregate band of the group per direction: the "
+                                   "band fractions x what the members' paths carry together, "
+                                   "capped by the links they share.")),
+      group_info_(Register(prometheus::BuildGauge(), registry, "xferd_concurrent_group_info",
+                           "Constant 1; the GPUs of a concurrent group and the narrowest link "
+                           "they share (empty: none).")),
       build_info_(Register(prometheus::BuildGauge(), registry, "xferd_build_info",
                            "Constant 1; labels describe the build.")) {
   for (CycleResult r : kAllCycleResults) cycles_.Add({{"result", std::string(ToString(r))}});
@@ -217,6 +236,9 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
             {"integrated", device.integrated ? "1" : "0"},
             {"simulated", device.simulated ? "1" : "0"}})
       .Set(1);
+  host_link_info_
+      .Add({{"gpu", gpu}, {"type", std::string(probes::ToString(probes::HostLinkOf(device)))}})
+      .Set(1);
   for (TransferMode mode : probes::kAllModes) {
     for (ProbeResult r : kAllProbeResults) {
       probe_runs_.Add({{"gpu", gpu}, {"mode", Mode(mode)}, {"result", std::string(ToString(r))}});
@@ -235,7 +257,8 @@ void Metrics::RecordLinkPath(int gpu_index, const probes::LinkPath& path) {
   const ChangeMark mark(generation_);
   const std::string gpu = Gpu(gpu_index);
   // An integrated GPU has no PCIe path: publish nothing rather than zeros that read as x0.
-  if (!path.pcie || path.links.empty()) return;
+  // Nor for NVLink-C2C: the PCIe link sysfs shows does not carry its copies.
+  if (!path.pcie || path.c2c || path.links.empty()) return;
   const probes::PcieLink& own = path.links.front();
   auto set = [&](prometheus::Family<prometheus::Gauge>& family, const char* state, int value) {
     if (value > 0) family.Add({{"gpu", gpu}, {"state", state}}).Set(value);
@@ -253,7 +276,7 @@ void Metrics::RecordLinkPath(int gpu_index, const probes::LinkPath& path) {
 }
 
 void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::ProbeSample& sample,
-                           double anchor_bytes_per_s) {
+                           double anchor_bytes_per_s, bool histogram) {
   const ChangeMark mark(generation_);
   const std::string gpu = Gpu(device.index);
   const std::string mode = Mode(sample.spec.mode);
@@ -274,31 +297,82 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
                       {"mode", mode},
                       {"direction", Dir(sample.spec.direction)},
                       {"size", probes::FormatSize(sample.spec.size_bytes)}};
-  prometheus::Histogram* histogram = nullptr;
-  {
+  const SeriesKey key{device.index, sample.spec.mode, sample.spec.direction,
+                      sample.spec.size_bytes};
+  if (!histogram) {
+    // The headline profile: no histogram for this probe (one kept from before a reload to
+    // the profile goes).
     std::lock_guard lock(mutex_);
-    const SeriesKey key{device.index, sample.spec.mode, sample.spec.direction,
-                        sample.spec.size_bytes};
-    auto it = histograms_.find(key);
-    if (it == histograms_.end()) {
-      double anchor_s = 0;
-      if (anchor_bytes_per_s > 0 && sample.bytes_per_transfer > 0) {
-        anchor_s = static_cast<double>(sample.bytes_per_transfer) / anchor_bytes_per_s;
-      } else {
-        const double bw = sample.MedianBandwidth();
-        anchor_s = bw > 0 ? static_cast<double>(sample.bytes_per_transfer) / bw : 0;
-      }
-      histogram = &duration_.Add(series, DurationBuckets(anchor_s));
-      histograms_.emplace(key, histogram);
-    } else {
-      histogram = it->second;
+    if (auto it = histograms_.find(key); it != histograms_.end()) {
+      duration_.Remove(it->second);
+      histograms_.erase(it);
     }
-  }
-  for (double d : sample.durations_s) {
-    if (std::isfinite(d) && d >= 0) histogram->Observe(d);
+  } else {
+    prometheus::Histogram* h = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = histograms_.find(key);
+      if (it == histograms_.end()) {
+        double anchor_s = 0;
+        if (anchor_bytes_per_s > 0 && sample.bytes_per_transfer > 0) {
+          anchor_s = static_cast<double>(sample.bytes_per_transfer) / anchor_bytes_per_s;
+        } else {
+          const double bw = sample.MedianBandwidth();
+          anchor_s = bw > 0 ? static_cast<double>(sample.bytes_per_transfer) / bw : 0;
+        }
+        h = &duration_.Add(series, DurationBuckets(anchor_s));
+        histograms_.emplace(key, h);
+      } else {
+        h = it->second;
+      }
+    }
+    for (double d : sample.durations_s) {
+      if (std::isfinite(d) && d >= 0) h->Observe(d);
+    }
   }
   bandwidth_.Add(series).Set(sample.MedianBandwidth());
   last_success_.Add({{"gpu", gpu}, {"mode", mode}}).Set(UnixNow());
+}
+
+void Metrics::RecordConcurrent(const core::GroupRun& run, const probes::ExpectedBand& band) {
+  const ChangeMark mark(generation_);
+  const std::string& group = run.group.name;
+  const std::string direction = Dir(run.spec.direction);
+  for (std::size_t i = 0; i < run.samples.size() && i < run.devices.size(); ++i) {
+    const probes::ProbeSample& s = run.samples[i];
+    const int index = run.devices[i].index;
+    const Labels labels{{"gpu", Gpu(index)}, {"direction", direction}, {"group", group}};
+    if (s.status == probes::ProbeStatus::kOk && !s.durations_s.empty()) {
+      concurrent_.Add(labels).Set(s.MedianBandwidth());
+    } else if (concurrent_.Has(labels)) {
+      concurrent_.Remove(&concurrent_.Add(labels));
+    }
+    if (s.device_time_s > 0 && std::isfinite(s.device_time_s)) {
+      device_seconds_.Add({{"gpu", Gpu(index)}}).Increment(s.device_time_s);
+      std::lock_guard lock(mutex_);
+      cycle_device_s_[index] += s.device_time_s;
+    }
+  }
+  const Labels aggregate{{"group", group}, {"direction", direction}};
+  if (run.AllOk()) {
+    aggregate_.Add(aggregate).Set(run.Aggregate());
+  } else if (aggregate_.Has(aggregate)) {
+    aggregate_.Remove(&aggregate_.Add(aggregate));
+  }
+  if (band.Known()) {
+    aggregate_expected_.Add({{"group", group}, {"bound", "lower"}}).Set(band.lower_bytes_per_s);
+    aggregate_expected_.Add({{"group", group}, {"bound", "upper"}}).Set(band.upper_bytes_per_s);
+  }
+  // One info series per group: new members or a new shared link replace the old labels.
+  std::lock_guard lock(mutex_);
+  prometheus::Gauge& info = group_info_.Add(
+      {{"group", group}, {"gpus", run.group.GpuList()}, {"shared_link", run.group.shared_link}});
+  auto [it, inserted] = group_info_by_group_.try_emplace(group, &info);
+  if (!inserted && it->second != &info) {
+    group_info_.Remove(it->second);
+    it->second = &info;
+  }
+  info.Set(1);
 }
 
 void Metrics::RecordSkipped(int gpu_index, TransferMode mode, ProbeResult result) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/health_tracker.h"
+#include "core/host_groups.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
 
@@ -63,8 +64,16 @@ class Metrics {
   // device time, overlap ratio. The first sample of a series fixes its histogram buckets
   // around `anchor_bytes_per_s` (e.g. the learned baseline) when > 0, else around the
   // sample's own median duration.
+  // `histogram` false: the gauges only (the "headline" histogram profile, for the other
+  // probes).
   void RecordSample(const probes::DeviceInfo& device, const probes::ProbeSample& sample,
-                    double anchor_bytes_per_s = 0);
+                    double anchor_bytes_per_s = 0, bool histogram = true);
+
+  // A concurrent run of a group in one direction (core/host_groups.h): what each member got,
+  // the group's aggregate (only when every member's probe was ok; else the series is
+  // removed rather than left stale), its expected band `band`, the group's info series, and
+  // each member's device time.
+  void RecordConcurrent(const core::GroupRun& run, const probes::ExpectedBand& band);
 
   // A probe that did not run: kSkippedBusy or kUnsupported.
   void RecordSkipped(int gpu, probes::TransferMode mode, ProbeResult result);
@@ -111,6 +120,11 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& state_write_errors_;
   prometheus::Family<prometheus::Counter>& textfile_write_errors_;
   prometheus::Family<prometheus::Gauge>& device_info_;
+  prometheus::Family<prometheus::Gauge>& host_link_info_;
+  prometheus::Family<prometheus::Gauge>& concurrent_;
+  prometheus::Family<prometheus::Gauge>& aggregate_;
+  prometheus::Family<prometheus::Gauge>& aggregate_expected_;
+  prometheus::Family<prometheus::Gauge>& group_info_;
   prometheus::Family<prometheus::Gauge>& build_info_;
 
   std::atomic<std::uint64_t> generation_{0};
@@ -118,6 +132,7 @@ class Metrics {
   std::mutex mutex_;  // guards the maps below
   std::map<SeriesKey, prometheus::Histogram*> histograms_;
   std::map<int, double> cycle_device_s_;  // device time of the cycle in progress, per GPU
+  std::map<std::string, prometheus::Gauge*> group_info_by_group_;  // its current labels
 };
 
 }  // namespace xferd::exporter

@@ -19,6 +19,7 @@
 #include "device_identity.h"
 #include "host_memory.h"
 #include "kernels.h"
+#include "probes/nvml/nvml_c2c.h"
 #include "resources.h"
 #include "xferd/probes/stats.h"
 
@@ -102,6 +103,7 @@ struct DeviceState {
   int index = 0;
   int blocks = 0;  // grid size for the streaming kernels
   int numa_node = -1;
+  std::string placement_note;  // why host buffers could not be put on numa_node, if so
   bool ready = false;
   bool unfinished_work = false;  // a probe timed out or was cancelled with work in flight
 
@@ -707,6 +709,8 @@ CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
     info.driver_version = driver_version;
     info.memory_bytes = prop.totalGlobalMem;
     info.integrated = prop.integrated != 0;
+    // Grace Hopper: copies go over NVLink-C2C, whatever PCIe link sysfs shows.
+    info.c2c = !info.integrated && HasC2cHostLink(info.pci_bus_id, info.name);
     devices_.push_back(info);
 
     Capabilities caps;
@@ -775,7 +779,9 @@ LinkPath CudaBackend::ReadLinkPath(int device) const {
                                 : "the CUDA runtime reports no PCI bus id";
     return path;
   }
-  return probes::ReadLinkPath(options_.sysfs_root, info.pci_bus_id);
+  path = probes::ReadLinkPath(options_.sysfs_root, info.pci_bus_id);
+  path.c2c = info.c2c;
+  return path;
 }
 
 // Buffers and streams the mode needs, allocated on first use and kept.
@@ -879,6 +885,7 @@ class Provisioner {
     }
     std::memset(memory.get(), 0, bytes);  // first touch: the pages land on the policy's node now
     s_.pageable.memory = std::move(memory);
+    if (!policy.note().empty()) s_.placement_note = policy.note();
   }
 
   void Pinned(HostBuffer& b, const char* what, unsigned flags = cudaHostAllocDefault) {
@@ -905,6 +912,7 @@ class Provisioner {
     }
     s_.pinned_bytes += bytes;
     std::memset(b.ptr(), 0, bytes);
+    if (!policy.note().empty()) s_.placement_note = policy.note();
     if (flags & cudaHostAllocMapped)
       Check(cudaHostGetDevicePointer(&b.device_ptr, b.ptr(), 0), "cudaHostGetDevicePointer");
   }
@@ -995,6 +1003,16 @@ ProbeSample CudaBackend::Run(int device, const ProbeSpec& spec, std::stop_token 
     ProbeRun(state, options_, spec, stop, sample).Execute();
     sample.status = ProbeStatus::kOk;
     sample.host_numa_node = cuda::NumaNodeOf(HostBufferOf(state, spec.mode));
+    // Buffers off the GPU's node: say why when the policy was refused; the kernel may also
+    // have had no room there (or a cpuset forbids the node).
+    const bool elsewhere = sample.host_numa_node >= 0 ? sample.host_numa_node != state.numa_node
+                                                      : !state.placement_note.empty();
+    if (state.numa_node >= 0 && HostBufferOf(state, spec.mode) != nullptr && elsewhere) {
+      sample.host_placement = !state.placement_note.empty()
+                                  ? state.placement_note
+                                  : "the kernel placed them elsewhere (the node's memory full, or "
+                                    "a cpuset or memory policy of the process excludes it)";
+    }
   } catch (const ProbeAbort& abort) {
     sample.status = abort.status;
     sample.message = abort.message;

@@ -8,6 +8,9 @@
 #include <random>
 #include <stop_token>
 
+#include "platform/exit_codes.h"
+#include "probes/sim/sim_topology.h"
+#include "xferd/probes/shared_paths.h"
 #include "xferd/probes/topology.h"
 
 namespace xferd::probes {
@@ -63,21 +66,6 @@ std::uint64_t DeviceKey(std::uint64_t seed, int index) {
   return SplitMix64(seed ^ SplitMix64(static_cast<std::uint64_t>(index) + 1));
 }
 
-int BusOf(int index) {
-  return 0x11 + 0x10 * (index % 15);
-}
-
-// Devices alternate between two NUMA nodes, as on a two-socket host.
-int SimNumaNode(int index) {
-  return index % 2;
-}
-
-std::string BusId(int bus) {
-  char text[16];
-  std::snprintf(text, sizeof text, "0000:%02x:00.0", bus & 0xff);
-  return text;
-}
-
 std::string Uuid(std::uint64_t seed, int index) {
   const std::uint64_t a = DeviceKey(seed, index);
   const std::uint64_t b = SplitMix64(a);
@@ -87,6 +75,15 @@ std::string Uuid(std::uint64_t seed, int index) {
                 static_cast<unsigned>(a & 0xffff), static_cast<unsigned>(b >> 48),
                 static_cast<unsigned long long>(b & 0xffffffffffffull));
   return text;
+}
+
+// What one device's copies can reach alone: its narrowest link (NVLink-C2C for a Grace
+// Hopper path), or the shared DRAM of an integrated GPU.
+double PathRate(const LinkPath& path) {
+  if (path.c2c) return kC2cBytesPerSecond;
+  if (!path.pcie) return kIntegratedCopyBytesPerSecond;
+  const PcieLink* narrowest = path.Narrowest();
+  return narrowest != nullptr ? narrowest->CurrentBytesPerSecond() : 0.0;
 }
 
 ProbeSample Failed(const ProbeSpec& spec, ProbeStatus status, std::string message) {
@@ -128,6 +125,7 @@ struct SimBackend::State {
   };
 
   SimOptions options;
+  SimTopology topology;
   std::vector<std::unique_ptr<Device>> devices;
 
   mutable std::mutex faults_mutex;
@@ -146,15 +144,22 @@ struct SimBackend::State {
     return out;
   }
 
-  // The link as trained now: the best link, lowered by any downtrain fault.
-  std::pair<int, int> CurrentLink(const std::vector<SimFault>& device_faults) const {
-    int gen = options.link_gen, width = options.link_width;
+  explicit State(const SimOptions& o) : options(o), topology(o) {}
+
+  // The path as trained now: the topology's, the GPU's own link lowered by any downtrain
+  // fault.
+  LinkPath CurrentPath(int device, const std::vector<SimFault>& device_faults) const {
+    LinkPath path = topology.Path(device);
+    if (path.links.empty()) return path;
+    PcieLink& own = path.links.front();
     for (const SimFault& f : device_faults) {
       if (f.kind != SimFault::Kind::kDownTrain) continue;
-      if (f.gen > 0) gen = std::min(gen, f.gen);
-      if (f.width > 0) width = std::min(width, f.width);
+      if (f.gen > 0)
+        own.current_gen = own.current_gen > 0 ? std::min(own.current_gen, f.gen) : f.gen;
+      if (f.width > 0)
+        own.current_width = own.current_width > 0 ? std::min(own.current_width, f.width) : f.width;
     }
-    return {gen, width};
+    return path;
   }
 
   // Waits `seconds` of real time or until stop is requested; false when stopped.
@@ -166,16 +171,27 @@ struct SimBackend::State {
   }
 };
 
-SimBackend::SimBackend(SimOptions options) : state_(std::make_unique<State>()) {
+SimBackend::SimBackend(SimOptions options) {
   options.devices = std::max(options.devices, 0);
   options.time_scale = std::max(options.time_scale, 0.0);
+  state_ = std::make_unique<State>(options);
+  // From here on the topology says how many devices there are (a sysfs tree decides).
+  state_->options.devices = state_->topology.size();
+  for (const SimFault& f : options.faults) {
+    if (f.device >= state_->topology.size()) {
+      throw platform::Error(platform::Failure::kConfig,
+                            "a [[simulate.fault]] names device " + std::to_string(f.device) +
+                                " but the " + state_->topology.Describe() + " has devices 0-" +
+                                std::to_string(state_->topology.size() - 1) +
+                                "; name one of them, or -1 for every device");
+    }
+  }
   state_->faults = options.faults;
-  for (int i = 0; i < options.devices; ++i) {
+  for (int i = 0; i < state_->options.devices; ++i) {
     auto device = std::make_unique<State::Device>();
     device->rng.seed(DeviceKey(options.seed, i));
     state_->devices.push_back(std::move(device));
   }
-  state_->options = std::move(options);
 }
 
 SimBackend::~SimBackend() = default;
@@ -188,12 +204,13 @@ std::vector<DeviceInfo> SimBackend::Devices() const {
     info.index = i;
     info.uuid = Uuid(o.seed, i);
     info.name = "Simulated GPU (xferd sim)";
-    info.pci_bus_id = o.integrated ? "" : BusId(BusOf(i));
+    info.pci_bus_id = state_->topology.Bdf(i);
     info.cc_major = o.integrated ? 8 : 9;
     info.cc_minor = o.integrated ? 7 : 0;
     info.driver_version = "sim";
     info.memory_bytes = (o.integrated ? 32ull : 80ull) << 30;
     info.integrated = o.integrated;
+    info.c2c = o.c2c && !o.integrated;
     info.simulated = true;
     out.push_back(std::move(info));
   }
@@ -207,63 +224,47 @@ Capabilities SimBackend::GetCapabilities(int) const {
 }
 
 LinkPath SimBackend::ReadLinkPath(int device) const {
-  const SimOptions& o = state_->options;
-  LinkPath path;
-  if (device < 0 || device >= o.devices) {
-    path.note = "no simulated device " + std::to_string(device);
-    return path;
-  }
-  if (o.integrated) {
-    path.pcie = false;
-    path.note = "integrated GPU: host and device share DRAM, no PCIe link";
-    return path;
-  }
-  const auto [gen, width] = state_->CurrentLink(state_->FaultsFor(device));
-  const int bus = BusOf(device);
-  // The GPU's own link, then the switch above it, whose upstream link never trains down.
-  path.links.push_back({BusId(bus), gen, width, o.link_gen, o.link_width});
-  path.links.push_back({BusId(bus - 1), o.link_gen, o.link_width, o.link_gen, o.link_width});
-  path.numa_node = SimNumaNode(device);
-  path.iommu_type = "identity";
-  return path;
+  return state_->CurrentPath(device, state_->FaultsFor(device));
 }
 
-ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token stop) {
+// One probe of one device, computed without waiting: the sample and how long it takes in
+// simulated time. `link_share` (0 < share <= 1) is the part of its path's rate the device
+// gets while others use shared links too.
+SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, double link_share) {
   const SimOptions& o = state_->options;
   if (device < 0 || device >= o.devices) {
-    return Failed(spec, ProbeStatus::kError,
-                  "no simulated device " + std::to_string(device) + " (there are " +
-                      std::to_string(o.devices) + ")");
+    return {Failed(spec, ProbeStatus::kError,
+                   "no simulated device " + std::to_string(device) + " (there are " +
+                       std::to_string(o.devices) + ")")};
   }
   if (std::string problem = SpecProblem(spec); !problem.empty()) {
-    return Failed(spec, ProbeStatus::kError, problem);
+    return {Failed(spec, ProbeStatus::kError, problem)};
   }
   if (auto it = o.unsupported.find(spec.mode); it != o.unsupported.end()) {
-    return Failed(spec, ProbeStatus::kUnsupported, it->second);
+    return {Failed(spec, ProbeStatus::kUnsupported, it->second)};
   }
 
   const std::vector<SimFault> faults = state_->FaultsFor(device);
   State::Device& dev = *state_->devices[device];
-  std::unique_lock device_lock(dev.mutex);
+  std::lock_guard device_lock(dev.mutex);
   const std::uint64_t probe_number = ++dev.probes;
 
   double degrade = 1.0, slow = 1.0;
   for (const SimFault& f : faults) {
     switch (f.kind) {
       case SimFault::Kind::kLost:
-        return Failed(spec, ProbeStatus::kError, "device lost (simulated fault)");
+        return {Failed(spec, ProbeStatus::kError, "device lost (simulated fault)")};
       case SimFault::Kind::kErrorEvery:
         if (f.every > 0 && probe_number % static_cast<std::uint64_t>(f.every) == 0) {
-          return Failed(spec, ProbeStatus::kError,
-                        "simulated error on probe " + std::to_string(probe_number) +
-                            " (fault: every " + std::to_string(f.every) + ")");
+          return {Failed(spec, ProbeStatus::kError,
+                         "simulated error on probe " + std::to_string(probe_number) +
+                             " (fault: every " + std::to_string(f.every) + ")")};
         }
         break;
       case SimFault::Kind::kHang: {
-        device_lock.unlock();
-        std::unique_lock lock(state_->wait_mutex);
-        state_->wake.wait(lock, stop, [] { return false; });
-        return Failed(spec, ProbeStatus::kError, "cancelled");
+        Outcome hung{Failed(spec, ProbeStatus::kError, "cancelled")};
+        hung.hang = true;
+        return hung;
       }
       case SimFault::Kind::kDegrade:
         if (f.factor > 0) degrade *= std::min(f.factor, 1.0);
@@ -271,18 +272,17 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
       case SimFault::Kind::kSlow:
         if (f.factor > 0) slow *= f.factor;
         break;
-      case SimFault::Kind::kDownTrain: break;  // in CurrentLink
+      case SimFault::Kind::kDownTrain: break;  // in CurrentPath
     }
   }
 
-  const auto [gen, width] = state_->CurrentLink(faults);
-  const double link_rate =
-      o.integrated ? kIntegratedCopyBytesPerSecond : PcieBytesPerSecond(gen, width);
+  const LinkPath path = state_->CurrentPath(device, faults);
+  const double link_rate = PathRate(path) * std::clamp(link_share, 0.0, 1.0);
   if (link_rate <= 0) {
-    return Failed(spec, ProbeStatus::kError,
-                  "simulated link " + FormatLink(gen, width) + " carries nothing");
+    return {Failed(spec, ProbeStatus::kError,
+                   "no link rate known on the simulated GPU's path" +
+                       (path.note.empty() ? std::string() : ": " + path.note))};
   }
-
   const ModeModel model = ModelFor(spec.mode, spec.direction);
   std::lognormal_distribution<double> drift(0.0, kProbeDriftSigma);
   std::lognormal_distribution<double> floor_noise(0.0, kFloorSigma);
@@ -325,10 +325,6 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
   for (int i = 0; i < total; ++i) {
     const double d = one_transfer();
     if (deadline_s > 0 && elapsed + d > deadline_s) {
-      device_lock.unlock();
-      if (!state_->Wait((deadline_s - elapsed) * o.time_scale, stop)) {
-        return Failed(spec, ProbeStatus::kError, "cancelled");
-      }
       ProbeSample timed_out =
           Failed(spec, ProbeStatus::kTimeout,
                  "probe did not finish within its " + std::to_string(spec.deadline.count()) +
@@ -336,20 +332,63 @@ ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token s
                      " transfers done)");
       timed_out.bytes_per_transfer = bytes;
       timed_out.device_time_s = deadline_s;
-      return timed_out;
+      return {std::move(timed_out), deadline_s - elapsed};
     }
     elapsed += d;
     if (i >= spec.warmup) sample.durations_s.push_back(d);
   }
-  device_lock.unlock();
-  // The RNG is done with: sleeping the simulated time needs no lock.
-  if (!state_->Wait(elapsed * o.time_scale, stop)) {
-    return Failed(spec, ProbeStatus::kError, "cancelled");
-  }
   sample.status = ProbeStatus::kOk;
   sample.device_time_s = elapsed;
-  sample.host_numa_node = o.integrated ? 0 : SimNumaNode(device);  // buffers placed locally
-  return sample;
+  sample.host_numa_node = o.integrated ? 0 : path.numa_node;  // buffers placed locally
+  return {std::move(sample), elapsed};
+}
+
+ProbeSample SimBackend::Run(int device, const ProbeSpec& spec, std::stop_token stop) {
+  Outcome outcome = Simulate(device, spec, 1.0);
+  if (outcome.hang) {
+    std::unique_lock lock(state_->wait_mutex);
+    state_->wake.wait(lock, stop, [] { return false; });
+    return outcome.sample;
+  }
+  // The RNG is done with: sleeping the simulated time needs no lock.
+  if (!state_->Wait(outcome.wait_s * state_->options.time_scale, stop)) {
+    return Failed(spec, ProbeStatus::kError, "cancelled");
+  }
+  return std::move(outcome.sample);
+}
+
+std::vector<ProbeSample> SimBackend::RunConcurrent(const std::vector<int>& devices,
+                                                   const ProbeSpec& spec, std::stop_token stop) {
+  // Each device's share of its path while all of them move data: deterministic, so a
+  // test at time_scale 0 sees the same split as a run in real time.
+  std::vector<LinkPath> paths;
+  for (int device : devices) {
+    paths.push_back(device >= 0 && device < state_->options.devices
+                        ? state_->CurrentPath(device, state_->FaultsFor(device))
+                        : LinkPath{});
+  }
+  const std::vector<double> shares = FairShares(paths);
+  std::vector<Outcome> outcomes;
+  double wait_s = 0;
+  bool hang = false;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const double alone = state_->options.integrated ? 0.0 : PathRate(paths[i]);
+    const double share = alone > 0 && shares[i] > 0 ? shares[i] / alone : 1.0;
+    outcomes.push_back(Simulate(devices[i], spec, share));
+    hang = hang || outcomes.back().hang;
+    if (!outcomes.back().hang) wait_s = std::max(wait_s, outcomes.back().wait_s);
+  }
+  const bool stopped = !state_->Wait(wait_s * state_->options.time_scale, stop);
+  if (hang && !stopped) {
+    std::unique_lock lock(state_->wait_mutex);
+    state_->wake.wait(lock, stop, [] { return false; });
+  }
+  std::vector<ProbeSample> samples;
+  for (Outcome& outcome : outcomes) {
+    samples.push_back(stopped ? Failed(spec, ProbeStatus::kError, "cancelled")
+                              : std::move(outcome.sample));
+  }
+  return samples;
 }
 
 void SimBackend::SetFaults(std::vector<SimFault> faults) {

@@ -51,38 +51,6 @@ bool IsHex(std::string_view text) {
                                       [](unsigned char c) { return std::isxdigit(c) != 0; });
 }
 
-// "0000:00:01.0" (domain of 4 or more hex digits): the names sysfs gives PCI devices.
-bool LooksLikeBdf(std::string_view name) {
-  const auto dot = name.rfind('.');
-  if (dot == std::string_view::npos || dot + 2 != name.size()) return false;
-  if (name[dot + 1] < '0' || name[dot + 1] > '7') return false;
-  const std::string_view head = name.substr(0, dot);  // domain:bus:device
-  const auto c2 = head.rfind(':');
-  if (c2 == std::string_view::npos || c2 == 0) return false;
-  const auto c1 = head.rfind(':', c2 - 1);
-  if (c1 == std::string_view::npos) return false;
-  const auto domain = head.substr(0, c1);
-  const auto bus = head.substr(c1 + 1, c2 - c1 - 1);
-  const auto device = head.substr(c2 + 1);
-  return domain.size() >= 4 && IsHex(domain) && bus.size() == 2 && IsHex(bus) &&
-         device.size() == 2 && IsHex(device);
-}
-
-// CUDA says "0000:01:00.0", NVML "00000000:01:00.0", some tools "01:00.0": sysfs wants the
-// first form, lower case.
-std::string NormalizeBdf(std::string_view bdf) {
-  std::string out = Lower(Trim(bdf));
-  if (std::count(out.begin(), out.end(), ':') == 1) out = "0000:" + out;
-  const auto colon = out.find(':');
-  if (colon != std::string::npos && colon > 4) {
-    const std::string_view extra(out.data(), colon - 4);
-    if (std::all_of(extra.begin(), extra.end(), [](char c) { return c == '0'; })) {
-      out.erase(0, colon - 4);
-    }
-  }
-  return out;
-}
-
 // The first line of a sysfs attribute; nullopt when it cannot be read.
 std::optional<std::string> ReadAttribute(const fs::path& file) {
   // sysfs attributes are a line; a page is the most the kernel hands out.
@@ -127,6 +95,35 @@ PcieLink ReadLink(const fs::path& dir, LinkPath& path) {
 }
 
 }  // namespace
+
+bool LooksLikeBdf(std::string_view name) {
+  const auto dot = name.rfind('.');
+  if (dot == std::string_view::npos || dot + 2 != name.size()) return false;
+  if (name[dot + 1] < '0' || name[dot + 1] > '7') return false;
+  const std::string_view head = name.substr(0, dot);  // domain:bus:device
+  const auto c2 = head.rfind(':');
+  if (c2 == std::string_view::npos || c2 == 0) return false;
+  const auto c1 = head.rfind(':', c2 - 1);
+  if (c1 == std::string_view::npos) return false;
+  const auto domain = head.substr(0, c1);
+  const auto bus = head.substr(c1 + 1, c2 - c1 - 1);
+  const auto device = head.substr(c2 + 1);
+  return domain.size() >= 4 && IsHex(domain) && bus.size() == 2 && IsHex(bus) &&
+         device.size() == 2 && IsHex(device);
+}
+
+std::string NormalizeBdf(std::string_view bdf) {
+  std::string out = Lower(Trim(bdf));
+  if (std::count(out.begin(), out.end(), ':') == 1) out = "0000:" + out;
+  const auto colon = out.find(':');
+  if (colon != std::string::npos && colon > 4) {
+    const std::string_view extra(out.data(), colon - 4);
+    if (std::all_of(extra.begin(), extra.end(), [](char c) { return c == '0'; })) {
+      out.erase(0, colon - 4);
+    }
+  }
+  return out;
+}
 
 double PcieBytesPerSecond(int generation, int width) {
   if (generation < 1 || generation > static_cast<int>(kGenerations.size()) || width <= 0) {
@@ -220,8 +217,28 @@ LinkPath ReadLinkPath(const fs::path& sysfs_root, std::string_view bdf) {
   return path;
 }
 
+std::string_view ToString(HostLink link) {
+  switch (link) {
+    case HostLink::kPcie: return "pcie";
+    case HostLink::kC2c: return "c2c";
+    case HostLink::kIntegrated: return "integrated";
+  }
+  return "pcie";
+}
+
+HostLink HostLinkOf(const DeviceInfo& device) {
+  if (device.integrated) return HostLink::kIntegrated;
+  return device.c2c ? HostLink::kC2c : HostLink::kPcie;
+}
+
 ExpectedBand BandFromPath(const LinkPath& path, double lower_fraction, double upper_fraction) {
   ExpectedBand band;
+  if (path.c2c) {
+    band.lower_bytes_per_s = lower_fraction * kC2cBytesPerSecond;
+    band.upper_bytes_per_s = upper_fraction * kC2cBytesPerSecond;
+    band.source = "NVLink-C2C, 450 GB/s per direction";
+    return band;
+  }
   if (!path.pcie) {
     band.source = "unknown: not a PCIe device";
     return band;

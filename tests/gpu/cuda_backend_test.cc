@@ -10,6 +10,7 @@
 #include <stop_token>
 #include <string>
 
+#include "test_gpu.h"
 #include "xferd/probes/stats.h"
 
 namespace xferd::probes {
@@ -38,7 +39,15 @@ class CudaBackendTest : public ::testing::Test {
  protected:
   std::unique_ptr<TransferBackend> Make(const CudaOptions& options = {}) {
     try {
-      return MakeCudaBackend(options);
+      auto backend = MakeCudaBackend(options);
+      if (TestGpu() >= static_cast<int>(backend->Devices().size())) {
+        ADD_FAILURE() << "no GPU " << TestGpu() << " to test: this host has "
+                      << backend->Devices().size() << " (--gpu 0.." << backend->Devices().size() - 1
+                      << ")";
+        skip_reason_ = "no GPU " + std::to_string(TestGpu());
+        return nullptr;
+      }
+      return backend;
     } catch (const NoDeviceError& e) {
       skip_reason_ = e.what();
       return nullptr;
@@ -92,10 +101,10 @@ TEST_F(CudaBackendTest, DevicesSayWhoTheyAre) {
 
 TEST_F(CudaBackendTest, EveryModeAndDirectionGivesAResult) {
   MAKE_OR_SKIP(backend, CudaOptions{});
-  const Capabilities caps = backend->GetCapabilities(0);
-  const int gpu_node = backend->ReadLinkPath(0).numa_node;
+  const Capabilities caps = backend->GetCapabilities(TestGpu());
+  const int gpu_node = backend->ReadLinkPath(TestGpu()).numa_node;
   for (const auto& [mode, direction] : AllModeDirections()) {
-    const ProbeSample s = backend->Run(0, Spec(mode, direction, 16 * kMiB));
+    const ProbeSample s = backend->Run(TestGpu(), Spec(mode, direction, 16 * kMiB));
     std::printf("  host buffer on NUMA node %d (GPU's node %d)\n", s.host_numa_node, gpu_node);
     EXPECT_GE(s.host_numa_node, -1) << Describe(s);
     if (gpu_node >= 0 && s.status == ProbeStatus::kOk) {
@@ -132,26 +141,26 @@ TEST_F(CudaBackendTest, EveryModeAndDirectionGivesAResult) {
 
 TEST_F(CudaBackendTest, OddSizesAreCopiedAndChecked) {
   MAKE_OR_SKIP(backend, CudaOptions{});
-  const Capabilities caps = backend->GetCapabilities(0);
+  const Capabilities caps = backend->GetCapabilities(TestGpu());
   for (std::uint64_t size : {std::uint64_t{1000}, std::uint64_t{4096 + 13}, 3 * kMiB + 7}) {
     for (const auto& [mode, direction] : AllModeDirections()) {
       if (!caps.Supports(mode) || mode == TransferMode::kPinnedAsync) continue;
-      const ProbeSample s = backend->Run(0, Spec(mode, direction, size, 2));
+      const ProbeSample s = backend->Run(TestGpu(), Spec(mode, direction, size, 2));
       EXPECT_EQ(s.status, ProbeStatus::kOk) << Describe(s);
     }
   }
 }
 
-// Link-bound modes against the link the GPU reports (50 % to 105 % of it: docs/gpu-results.md has the H200 figures).
-// The rest are printed for the record.
+// Link-bound modes against the link the GPU reports (50 % to 105 % of it: docs/gpu-results.md has
+// the H200 figures). The rest are printed for the record.
 TEST_F(CudaBackendTest, BandwidthOfLinkBoundModesFitsTheLink) {
   MAKE_OR_SKIP(backend, CudaOptions{});
-  const DeviceInfo device = backend->Devices()[0];
+  const DeviceInfo device = backend->Devices().at(TestGpu());
   if (device.integrated) GTEST_SKIP() << "integrated GPU: no PCIe link to hold the modes against";
-  const Capabilities caps = backend->GetCapabilities(0);
+  const Capabilities caps = backend->GetCapabilities(TestGpu());
   // Read while the link is busy: idle links train down.
-  backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, 64 * kMiB, 20));
-  const LinkPath path = backend->ReadLinkPath(0);
+  backend->Run(TestGpu(), Spec(TransferMode::kPinned, Direction::kH2D, 64 * kMiB, 20));
+  const LinkPath path = backend->ReadLinkPath(TestGpu());
   double link = 0;
   if (const PcieLink* narrowest = path.Narrowest()) {
     link = narrowest->CurrentBytesPerSecond();
@@ -167,7 +176,7 @@ TEST_F(CudaBackendTest, BandwidthOfLinkBoundModesFitsTheLink) {
   }
   for (const auto& [mode, direction] : AllModeDirections()) {
     if (!caps.Supports(mode)) continue;
-    const ProbeSample s = backend->Run(0, Spec(mode, direction, 64 * kMiB, 10));
+    const ProbeSample s = backend->Run(TestGpu(), Spec(mode, direction, 64 * kMiB, 10));
     ASSERT_EQ(s.status, ProbeStatus::kOk) << Describe(s);
     if (!IsLinkBound(mode, direction)) {
       std::printf("%-40s %7.2f GB/s (not link-bound)\n", Describe(s).c_str(),
@@ -187,10 +196,10 @@ TEST_F(CudaBackendTest, CorruptedTransfersAreErrorsNotResults) {
   CudaOptions options;
   options.corrupt_transfers = true;
   MAKE_OR_SKIP(backend, options);
-  const Capabilities caps = backend->GetCapabilities(0);
+  const Capabilities caps = backend->GetCapabilities(TestGpu());
   for (const auto& [mode, direction] : AllModeDirections()) {
     if (!caps.Supports(mode)) continue;
-    const ProbeSample s = backend->Run(0, Spec(mode, direction, 4 * kMiB, 3));
+    const ProbeSample s = backend->Run(TestGpu(), Spec(mode, direction, 4 * kMiB, 3));
     EXPECT_EQ(s.status, ProbeStatus::kError) << Describe(s);
     EXPECT_NE(s.message.find("corrupted transfer"), std::string::npos) << Describe(s);
   }
@@ -201,7 +210,7 @@ TEST_F(CudaBackendTest, MissingCapabilitiesSkipModesWithAReason) {
   options.hide_concurrent_managed_access = true;
   options.hide_can_map_host_memory = true;
   MAKE_OR_SKIP(backend, options);
-  const Capabilities caps = backend->GetCapabilities(0);
+  const Capabilities caps = backend->GetCapabilities(TestGpu());
   for (TransferMode mode :
        {TransferMode::kManaged, TransferMode::kManagedPrefetch, TransferMode::kZeroCopy}) {
     ASSERT_FALSE(caps.Supports(mode)) << ToString(mode);
@@ -210,27 +219,27 @@ TEST_F(CudaBackendTest, MissingCapabilitiesSkipModesWithAReason) {
                                                           : "concurrentManagedAccess"),
               std::string::npos)
         << reason;
-    const ProbeSample s = backend->Run(0, Spec(mode, Direction::kH2D, kMiB));
+    const ProbeSample s = backend->Run(TestGpu(), Spec(mode, Direction::kH2D, kMiB));
     EXPECT_EQ(s.status, ProbeStatus::kUnsupported);
     EXPECT_EQ(s.message, reason);
   }
   EXPECT_TRUE(caps.Supports(TransferMode::kPinned));
-  EXPECT_EQ(backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
+  EXPECT_EQ(backend->Run(TestGpu(), Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
             ProbeStatus::kOk);
 }
 
 TEST_F(CudaBackendTest, AProbePastItsDeadlineIsATimeoutAndTheNextOneRuns) {
   MAKE_OR_SKIP(backend, CudaOptions{});
   // Set up buffers first so the tiny deadline meets transfers, not allocation.
-  ASSERT_EQ(backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
+  ASSERT_EQ(backend->Run(TestGpu(), Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
             ProbeStatus::kOk);
   ProbeSpec spec = Spec(TransferMode::kPinned, Direction::kH2D, 64 * kMiB, 1000);
   spec.deadline = std::chrono::milliseconds(1);
-  const ProbeSample s = backend->Run(0, spec);
+  const ProbeSample s = backend->Run(TestGpu(), spec);
   EXPECT_EQ(s.status, ProbeStatus::kTimeout) << Describe(s);
   EXPECT_NE(s.message.find("deadline"), std::string::npos) << s.message;
   EXPECT_LT(s.durations_s.size(), 1000u);
-  EXPECT_EQ(backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
+  EXPECT_EQ(backend->Run(TestGpu(), Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
             ProbeStatus::kOk);
 }
 
@@ -249,10 +258,10 @@ TEST_F(CudaBackendTest, ThePinnedCapIsEnforcedWithAnActionableMessage) {
   options.max_size_bytes = 8 * kMiB;
   options.pinned_cap_bytes = 12 * kMiB;  // room for one pinned buffer, not a second
   MAKE_OR_SKIP(backend, options);
-  EXPECT_EQ(backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
+  EXPECT_EQ(backend->Run(TestGpu(), Spec(TransferMode::kPinned, Direction::kH2D, kMiB)).status,
             ProbeStatus::kOk);
   const ProbeSample s =
-      backend->Run(0, Spec(TransferMode::kPinned, Direction::kBidirectional, kMiB));
+      backend->Run(TestGpu(), Spec(TransferMode::kPinned, Direction::kBidirectional, kMiB));
   EXPECT_EQ(s.status, ProbeStatus::kError);
   EXPECT_NE(s.message.find("pinned_cap"), std::string::npos) << s.message;
   EXPECT_NE(s.message.find("RLIMIT_MEMLOCK"), std::string::npos) << s.message;
@@ -262,17 +271,42 @@ TEST_F(CudaBackendTest, BadSpecsAreRefusedWithTheReason) {
   CudaOptions options;
   options.max_size_bytes = 4 * kMiB;
   MAKE_OR_SKIP(backend, options);
-  ProbeSample s = backend->Run(0, Spec(TransferMode::kPinned, Direction::kH2D, 8 * kMiB));
+  ProbeSample s = backend->Run(TestGpu(), Spec(TransferMode::kPinned, Direction::kH2D, 8 * kMiB));
   EXPECT_EQ(s.status, ProbeStatus::kError);
   EXPECT_NE(s.message.find("max_size_bytes"), std::string::npos) << s.message;
   ProbeSpec chunked = Spec(TransferMode::kPinnedAsync, Direction::kH2D, kMiB);
   chunked.chunk_bytes = 4096;
-  s = backend->Run(0, chunked);
+  s = backend->Run(TestGpu(), chunked);
   EXPECT_EQ(s.status, ProbeStatus::kError);
   EXPECT_NE(s.message.find("256KiB"), std::string::npos) << s.message;
   s = backend->Run(99, Spec(TransferMode::kPinned, Direction::kH2D, kMiB));
   EXPECT_EQ(s.status, ProbeStatus::kError);
   EXPECT_NE(s.message.find("no GPU with index 99"), std::string::npos) << s.message;
+}
+
+// Every GPU of the host copying at once (TransferBackend::RunConcurrent's threads): each
+// copy is checked as a solo one is, and a group of one gives the solo figure.
+TEST_F(CudaBackendTest, ConcurrentRunsOnEveryGpuAreCheckedAndAGroupOfOneIsSolo) {
+  MAKE_OR_SKIP(backend, CudaOptions{});
+  std::vector<int> all;
+  for (const DeviceInfo& d : backend->Devices()) all.push_back(d.index);
+  for (Direction direction : {Direction::kH2D, Direction::kD2H}) {
+    const ProbeSpec spec = Spec(TransferMode::kPinned, direction, 64 * kMiB, 10);
+    const auto together = backend->RunConcurrent(all, spec);
+    ASSERT_EQ(together.size(), all.size());
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      EXPECT_EQ(together[i].status, ProbeStatus::kOk)
+          << "GPU " << all[i] << " " << Describe(together[i]);
+      std::printf("  %s all %zu GPUs at once: GPU %d %.2f GB/s\n",
+                  std::string(ToString(direction)).c_str(), all.size(), all[i],
+                  together[i].MedianBandwidth() / 1e9);
+    }
+    const double solo = backend->Run(TestGpu(), spec).MedianBandwidth();
+    const auto one = backend->RunConcurrent({TestGpu()}, spec);
+    ASSERT_EQ(one.size(), 1u);
+    ASSERT_EQ(one[0].status, ProbeStatus::kOk) << Describe(one[0]);
+    EXPECT_NEAR(one[0].MedianBandwidth() / solo, 1.0, 0.05) << ToString(direction);
+  }
 }
 
 }  // namespace

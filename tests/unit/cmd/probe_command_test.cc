@@ -296,3 +296,103 @@ TEST_F(ProbeCommand, BadConfigExits78NamingTheLine) {
 }
 
 }  // namespace
+
+// The simulated GPUs of a fake sysfs tree, from the flag or from the config file.
+TEST_F(ProbeCommand, SimulatedHostFromASysfsTree) {
+  const std::string tree = std::string(XFERD_TEST_DATA_DIR) + "/sysfs/hgx-8gpu";
+  const Result r =
+      Xferd("probe --simulate --json --mode pinned --iterations 5 --sysfs-root '" + tree + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc.at("devices").size(), 8u);
+  EXPECT_EQ(doc.at("devices")[7].at("pci_bus_id"), "0000:bb:00.0");
+  EXPECT_EQ(doc.at("devices")[7].at("link_path").at("numa_node"), 1);
+  EXPECT_NEAR(
+      doc.at("devices")[0].at("link_path").at("narrowest").at("current_bytes_per_s").get<double>(),
+      63.0e9, 0.1e9);
+
+  const fs::path config =
+      WriteFile("xferd.toml", "[simulate]\nenabled = true\ntime_scale = 0\nsysfs_root = \"" +
+                                  std::string(XFERD_TEST_DATA_DIR) + "/sysfs/igx-dgpu\"\n");
+  const Result igx =
+      Xferd("probe --json --mode pinned --iterations 5 -c '" + config.string() + "'");
+  ASSERT_EQ(igx.exit_code, 0) << igx.err;
+  const auto igx_doc = nlohmann::json::parse(igx.out);
+  ASSERT_EQ(igx_doc.at("devices").size(), 1u);
+  EXPECT_NE(igx_doc.at("devices")[0]
+                .at("expected_band")
+                .at("source")
+                .get<std::string>()
+                .find("Gen4 x8 at 0005:01:00.0"),
+            std::string::npos);
+
+  const Result none = Xferd("probe --simulate --sysfs-root '" + dir_.string() + "'");
+  EXPECT_EQ(none.exit_code, 69);
+  EXPECT_NE(none.err.find("no NVIDIA GPU"), std::string::npos) << none.err;
+}
+
+// `xferd probe --concurrent` on the fake 8-GPU node: every GPU alone, then each group at
+// once; GPUs behind one switch share its uplink and each gets half, which is diagnosed.
+TEST_F(ProbeCommand, ConcurrentOnAnEightGpuNode) {
+  const std::string tree = std::string(XFERD_TEST_DATA_DIR) + "/sysfs/hgx-8gpu";
+  const Result r =
+      Xferd("probe --simulate --concurrent --json --iterations 5 --sysfs-root '" + tree + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc.at("devices").size(), 8u);
+  EXPECT_EQ(doc.at("devices")[4].at("numa_node"), 1);
+  const auto& groups = doc.at("groups");
+  ASSERT_EQ(groups.size(), 5u);
+  EXPECT_EQ(groups[0].at("name"), "host");
+  EXPECT_EQ(groups[1].at("name"), "uplink_0000:16:00.0");
+  EXPECT_EQ(groups[1].at("shared_link"), "0000:16:00.0 Gen5 x16");
+  for (const auto& group : groups) {
+    ASSERT_EQ(group.at("runs").size(), 3u);  // h2d, d2h, bidir
+    for (const auto& run : group.at("runs")) {
+      for (const auto& gpu : run.at("per_gpu")) {
+        EXPECT_EQ(gpu.at("status"), "ok");
+        EXPECT_NEAR(gpu.at("ratio").get<double>(), 0.5, 0.03) << group.at("name");
+      }
+      if (run.at("direction") != "bidir") {
+        EXPECT_EQ(run.at("verdict"), "ok");
+        const double aggregate = run.at("aggregate_bytes_per_s");
+        EXPECT_GE(aggregate, group.at("expected_band").at("lower_bytes_per_s").get<double>());
+        EXPECT_LE(aggregate, group.at("expected_band").at("upper_bytes_per_s").get<double>());
+      }
+    }
+  }
+  std::set<int> diagnosed;
+  for (const auto& d : doc.at("diagnoses")) {
+    EXPECT_EQ(d.at("cause"), "shared_uplink");
+    diagnosed.insert(d.at("gpu").get<int>());
+  }
+  EXPECT_EQ(diagnosed.size(), 8u);
+
+  // The table says the same.
+  const Result table =
+      Xferd("probe --simulate --concurrent --iterations 5 --gpu 2,3 --sysfs-root '" + tree + "'");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(
+      table.out.find("group uplink_0000:38:00.0: GPUs 2,3, shared link 0000:38:00.0 Gen5 x16"),
+      std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("shared_uplink: 0000:38:00.0 Gen5 x16 shared by GPUs 2,3"),
+            std::string::npos)
+      << table.out;
+}
+
+// One GPU: its group of one gives what it gives alone.
+TEST_F(ProbeCommand, ConcurrentGroupOfOneIsTheSoloFigure) {
+  const std::string tree = std::string(XFERD_TEST_DATA_DIR) + "/sysfs/igx-dgpu";
+  const Result r = Xferd("probe --simulate --concurrent --json --sysfs-root '" + tree + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc.at("groups").size(), 1u);
+  const auto& group = doc.at("groups")[0];
+  EXPECT_EQ(group.at("gpus"), nlohmann::json::array({0}));
+  EXPECT_EQ(group.at("shared_link"), "0005:01:00.0 Gen4 x8");
+  for (const auto& run : group.at("runs")) {
+    EXPECT_NEAR(run.at("per_gpu")[0].at("ratio").get<double>(), 1.0, 0.03);
+  }
+  EXPECT_TRUE(doc.at("diagnoses").empty());
+}

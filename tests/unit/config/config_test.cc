@@ -508,6 +508,28 @@ TEST(ConfigValidation, SimulatedFaults) {
   EXPECT_EQ(ErrorOf("[simulate]\nfault = 3\n").key(), "simulate.fault");
 }
 
+TEST(Config, SimulatedTopologyKeys) {
+  const Config c =
+      Parse("[simulate]\ngpus_per_switch = 2\nuplink = \"gen4x8\"\nnuma_nodes = 2\ndevices = 8\n");
+  EXPECT_EQ(c.sim.gpus_per_switch, 2);
+  EXPECT_EQ(c.sim.uplink_gen, 4);
+  EXPECT_EQ(c.sim.uplink_width, 8);
+  EXPECT_EQ(c.sim.numa_nodes, 2);
+  // A tree relative to the config file's directory.
+  const Config t = ParseConfig("[simulate]\nsysfs_root = \"trees/hgx\"\n", "/etc/xferd/x.toml");
+  EXPECT_EQ(t.sim.sysfs_root, "/etc/xferd/trees/hgx");
+  // Faults may name any device of a tree: the backend checks them against it.
+  EXPECT_NO_THROW(
+      Parse("[simulate]\nsysfs_root = \"/t\"\n[[simulate.fault]]\nkind = \"lost\"\n"
+            "device = 7\n"));
+  EXPECT_EQ(ErrorOf("[simulate]\nsysfs_root = \"\"\n").key(), "simulate.sysfs_root");
+  EXPECT_EQ(ErrorOf("[simulate]\nuplink = \"pcie4\"\n").key(), "simulate.uplink");
+  EXPECT_EQ(ErrorOf("[simulate]\ngpus_per_switch = 0\n").key(), "simulate.gpus_per_switch");
+  EXPECT_EQ(ErrorOf("[simulate]\nnuma_nodes = 9\n").key(), "simulate.numa_nodes");
+  EXPECT_EQ(ErrorOf("[[simulate.fault]]\nkind = \"lost\"\ndevice = 1\n").key(),
+            "simulate.fault[0].device");
+}
+
 TEST(ConfigValidation, SimulatedUnsupportedModesAndLoad) {
   const ConfigError mode = ErrorOf("[simulate]\nunsupported = { zero_cpy = \"x\" }\n");
   EXPECT_EQ(mode.key(), "simulate.unsupported.zero_cpy");
@@ -909,7 +931,8 @@ TEST(ConfigValidation, NulInAnyStringIsRefusedWithItsLine) {
 TEST(ConfigBudget, DefaultsMatchTheDocumentedSeriesAndLimitsAreReported) {
   const SeriesEstimate defaults = EstimateSeries(Settings{});
   EXPECT_EQ(defaults.probes, 13u);
-  EXPECT_EQ(defaults.per_gpu, 290u);  // docs/metrics.md, "Series budget"
+  EXPECT_EQ(defaults.per_gpu, 292u);  // docs/metrics.md, "Series budget"
+  EXPECT_EQ(defaults.concurrent_per_gpu, 6u);
   EXPECT_EQ(defaults.per_size, 221u);
   EXPECT_EQ(defaults.baseline_values_per_gpu, 13u * 20);
   // The shipped example is far inside every limit.
@@ -919,8 +942,9 @@ TEST(ConfigBudget, DefaultsMatchTheDocumentedSeriesAndLimitsAreReported) {
   for (int i = 0; i < 9; ++i) sizes += (i ? ", " : "") + std::to_string(4096 << i);
   const ConfigError e = ErrorOf("[probe]\nsizes = [" + sizes + "]\n");
   EXPECT_EQ(e.key(), "probe.sizes");
-  EXPECT_THAT(e.problem(), HasSubstr("exports 2058 series per GPU"));
-  EXPECT_THAT(e.problem(), HasSubstr("over the limit of 2000 by 58 (2%)"));
+  // 9 sizes x 13 probes x 17 + 13 + 30 + 6 + 1 + 21, and 6 for the concurrent groups.
+  EXPECT_THAT(e.problem(), HasSubstr("exports 2066 series per GPU"));
+  EXPECT_THAT(e.problem(), HasSubstr("over the limit of 2000 by 66 (3%)"));
   // One size fewer fits.
   sizes = sizes.substr(0, sizes.rfind(','));
   EXPECT_EQ(Parse("[probe]\nsizes = [" + sizes + "]\n").sizes.size(), 8u);

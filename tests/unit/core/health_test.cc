@@ -271,6 +271,24 @@ TEST(Diagnosis, LinkDowntrainedNamesTheLink) {
                    .Has(DiagnosisCause::kLinkDowntrained));
 }
 
+TEST(Diagnosis, NumaRemoteWhenBuffersCouldNotBePlacedOnTheGpusNode) {
+  HealthTracker h(TestConfig());
+  auto obs = PinnedCycle(24.0);
+  obs.link_path.numa_node = 1;
+  obs.host_numa_node = -1;  // from the samples
+  for (auto& s : obs.samples) {
+    s.host_numa_node = -1;  // the kernel cannot say where they are...
+    s.host_placement = "set_mempolicy(preferred node 1) failed: Operation not permitted";
+  }
+  DeviceHealth r = h.Observe(obs);  // ... but they were not put on node 1
+  ASSERT_TRUE(r.Has(DiagnosisCause::kNumaRemote));
+  EXPECT_EQ(r.diagnoses.front().detail,
+            "GPU on node 1, host buffers on node unknown (not placed on node 1: "
+            "set_mempolicy(preferred node 1) failed: Operation not permitted)");
+  for (auto& s : obs.samples) s.host_numa_node = 1;  // refused, yet there anyway
+  EXPECT_FALSE(h.Observe(obs).Has(DiagnosisCause::kNumaRemote));
+}
+
 TEST(Diagnosis, NumaRemoteOnlyWhenBothNodesKnownAndDiffer) {
   HealthTracker h(TestConfig());
   auto obs = PinnedCycle(24.0);

@@ -29,6 +29,7 @@ Settings SmallConfig() {
   c.max_duty_cycle = 1.0;
   c.cycle_budget = 30s;
   c.probe_deadline = 5s;
+  c.concurrent = false;  // the concurrent groups have their own tests (Concurrent*)
   return c;
 }
 
@@ -111,6 +112,7 @@ Settings H200Config() {
   c.max_duty_cycle = 0.0025;
   c.cycle_budget = 30s;
   c.probe_deadline = 5s;
+  c.concurrent = false;  // as on the one-GPU H200 host (the fake has two GPUs)
   return c;
 }
 
@@ -384,6 +386,109 @@ TEST(Scheduler, ReconfigureTakesEffectNextCycle) {
   self = &s;
   s.Run(stop.get_token());
   EXPECT_EQ(ok_per_cycle, (std::vector<int>{10, 4}));
+}
+
+// ---- concurrent groups ----------------------------------------------------------------
+
+Settings ConcurrentConfig() {
+  Settings c = SmallConfig();
+  c.concurrent = true;
+  c.concurrent_interval = 30s;
+  return c;
+}
+
+TEST(SchedulerConcurrent, GroupsRunAfterTheSoloProbesAtTheirOwnCadence) {
+  Harness h;
+  h.stop_after = 7;
+  h.Run(ConcurrentConfig());
+  ASSERT_EQ(h.reports.size(), 7u);
+  // Cycles every 10 s, the "host" group (both fake GPUs) every 30 s: h2d, d2h, bidir.
+  const std::vector<std::size_t> expected = {3, 0, 0, 3, 0, 0, 3};
+  for (std::size_t i = 0; i < h.reports.size(); ++i) {
+    EXPECT_EQ(h.reports[i].concurrent.size(), expected[i]) << "cycle " << i + 1;
+  }
+  const GroupRun& run = h.reports[0].concurrent[0];
+  EXPECT_EQ(run.group.name, "host");
+  EXPECT_EQ(run.group.GpuList(), "0,1");
+  EXPECT_EQ(run.spec.mode, probes::TransferMode::kPinned);
+  EXPECT_EQ(run.spec.direction, probes::Direction::kH2D);
+  ASSERT_EQ(run.samples.size(), 2u);
+  EXPECT_TRUE(run.AllOk());
+  // Solo figures from the same cycle's pinned h2d, to hold the concurrent ones against.
+  ASSERT_EQ(run.solo_bytes_per_s.size(), 2u);
+  EXPECT_GT(run.solo_bytes_per_s[0], 0);
+  EXPECT_EQ(h.reports[0].concurrent[2].spec.direction, probes::Direction::kBidirectional);
+  // Each GPU ran its 5 solo probes per cycle plus 3 concurrent ones per group run.
+  EXPECT_EQ(h.backend.runs_per_device[0], 7 * 5 + 3 * 3);
+  EXPECT_EQ(h.backend.runs_per_device[1], 7 * 5 + 3 * 3);
+}
+
+TEST(SchedulerConcurrent, EachMemberPaysItsOwnDeviceTime) {
+  Harness h;
+  h.stop_after = 1;
+  h.backend.device_time_s = 0.01;
+  Settings c = ConcurrentConfig();
+  c.max_duty_cycle = 0.01;  // holds 6 s
+  std::optional<double> after;
+  h.after_cycle = [&](Scheduler& s, const CycleReport&) { after = s.Allowance(1); };
+  h.Run(c);
+  ASSERT_TRUE(after);
+  // 5 solo and 3 concurrent probes at 10 ms each, against a full 6 s (the refill over the
+  // cycle's wall time is a few ms x 0.01).
+  EXPECT_NEAR(*after, 6.0 - 8 * 0.01, 0.002);
+  EXPECT_NEAR(h.reports[0].device_s, 2 * 8 * 0.01, 1e-9);
+}
+
+TEST(SchedulerConcurrent, AGroupWithABusyMemberStaysDue) {
+  Harness h;
+  h.stop_after = 2;
+  std::atomic<int> reads{0};
+  // GPU 1 is busy when first asked only.
+  auto busy = MakeBusyDetector(
+      std::make_unique<fakes::FakeGpuLoadReader>([&reads](const probes::DeviceInfo& d) {
+        const bool first = d.index == 1 && reads++ == 0;
+        return probes::GpuLoad{first ? 95.0 : 0.0, 0};
+      }),
+      BusyThresholds{});
+  h.Run(ConcurrentConfig(), std::move(busy));
+  ASSERT_EQ(h.reports.size(), 2u);
+  EXPECT_TRUE(h.reports[0].concurrent.empty());
+  EXPECT_EQ(h.reports[0].concurrent_held_back, 3);
+  // Due since: the next cycle runs it, although concurrent_interval has not passed.
+  EXPECT_EQ(h.reports[1].concurrent.size(), 3u);
+}
+
+TEST(SchedulerConcurrent, AGroupShortOfAllowanceWaits) {
+  Harness h;
+  h.stop_after = 2;
+  h.backend.cost[{probes::TransferMode::kPinned, probes::Direction::kBidirectional}] = 0.5;
+  Settings c = ConcurrentConfig();
+  c.max_duty_cycle = 0.001;  // holds 0.6 s
+  c.concurrent_interval = 10s;
+  h.Run(c);
+  ASSERT_EQ(h.reports.size(), 2u);
+  // The first cycle spends the full allowance (unknown costs run once to be learned)...
+  EXPECT_EQ(h.reports[0].concurrent.size(), 3u);
+  // ... so the next finds the members in debt: the group waits for them to save up.
+  EXPECT_TRUE(h.reports[1].concurrent.empty());
+  EXPECT_EQ(h.reports[1].concurrent_held_back, 3);
+}
+
+TEST(SchedulerConcurrent, OneGpuHasNoGroup) {
+  FakeClock clock;
+  FakeBackend backend{&clock, 1};
+  std::vector<CycleReport> reports;
+  std::stop_source stop;
+  SchedulerCallbacks cb;
+  cb.on_cycle = [&](const CycleReport& r) {
+    reports.push_back(r);
+    stop.request_stop();
+  };
+  Scheduler s(backend, backend.Devices(), ConcurrentConfig(), nullptr, clock, 1, cb);
+  s.Run(stop.get_token());
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_TRUE(reports[0].concurrent.empty());
+  EXPECT_EQ(backend.runs, 5);
 }
 
 TEST(SteadyClock, SleepEndsEarlyOnStop) {

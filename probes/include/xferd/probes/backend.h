@@ -35,6 +35,15 @@ class TransferBackend {
   // Thread-safety: calls for different devices may run concurrently; calls for one
   // device are serialised by the caller.
   virtual ProbeSample Run(int device, const ProbeSpec& spec, std::stop_token stop = {}) = 0;
+
+  // Run `spec` on every device of `devices` at the same moment (a concurrent group): one
+  // sample per device, in the order given, each timed on its own device. What each device
+  // gets then is what it gets while its neighbours move data too. The default starts one
+  // thread per device and releases them together, so the calls for different devices run
+  // concurrently (as Run allows); a backend that models shared links overrides it. The
+  // caller serialises it with every other call for these devices.
+  virtual std::vector<ProbeSample> RunConcurrent(const std::vector<int>& devices,
+                                                 const ProbeSpec& spec, std::stop_token stop = {});
 };
 
 // Raised by a backend's factory when no device can be used at all (no driver, no GPU);

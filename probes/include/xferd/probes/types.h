@@ -100,6 +100,9 @@ struct ProbeSample {
   // The NUMA node the host buffer's pages are on (get_mempolicy MPOL_F_NODE|MPOL_F_ADDR);
   // -1 = unknown. Health compares it with the GPU's node (diagnosis numa_remote).
   int host_numa_node = -1;
+  // Why the host buffers could not be placed on the GPU's NUMA node ("set_mempolicy ...
+  // failed: Operation not permitted"); empty when they were, or when the node is unknown.
+  std::string host_placement;
 
   // bytes_per_transfer / median(durations); 0 when there are no durations.
   double MedianBandwidth() const;
@@ -114,6 +117,7 @@ struct DeviceInfo {
   std::string driver_version;  // "580.159.04"; "sim" for simulated devices
   std::uint64_t memory_bytes = 0;
   bool integrated = false;  // shares DRAM with the host (Jetson, IGX iGPU)
+  bool c2c = false;         // reaches host memory over NVLink-C2C (Grace Hopper), not PCIe
   bool simulated = false;   // always true for the simulated backend
 };
 

@@ -1,0 +1,131 @@
+// The scheduler's concurrent groups: after a cycle's own probes, every group that is due
+// runs pinned h2d, d2h (and both ways) on all its members at once. Never beside another
+// probe (one probe thread runs both), at most once per concurrent_interval, and only while
+// every member's allowance has room: each member pays its own device time.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "core/scheduler.h"
+
+namespace xferd::core {
+
+using std::chrono::duration;
+
+bool Scheduler::GroupFits(const HostGroup& group, const probes::ProbeSpec& spec,
+                          const GroupRecord& record, const Settings& config) {
+  std::lock_guard lock(mutex_);
+  for (int gpu : group.gpus) {
+    DeviceAllowance& allowance = allowances_[gpu];
+    Refill(allowance, config, clock_.Now());
+    auto it = record.cost_s.find({gpu, spec.direction});
+    // Unknown cost: run and learn; a full allowance runs anything, or it would never run.
+    if (it == record.cost_s.end() || it->second <= allowance.balance_s ||
+        allowance.balance_s >= AllowanceCapacity(config)) {
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+std::optional<GroupRun> Scheduler::RunGroup(const HostGroup& group, const probes::ProbeSpec& spec,
+                                            GroupRecord& record, std::stop_token stop,
+                                            CycleReport& report) {
+  const SteadyTime start = clock_.Now();
+  {
+    std::lock_guard lock(mutex_);
+    in_probe_ = true;
+    probe_device_ = group.gpus.front();
+    probe_spec_ = spec;
+    probe_started_ = start;
+    ++probe_serial_;
+  }
+  std::vector<probes::ProbeSample> samples = backend_.RunConcurrent(group.gpus, spec, stop);
+  const SteadyTime end = clock_.Now();
+  {
+    std::lock_guard lock(mutex_);
+    in_probe_ = false;
+  }
+  if (stop.stop_requested()) return std::nullopt;
+  const double elapsed = duration<double>(end - start).count();
+  const double deadline_s = duration<double>(spec.deadline).count();
+  GroupRun run;
+  run.group = group;
+  run.spec = spec;
+  samples.resize(group.gpus.size());  // a backend that answered short: the rest failed
+  for (std::size_t i = 0; i < group.gpus.size(); ++i) {
+    const int gpu = group.gpus[i];
+    probes::ProbeSample& sample = samples[i];
+    if (sample.status == probes::ProbeStatus::kOk && elapsed > deadline_s) {
+      sample.status = probes::ProbeStatus::kTimeout;
+      sample.message =
+          fmt::format("finished after {:.2f} s, past its {:.2f} s deadline", elapsed, deadline_s);
+    }
+    const double cost =
+        sample.device_time_s > 0 ? std::min(sample.device_time_s, elapsed) : elapsed;
+    report.device_s += cost;
+    record.cost_s[{gpu, spec.direction}] = cost;
+    {
+      std::lock_guard lock(mutex_);
+      allowances_[gpu].balance_s -= cost;
+    }
+    if (sample.status != probes::ProbeStatus::kOk) {
+      spdlog::warn("concurrent {} gpu {} pinned {}: {}: {}", group.name, gpu,
+                   probes::ToString(spec.direction), probes::ToString(sample.status),
+                   sample.message);
+    }
+    auto device = std::find_if(devices_.begin(), devices_.end(),
+                               [gpu](const probes::DeviceInfo& d) { return d.index == gpu; });
+    run.devices.push_back(device != devices_.end() ? *device : probes::DeviceInfo{});
+    auto solo = solo_.find({gpu, spec.direction, spec.size_bytes});
+    run.solo_bytes_per_s.push_back(solo != solo_.end() ? solo->second : 0.0);
+  }
+  run.samples = std::move(samples);
+  return run;
+}
+
+void Scheduler::RunGroups(const Settings& config, SteadyTime cycle_start, std::stop_token stop,
+                          CycleReport& report) {
+  std::vector<probes::LinkPath> paths;
+  std::vector<int> busy;
+  for (const DeviceCycle& dc : report.devices) {
+    if (dc.skipped_busy) busy.push_back(dc.device.index);
+    if (!dc.skipped_busy) paths_[dc.device.index] = dc.link_path;
+    for (const probes::ProbeSample& s : dc.samples) {
+      if (s.spec.mode == probes::TransferMode::kPinned && s.status == probes::ProbeStatus::kOk) {
+        solo_[{dc.device.index, s.spec.direction, s.spec.size_bytes}] = s.MedianBandwidth();
+      }
+    }
+  }
+  for (const probes::DeviceInfo& d : devices_) paths.push_back(paths_[d.index]);
+  const std::vector<probes::ProbeSpec> plan = PlanConcurrent(config);
+  for (const HostGroup& group : FindGroups(devices_, paths)) {
+    if (stop.stop_requested()) return;
+    GroupRecord& record = groups_[group.name];
+    const SteadyTime now = clock_.Now();
+    if (record.last_run && now - *record.last_run < config.concurrent_interval) continue;
+    const bool member_busy = std::any_of(group.gpus.begin(), group.gpus.end(), [&](int gpu) {
+      return std::find(busy.begin(), busy.end(), gpu) != busy.end();
+    });
+    if (member_busy || now - cycle_start >= config.cycle_budget) {
+      report.concurrent_held_back += static_cast<int>(plan.size());
+      continue;  // stays due
+    }
+    bool all_ran = true;
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      if (!GroupFits(group, plan[i], record, config)) {
+        report.concurrent_held_back += static_cast<int>(plan.size() - i);
+        all_ran = false;
+        break;
+      }
+      std::optional<GroupRun> run = RunGroup(group, plan[i], record, stop, report);
+      if (!run) return;  // stopped
+      report.concurrent.push_back(std::move(*run));
+    }
+    if (all_ran) record.last_run = now;
+  }
+}
+
+}  // namespace xferd::core
