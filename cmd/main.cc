@@ -5,6 +5,12 @@
 
 #include "cmd/commands.h"
 #include "platform/exit_codes.h"
+#include "platform/printable.h"
+
+namespace {
+// An error line longer than this is echoing input, not explaining it.
+constexpr std::size_t kMessageBytes = 2000;
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace xferd::cmd;
@@ -77,10 +83,14 @@ int main(int argc, char** argv) {
     if (*check_cmd) return CheckConfigCommand(check);
     if (*version_cmd) return VersionCommand(version_json);
   } catch (const xferd::platform::Error& e) {
-    std::fprintf(stderr, "%s%s\n", prefix, e.what());
+    // Escaped and capped however the message was made: it may quote a flag, a file or a
+    // request as they came (ConfigError's parts are escaped already; this is idempotent).
+    std::fprintf(stderr, "%s%s\n", prefix,
+                 xferd::platform::Printable(e.what(), kMessageBytes).c_str());
     return xferd::platform::ExitCode(e.failure());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "xferd: internal error: %s\n", e.what());
+    std::fprintf(stderr, "xferd: internal error: %s\n",
+                 xferd::platform::Printable(e.what(), kMessageBytes).c_str());
     return xferd::kExitSoftware;
   }
   return xferd::kExitUsage;

@@ -2,7 +2,9 @@
 // the backend and its devices, and runs the Service (cmd/service.h) until stopped.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <random>
 #include <string>
 
@@ -10,6 +12,7 @@
 #include "cmd/commands.h"
 #include "cmd/service.h"
 #include "config/config.h"
+#include "platform/abandonable_call.h"
 #include "platform/build_info.h"
 #include "platform/files.h"
 #include "platform/logging.h"
@@ -84,7 +87,15 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   // Before any thread starts, so that every thread inherits the blocked signals.
   const std::unique_ptr<SignalSource> signals = TakeProcessSignals();
 
-  Config config = EffectiveConfig(options);
+  // Read on a thread of its own: a file on a hung file system must not keep SIGTERM from
+  // stopping xferd (a FIFO or a device is refused at once by the bounded reader).
+  Config config;
+  if (const auto stop = CallUnlessStopped([&] { config = EffectiveConfig(options); }, *signals)) {
+    std::fprintf(stderr, "xferd: %s while reading the configuration: stopping\n",
+                 stop->name.c_str());
+    std::fflush(nullptr);
+    _exit(kExitOk);
+  }
   const LogTarget target = SetUpLogging(config.log_level);
   const std::string config_name = options.config_file.empty() ? "(defaults)" : options.config_file;
   spdlog::info("xferd {} starting; config {}; logging to {}", kVersion, config_name,

@@ -7,14 +7,18 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <exception>
+#include <optional>
 #include <thread>
 
 #include "cmd/backend.h"
 #include "exporter/exposition.h"
 #include "exporter/textfile.h"
+#include "platform/abandonable_call.h"
 #include "platform/build_info.h"
 #include "platform/exit_codes.h"
 #include "platform/logging.h"
+#include "platform/printable.h"
 
 namespace xferd::cmd {
 
@@ -270,13 +274,49 @@ void Service::CheckStall() {
   }
 }
 
-void Service::Reload() {
+struct Service::PendingReload {
+  std::mutex mutex;
+  bool done = false;
+  std::optional<Config> config;
+  std::exception_ptr error;
+};
+
+void Service::StartReload() {
   seams_.notifier->Reloading();
+  auto pending = std::make_shared<PendingReload>();
+  reload_ = pending;
+  // The thread holds its own copy of the reload function and the result; it may outlive
+  // the service when the daemon stops meanwhile (Run then ends the process).
+  std::thread([pending, reload = seams_.reload] {
+    std::optional<Config> config;
+    std::exception_ptr error;
+    try {
+      config = reload();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard lock(pending->mutex);
+    pending->config = std::move(config);
+    pending->error = error;
+    pending->done = true;
+  }).detach();
+}
+
+bool Service::ReloadReady() const {
+  if (!reload_) return false;
+  std::lock_guard lock(reload_->mutex);
+  return reload_->done;
+}
+
+void Service::FinishReload() {
+  const std::shared_ptr<PendingReload> pending = std::move(reload_);
+  reload_.reset();
   const auto running = CurrentConfig();
   const double now_s =
       duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   try {
-    Config next = seams_.reload();
+    if (pending->error) std::rethrow_exception(pending->error);
+    Config next = std::move(*pending->config);
     SelectConfigured(backend_.Devices(), next);  // an unknown GPU is a bad config
     WarnRestartOnly(*running, next);
     // What cannot change keeps its running value, so health and the scheduler stay
@@ -306,8 +346,14 @@ void Service::Reload() {
     metrics_.RecordConfigReload(true, now_s);
     spdlog::info("reload: configuration {} applied from the next cycle", seams_.config_name);
   } catch (const platform::Error& e) {
+    // ConfigError (exit 78 at start) and the rest: the file, its line and the fix.
     metrics_.RecordConfigReload(false, now_s);
-    spdlog::error("reload failed, keeping the running configuration: {}", e.what());
+    spdlog::error("reload failed, keeping the running configuration: {}",
+                  platform::Printable(e.what(), 2000));
+  } catch (const std::exception& e) {
+    metrics_.RecordConfigReload(false, now_s);
+    spdlog::error("reload failed (internal error), keeping the running configuration: {}",
+                  platform::Printable(e.what(), 2000));
   }
   seams_.notifier->Ready();
   std::lock_guard lock(status_mutex_);
@@ -344,7 +390,16 @@ void Service::Prepare(const Config& config) {
   metrics_.RecordConfigReload(
       true, duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
 
-  const StateLoad loaded = state_.Load();
+  // Read where a hung file system cannot keep SIGTERM from stopping the daemon.
+  StateLoad loaded;
+  if (const auto stop =
+          CallUnlessStopped([this, &loaded] { loaded = state_.Load(); }, *seams_.signals)) {
+    spdlog::warn("{} while reading the state file {}: stopping without it", stop->name,
+                 state_.path().string());
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    _exit(kExitOk);
+  }
   if (!loaded.message.empty()) spdlog::warn("state: {}", loaded.message);
   health_.Restore(loaded.baselines);
   std::size_t series = 0;
@@ -428,8 +483,18 @@ int Service::Supervise(ProbeThread& probe) {
       return kExitOk;
     }
     if (signal.kind == platform::Signal::Kind::kReload) {
-      spdlog::info("{}: reloading the configuration", signal.name);
-      Reload();
+      if (reload_) {
+        spdlog::info("{}: a reload is still reading its files; another follows it", signal.name);
+        reload_again_ = true;
+      } else {
+        spdlog::info("{}: reloading the configuration", signal.name);
+        StartReload();
+      }
+    }
+    if (ReloadReady()) FinishReload();
+    if (reload_again_ && !reload_) {
+      reload_again_ = false;
+      StartReload();
     }
     if (probe.failed()) return kExitSoftware;
     const std::uint64_t cycles = scheduler_->CyclesCompleted();
@@ -467,6 +532,15 @@ int Service::Run() {
     // state was saved after the last cycle, so leaving now loses nothing.
     spdlog::error("stopping without the probe thread: a device call did not return within {:.1f} s",
                   duration<double>(kProbeStopWait).count());
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    _exit(exit_code);
+  }
+  if (reload_ && !ReloadReady()) {
+    // A reload still reading (a hung file system): its thread cannot be waited for, and
+    // the process must not run its exit handlers under it. Nothing of it is needed now.
+    http_.reset();
+    spdlog::warn("stopped while a reload was still reading its files; it is abandoned");
     spdlog::default_logger()->flush();
     std::fflush(nullptr);
     _exit(exit_code);

@@ -61,7 +61,8 @@ class Service {
   // Serves and probes until a stop signal; returns the exit code (0, or 70 when the probe
   // loop failed). Throws platform::Error (EX_OSERR) when the endpoint cannot be served. A
   // probe thread stuck in a device call past the stop bound ends the process (_exit): the
-  // state was saved after the last cycle, so nothing is lost.
+  // state was saved after the last cycle, so nothing is lost. So does a stop while the
+  // state file or a reloaded config is still being read (a hung file system).
   int Run();
 
   // What /metrics serves besides the process metrics: for tests and the textfile.
@@ -73,7 +74,9 @@ class Service {
   void LogVerdictChanges(const core::DeviceHealth& health);                     // probe thread
   void LogConcurrent(const core::GroupRun& run, const config::Config& config);  // probe thread
   void WriteTextfile(const config::Config& config);                             // probe thread
-  void Reload();                                                                // main thread
+  void StartReload();                                                           // main thread
+  bool ReloadReady() const;                                                     // main thread
+  void FinishReload();                                                          // main thread
   exporter::HealthState Healthz() const;                                        // HTTP threads
   void CheckStall();                                                            // main thread
   void StartServing(const config::Config& config);                              // main thread
@@ -100,6 +103,13 @@ class Service {
   mutable std::mutex status_mutex_;
   std::string status_;  // the STATUS line of the last cycle
   bool state_write_failing_ = false, textfile_failing_ = false;  // probe thread only
+
+  // A reload reads its files on a thread of its own, so that a file on a hung file system
+  // cannot keep the main thread from SIGTERM and the watchdog; the main thread applies the
+  // result. One at a time: a SIGHUP meanwhile asks for another once it is done.
+  struct PendingReload;
+  std::shared_ptr<PendingReload> reload_;  // main thread only
+  bool reload_again_ = false;
 };
 
 }  // namespace xferd::cmd

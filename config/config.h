@@ -46,6 +46,31 @@ struct Config : core::Settings {
   double sim_pcie_bytes_per_s = 0;
 };
 
+// What a configuration costs, per GPU: the series it exports (docs/metrics.md's arithmetic)
+// and the baseline values the state file keeps for it.
+struct SeriesEstimate {
+  std::size_t probes = 0;    // per cycle and GPU: sizes x mode-directions
+  std::size_t per_gpu = 0;   // series of a GPU alone
+  std::size_t per_size = 0;  // series one more size adds
+  // On a multi-GPU host, at most this many more per GPU for the concurrent groups it is in.
+  std::size_t concurrent_per_gpu = 0;
+  std::size_t baseline_values_per_gpu = 0;
+};
+SeriesEstimate EstimateSeries(const core::Settings& settings);
+
+// The limits ParseConfig holds a file to (docs/configuration.md, "Limits"). Per GPU, so
+// that check-config on any machine says what run will; 292 series with the defaults (298
+// with the concurrent groups' allowance).
+inline constexpr std::size_t kMaxSeriesPerGpu = 2000;
+// For all GPUs together, where the file fixes their number (probe.gpus, simulate.devices):
+// about 2 MB of /metrics.
+inline constexpr std::size_t kMaxSeries = 20000;
+// probes x health.baseline_window: ~3 MB of state file per GPU (13 probes x 10,000 cycles,
+// the longest window, fit), so the state file cap holds 20 GPUs at the most.
+inline constexpr std::size_t kMaxBaselineValuesPerGpu = 131072;
+// Throws ConfigError, naming the key and how far over the limit the file is.
+void CheckBudget(const Config& config, std::string_view text);
+
 // Parse and validate TOML text; `source` names it in errors. Throws ConfigError.
 Config ParseConfig(std::string_view text, const std::filesystem::path& source);
 
@@ -56,9 +81,14 @@ Config LoadConfig(const std::filesystem::path& path);
 // exporter-toolkit web-config YAML. Throws ConfigError.
 WebConfig LoadWebConfig(const std::filesystem::path& path);
 
-// The whole of a config file (platform::ReadFileBounded, 1 MiB at most); ConfigError
-// naming why it cannot be read.
-std::string ReadConfigFile(const std::filesystem::path& path);
+// Config files are a few KiB; anything this large is the wrong file.
+inline constexpr std::size_t kMaxConfigBytes = 1u << 20;
+
+// The whole of a config file (platform::ReadFileBounded: a regular file of at most
+// `max_bytes`); ConfigError naming why it cannot be read.
+std::string ReadConfigFile(const std::filesystem::path& path,
+                           std::size_t max_bytes = kMaxConfigBytes,
+                           std::string_view what = "config file");
 
 // A path written in the config file at `base_file`: relative ones are relative to that
 // file's directory; absolute and empty ones stay as they are.

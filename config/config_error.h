@@ -11,6 +11,7 @@ namespace xferd::config {
 class ConfigError : public platform::Error {
  public:
   // what(): "<file>:<line>: <key>: <problem>; fix: <fix>" (line and key left out when 0/"").
+  // Each part is kept as platform::Printable makes it: escaped, and capped in length.
   ConfigError(std::string file, int line, std::string key, std::string problem, std::string fix);
   const std::string& file() const { return file_; }
   int line() const { return line_; }  // 0 when not tied to a line

@@ -1,4 +1,6 @@
 // [health] and [[health.band]]: verdict hysteresis, baselines and expected bands.
+#include <set>
+
 #include "config/messages.h"
 #include "config/sections.h"
 #include "config/toml_reader.h"
@@ -34,6 +36,7 @@ void ReadHealth(const std::string& file, const toml::table& root, Config& config
              "= \"26GB/s\"");
     }
     config.bands.clear();
+    std::set<std::string> gpus_with_band;
     for (std::size_t i = 0; i < bands->size(); ++i) {
       const toml::table& band_table = *bands->get(i)->as_table();
       TableReader b(file, band_table, "health.band");
@@ -58,11 +61,9 @@ void ReadHealth(const std::string& file, const toml::table& root, Config& config
                    FormatBandwidth(*upper),
                "swap them or correct the units");
       }
-      for (const BandOverride& other : config.bands) {
-        if (other.gpu == band.gpu) {
-          b.Fail(*gpu, "gpu", "GPU " + Quote(band.gpu) + " already has a band",
-                 "keep one [[health.band]] per GPU");
-        }
+      if (!gpus_with_band.insert(band.gpu).second) {
+        b.Fail(*gpu, "gpu", "GPU " + Quote(band.gpu) + " already has a band",
+               "keep one [[health.band]] per GPU");
       }
       band.lower_bytes_per_s = *lower;
       band.upper_bytes_per_s = *upper;

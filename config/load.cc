@@ -14,9 +14,6 @@
 namespace xferd::config {
 namespace {
 
-// Config files are a few KiB; anything this large is the wrong file.
-constexpr std::size_t kMaxConfigBytes = 1u << 20;
-
 bool IsBlank(std::string_view text) {
   return std::all_of(text.begin(), text.end(), [](unsigned char c) {
     return c == ' ' || c == '\t' || c == '\r' || c == '\n';
@@ -31,9 +28,10 @@ std::filesystem::path ResolveAgainst(const std::filesystem::path& base_file,
   return base_file.parent_path() / path;
 }
 
-std::string ReadConfigFile(const std::filesystem::path& path) {
+std::string ReadConfigFile(const std::filesystem::path& path, std::size_t max_bytes,
+                           std::string_view what) {
   try {
-    return platform::ReadFileBounded(path, kMaxConfigBytes, "config file");
+    return platform::ReadFileBounded(path, max_bytes, what);
   } catch (const platform::FileError& e) {
     std::string fix = e.fix();
     if (e.error() == ENOENT) fix += "; the example config is deploy/xferd.toml";
@@ -68,6 +66,14 @@ Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
                       "keys and values other than strings are plain ASCII; quote text, or remove "
                       "the stray character (often a non-breaking space pasted from a web page)");
   }
+  // toml++ recurses per level of nesting: a file nested deep enough would overflow the stack
+  // (a crash, where the promise is exit 78 or, on reload, the old configuration kept).
+  if (const auto nesting = FindTooDeepNesting(text)) {
+    throw ConfigError(file, nesting->line, "", "not an xferd config: " + nesting->problem,
+                      "xferd's keys have at most 3 parts (simulate.fault.kind) and its values "
+                      "nest 2 deep; check that this is the xferd configuration (start from "
+                      "deploy/xferd.toml)");
+  }
   toml::table root;
   try {
     root = toml::parse(text, file);
@@ -88,6 +94,8 @@ Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
                       "each key and [section] once; see deploy/xferd.toml)");
   }
 
+  RejectControlCharacters(file, root);
+
   Config config;
   config.source = source;
   TableReader top(file, root, "");
@@ -100,6 +108,7 @@ Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
   ReadProbe(file, root, config.simulate, config);
   ReadBusy(file, root, config);
   ReadHealth(file, root, config);
+  CheckBudget(config, text);
   return config;
 }
 

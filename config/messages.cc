@@ -6,6 +6,8 @@
 #include <sstream>
 #include <vector>
 
+#include "platform/printable.h"
+
 namespace xferd::config {
 
 std::size_t EditDistance(std::string_view a, std::string_view b) {
@@ -26,22 +28,7 @@ std::size_t EditDistance(std::string_view a, std::string_view b) {
 }
 
 std::string Quote(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text.substr(0, 80)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  if (text.size() > 80) out += "...";
-  return out + "\"";
+  return "\"" + platform::Printable(text, 80, /*escape_quotes=*/true) + "\"";
 }
 
 std::string FormatNumber(double value) {

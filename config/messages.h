@@ -7,7 +7,8 @@
 
 namespace xferd::config {
 
-// `text` in double quotes, escaped, cut at 80 characters: safe to print whatever it holds.
+// `text` in double quotes, escaped and cut at 80 bytes (platform::Printable): safe to print
+// whatever it holds.
 std::string Quote(std::string_view text);
 // A number as a person writes it: 0.8, 20, 1e+09.
 std::string FormatNumber(double value);

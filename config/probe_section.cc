@@ -1,5 +1,6 @@
 // [probe]: what is measured, how often, and within what time and device-time budget.
 #include <algorithm>
+#include <set>
 
 #include "config/messages.h"
 #include "config/sections.h"
@@ -59,9 +60,10 @@ void ReadModes(const TableReader& r, Config& config) {
 void ReadSizes(const TableReader& r, Config& config) {
   if (const toml::array* sizes = r.Array("sizes", false, "[\"64MiB\"]")) {
     config.sizes.clear();
+    std::set<std::uint64_t> seen;  // not a scan per size: a 1 MiB file can list 200,000
     for (const toml::node& element : *sizes) {
       const std::uint64_t bytes = r.SizeValue(element, "sizes", kKiB, kGiB, "sizes = [\"64MiB\"]");
-      if (std::find(config.sizes.begin(), config.sizes.end(), bytes) != config.sizes.end()) {
+      if (!seen.insert(bytes).second) {
         r.Fail(element, "sizes", "size " + probes::FormatSize(bytes) + " is listed twice",
                "list each size once");
       }
@@ -141,9 +143,10 @@ void CheckPinnedCap(const TableReader& r, const Config& config) {
 void ReadGpus(const TableReader& r, Config& config) {
   if (const toml::array* gpus = r.Array("gpus", true, "[\"0\"]")) {
     config.gpus.clear();
+    std::set<std::string> seen;
     for (const toml::node& element : *gpus) {
       std::string id = GpuId(r, element, "gpus");
-      if (std::find(config.gpus.begin(), config.gpus.end(), id) != config.gpus.end()) {
+      if (!seen.insert(id).second) {
         r.Fail(element, "gpus", "GPU " + Quote(id) + " is listed twice", "list each GPU once");
       }
       config.gpus.push_back(std::move(id));

@@ -251,6 +251,14 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
              "must be a list of [[simulate.fault]] tables, got " + TypeName(*faults_node),
              "write each fault as\n  [[simulate.fault]]\n  kind = \"degrade\"\n  factor = 0.5");
     }
+    // Each probe consults every fault: a test needs a handful, not thousands.
+    constexpr std::size_t kMaxFaults = 64;
+    if (faults->size() > kMaxFaults) {
+      r.Fail(*faults->get(kMaxFaults), "fault",
+             "more than " + std::to_string(kMaxFaults) + " [[simulate.fault]] tables (" +
+                 std::to_string(faults->size()) + ")",
+             "keep at most " + std::to_string(kMaxFaults) + " faults");
+    }
     config.sim.faults.clear();
     for (std::size_t i = 0; i < faults->size(); ++i) {
       config.sim.faults.push_back(ReadFault(file, *faults->get(i)->as_table(), i, config.sim));

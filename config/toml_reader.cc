@@ -90,6 +90,47 @@ int LineOf(const toml::node& node) {
   return static_cast<int>(node.source().begin.line);
 }
 
+void RejectControlCharacters(const std::string& file, const toml::table& root) {
+  struct Pending {
+    const toml::node* node;
+    std::string name;
+  };
+  std::vector<Pending> stack{{&root, ""}};
+  const auto join = [](const std::string& prefix, std::string_view key) {
+    return prefix.empty() ? std::string(key) : prefix + "." + std::string(key);
+  };
+  while (!stack.empty()) {
+    const Pending item = std::move(stack.back());
+    stack.pop_back();
+    if (const auto* table = item.node->as_table()) {
+      for (const auto& [key, value] : *table) {
+        const std::string_view k = key.str();
+        if (std::any_of(k.begin(), k.end(),
+                        [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+          throw ConfigError(file, static_cast<int>(key.source().begin.line), join(item.name, k),
+                            "a key holds a control character (" +
+                                std::string(k.find('\0') != k.npos ? "NUL" : "e.g. a newline") +
+                                "); no xferd key does",
+                            "write the key as plain text; see deploy/xferd.toml for the keys");
+        }
+        stack.push_back({&value, join(item.name, k)});
+      }
+    } else if (const auto* array = item.node->as_array()) {
+      for (std::size_t i = 0; i < array->size(); ++i) {
+        stack.push_back({array->get(i), item.name + "[" + std::to_string(i) + "]"});
+      }
+    } else if (const auto* text = item.node->as_string()) {
+      if ((**text).find('\0') != std::string::npos) {
+        throw ConfigError(file, LineOf(*item.node), item.name,
+                          "the string holds a NUL character (\\u0000), which would cut it short "
+                          "where it is used (a path ends there): " +
+                              Quote(**text),
+                          "remove the \\u0000 escape (or the NUL byte) from the string");
+      }
+    }
+  }
+}
+
 std::string TableReader::KeyName(std::string_view key) const {
   const std::string& prefix = display_.empty() ? section_ : display_;
   return prefix.empty() ? std::string(key) : prefix + "." + std::string(key);

@@ -91,6 +91,12 @@ class TableReader {
   std::string display_;
 };
 
+// Every key and string of the parsed file, before any section reads it: a NUL in a string
+// (`"\u0000"`, legal TOML) would cut a path short where it reaches the system, and a control
+// character in a key is never a key xferd knows. Throws ConfigError at the first, with its
+// line. Walks the tree with a stack of its own (FindTooDeepNesting bounds its depth anyway).
+void RejectControlCharacters(const std::string& file, const toml::table& root);
+
 // A section is optional; when present it must be a table. nullptr when absent.
 const toml::table* SectionTable(const std::string& file, const toml::table& root,
                                 std::string_view name);

@@ -8,6 +8,15 @@
 namespace xferd::config {
 namespace {
 
+// Keys and table names longer than this are not xferd's: they are kept cut to it, so that
+// a file of one huge [table] and many keys under it costs one pass, not one copy of the
+// name per line.
+constexpr std::size_t kMaxNameBytes = 256;
+
+std::string Cut(std::string_view name) {
+  return std::string(name.substr(0, kMaxNameBytes));
+}
+
 // The keys defined in the text, by line, for parse errors (which toml++ reports by
 // position only): `visit(line, key)` for each line up to `last_line` that starts a
 // [table] (key = the table) or a bare key (key = table.key); visit returns false to stop.
@@ -26,7 +35,7 @@ void ForEachKeyLine(std::string_view text, int last_line, Visit visit) {
       std::string_view name = row.substr(0, close == std::string_view::npos ? row.size() : close);
       while (!name.empty() && (name.front() == '[' || name.front() == ' ')) name.remove_prefix(1);
       while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
-      table = std::string(name);
+      table = Cut(name);
       if (!visit(line, table)) return;
     } else {
       std::size_t n = 0;
@@ -36,7 +45,7 @@ void ForEachKeyLine(std::string_view text, int last_line, Visit visit) {
       }
       // A bare key followed by '=' or a blank ("interval "60s"" lacks its '=').
       if (n > 0 && (n == row.size() || row[n] == '=' || row[n] == ' ' || row[n] == '\t')) {
-        const std::string key(row.substr(0, n));
+        const std::string key = Cut(row.substr(0, n));
         if (!visit(line, table.empty() ? key : table + "." + key)) return;
       }
     }
@@ -76,6 +85,70 @@ int LineOfKey(std::string_view text, std::string_view key) {
     return found == 0;
   });
   return found;
+}
+
+std::optional<NestingProblem> FindTooDeepNesting(std::string_view text) {
+  int line = 1;
+  int depth = 0;  // open '[' and '{'
+  int dots = 0;   // '.' since the last separator: the parts of a dotted key, less one
+  std::size_t i = 0;
+  const std::size_t n = text.size();
+  const auto starts = [&](std::string_view token) { return text.substr(i, token.size()) == token; };
+  while (i < n) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      dots = 0;
+      ++i;
+    } else if (c == '#') {
+      while (i < n && text[i] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      // A string is one key part or one value, whatever it holds. Its end is found as toml++
+      // finds it: a multi-line string closes at the last quote of a run of three or more
+      // ("""a"""" is `a"`), a single-line one at its quote or (an error) the line's end.
+      const bool escapes = c == '"';
+      const std::string triple(3, c);
+      if (starts(triple)) {
+        i += 3;
+        while (i < n) {
+          if (escapes && text[i] == '\\') {
+            if (i + 1 < n && text[i + 1] == '\n') ++line;
+            i += 2;
+          } else if (starts(triple)) {
+            while (i < n && text[i] == c) ++i;
+            break;
+          } else {
+            if (text[i] == '\n') ++line;
+            ++i;
+          }
+        }
+      } else {
+        ++i;
+        while (i < n && text[i] != c && text[i] != '\n') {
+          i += escapes && text[i] == '\\' && i + 1 < n && text[i + 1] != '\n' ? 2 : 1;
+        }
+        if (i < n && text[i] == c) ++i;
+      }
+    } else {
+      if (c == '[' || c == '{') {
+        if (++depth > kMaxBracketDepth) {
+          return NestingProblem{line, "arrays or inline tables nested more than " +
+                                          std::to_string(kMaxBracketDepth) + " deep"};
+        }
+        dots = 0;
+      } else if (c == ']' || c == '}') {
+        if (depth > 0) --depth;
+        dots = 0;
+      } else if (c == '=' || c == ',') {
+        dots = 0;
+      } else if (c == '.' && ++dots >= kMaxKeyParts) {
+        return NestingProblem{line, "a key or table name of more than " +
+                                        std::to_string(kMaxKeyParts) + " dotted parts"};
+      }
+      ++i;
+    }
+  }
+  return std::nullopt;
 }
 
 // toml++ places some invalid UTF-8 on the line before; find the first bad byte ourselves.

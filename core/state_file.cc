@@ -1,18 +1,35 @@
 #include "core/state_file.h"
 
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
+#include <istream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <streambuf>
 #include <system_error>
 
 #include "platform/files.h"
+#include "platform/printable.h"
 
 namespace xferd::core {
 namespace {
 
 constexpr const char* kStateName = "state.json";
-// A few KiB per GPU; far more is not a state file xferd wrote.
+// A few KiB per GPU with the defaults; ~3 MB per GPU at the most a configuration may keep
+// (config::kMaxBaselineValuesPerGpu): 64 MiB holds 20 GPUs of that. Read as a stream, so
+// what the file costs in memory is the values kept, not its size.
 constexpr std::size_t kMaxStateBytes = 64u << 20;
+// The longest baseline window a configuration may set: older values are never used.
+constexpr std::size_t kMaxValuesPerSeries = 10000;
+// More than any configuration keeps (20 GPUs at the most of config's budget, 2.6 million):
+// a file with more is not one xferd wrote, and holding it all would cost memory for nothing.
+constexpr std::size_t kMaxValuesKept = 4u << 20;
+constexpr std::size_t kMaxSeries = 1u << 16;
+constexpr std::size_t kMaxNameBytes = 256;  // a GPU UUID or a series key ("pinned/h2d/64MiB")
+// The document nests 4 deep (root, baselines, GPU, series); far deeper is not ours.
+constexpr int kMaxDepth = 64;
 
 std::string UtcStamp(std::chrono::system_clock::time_point t, const char* format) {
   const std::time_t tt = std::chrono::system_clock::to_time_t(t);
@@ -23,30 +40,202 @@ std::string UtcStamp(std::chrono::system_clock::time_point t, const char* format
   return buf;
 }
 
-// Parse and check the whole document; throws std::runtime_error naming what is wrong.
-BaselineSet ParseBaselines(const nlohmann::json& doc) {
-  if (!doc.contains("baselines") || !doc["baselines"].is_object()) {
-    throw std::runtime_error("no \"baselines\" object");
+// The state file as a stream of bytes for the JSON parser, read through the bounded reader.
+class StateFileBuffer : public std::streambuf {
+ public:
+  explicit StateFileBuffer(platform::BoundedFile& file) : file_(file) {}
+
+ protected:
+  int_type underflow() override {
+    const std::size_t n = file_.Read(buffer_.data(), buffer_.size());
+    if (n == 0) return traits_type::eof();
+    setg(buffer_.data(), buffer_.data(), buffer_.data() + n);
+    return traits_type::to_int_type(buffer_[0]);
   }
-  BaselineSet out;
-  for (const auto& [uuid, series] : doc["baselines"].items()) {
-    if (!series.is_object()) throw std::runtime_error("baselines of " + uuid + " not an object");
-    for (const auto& [key, medians] : series.items()) {
-      if (!medians.is_array()) throw std::runtime_error(uuid + "/" + key + " not an array");
-      std::vector<double> values;
-      for (const auto& m : medians) {
-        if (!m.is_number() || !std::isfinite(m.get<double>()) || m.get<double>() <= 0) {
-          throw std::runtime_error(uuid + "/" + key +
-                                   " holds a value that is not a positive "
-                                   "number");
-        }
-        values.push_back(m.get<double>());
-      }
-      if (!values.empty()) out[uuid][key] = std::move(values);
+
+ private:
+  platform::BoundedFile& file_;
+  std::array<char, 65536> buffer_{};
+};
+
+// Reads the document as the parser walks it (nlohmann's SAX interface) into BaselineSet,
+// keeping only what a configuration can use: no tree of the whole file is ever built. It
+// never stops at the first problem (except nesting past kMaxDepth): a file from a newer
+// xferd must be told by its version, which may come last.
+class BaselineReader {
+ public:
+  using json = nlohmann::json;
+
+  std::optional<std::int64_t> version;
+  bool version_seen = false;
+  std::string problem;  // the first thing wrong; empty when the file is whole and ours
+  BaselineSet baselines;
+  bool baselines_seen = false;
+
+  bool null() { return Scalar("null"); }
+  bool boolean(bool) { return Scalar("a boolean"); }
+  bool number_integer(json::number_integer_t v) { return Number(static_cast<double>(v), true, v); }
+  bool number_unsigned(json::number_unsigned_t v) {
+    return Number(static_cast<double>(v), v <= INT64_MAX, static_cast<std::int64_t>(v));
+  }
+  bool number_float(json::number_float_t v, const json::string_t&) { return Number(v, false, 0); }
+  bool string(json::string_t&) { return Scalar("a string"); }
+  bool binary(json::binary_t&) { return Scalar("binary data"); }
+
+  bool start_object(std::size_t) { return Open(true); }
+  bool start_array(std::size_t) { return Open(false); }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+
+  bool key(json::string_t& name) {
+    if (name.size() > kMaxNameBytes) {
+      Problem("a name of " + std::to_string(name.size()) + " bytes");
+      name.resize(kMaxNameBytes);
     }
+    if (depth_ == 1) {
+      root_key_ = name;
+    } else if (depth_ == 2 && in_baselines_) {
+      uuid_ = name;
+    } else if (depth_ == 3 && in_gpu_) {
+      series_ = name;
+    }
+    return true;
   }
-  return out;
-}
+
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
+    Problem("not valid JSON at byte " + std::to_string(position) + " (" + e.what() + ")");
+    return false;
+  }
+
+ private:
+  enum class Where { kRoot, kVersion, kBaselines, kGpu, kSeries, kValue, kElsewhere };
+
+  // What the value about to start is, from where the parser is.
+  Where Here() const {
+    if (depth_ == 0) return Where::kRoot;
+    if (depth_ == 1 && root_is_object_) {
+      if (root_key_ == "version") return Where::kVersion;
+      if (root_key_ == "baselines") return Where::kBaselines;
+    }
+    if (depth_ == 2 && in_baselines_) return Where::kGpu;
+    if (depth_ == 3 && in_gpu_) return Where::kSeries;
+    if (depth_ == 4 && in_series_) return Where::kValue;
+    return Where::kElsewhere;
+  }
+
+  void Problem(std::string what) {
+    if (problem.empty()) problem = std::move(what);
+  }
+  std::string Series() const {
+    return platform::Printable(uuid_, 80) + "/" + platform::Printable(series_, 80);
+  }
+
+  bool Scalar(const char* kind) {
+    switch (Here()) {
+      case Where::kRoot: Problem("not a JSON object"); break;
+      case Where::kVersion: version_seen = true; break;
+      case Where::kBaselines:
+        baselines_seen = true;
+        Problem("\"baselines\" is not an object");
+        break;
+      case Where::kGpu:
+        Problem("baselines of " + platform::Printable(uuid_, 80) + " not an object");
+        break;
+      case Where::kSeries: Problem(Series() + " not an array"); break;
+      case Where::kValue: Problem(Series() + " holds " + kind + ", not a positive number"); break;
+      case Where::kElsewhere: break;
+    }
+    return true;
+  }
+
+  bool Number(double value, bool integral, std::int64_t as_integer) {
+    const Where here = Here();
+    if (here == Where::kVersion) {
+      version_seen = true;
+      if (integral) version = as_integer;
+      return true;
+    }
+    if (here != Where::kValue) return Scalar("a number");
+    if (!std::isfinite(value) || value <= 0) {
+      Problem(Series() + " holds a value that is not a positive number");
+      return true;
+    }
+    if (++kept_ > kMaxValuesKept) {
+      Problem("more than " + std::to_string(kMaxValuesKept) +
+              " values, more than any configuration keeps");
+      return true;
+    }
+    values_.push_back(value);
+    // Only the last kMaxValuesPerSeries can ever be used: drop the older ones as they come.
+    if (values_.size() >= 2 * kMaxValuesPerSeries) {
+      kept_ -= kMaxValuesPerSeries;
+      values_.erase(values_.begin(), values_.begin() + kMaxValuesPerSeries);
+    }
+    return true;
+  }
+
+  bool Open(bool object) {
+    const Where here = Here();
+    switch (here) {
+      case Where::kRoot:
+        root_is_object_ = object;
+        if (!object) Problem("not a JSON object");
+        break;
+      case Where::kVersion: version_seen = true; break;
+      case Where::kBaselines:
+        baselines_seen = true;
+        in_baselines_ = object;
+        if (!object) Problem("\"baselines\" is not an object");
+        break;
+      case Where::kGpu:
+        in_gpu_ = object;
+        if (!object) Problem("baselines of " + platform::Printable(uuid_, 80) + " not an object");
+        break;
+      case Where::kSeries:
+        in_series_ = !object;
+        values_.clear();
+        if (object) Problem(Series() + " not an array");
+        break;
+      case Where::kValue: Problem(Series() + " holds a value that is not a positive number"); break;
+      case Where::kElsewhere: break;
+    }
+    if (++depth_ > kMaxDepth) {
+      Problem("nested more than " + std::to_string(kMaxDepth) + " deep");
+      return false;
+    }
+    return true;
+  }
+
+  bool Close() {
+    --depth_;
+    if (depth_ == 3 && in_series_) {
+      in_series_ = false;
+      if (values_.size() > kMaxValuesPerSeries) {
+        kept_ -= values_.size() - kMaxValuesPerSeries;
+        values_.erase(values_.begin(), values_.end() - kMaxValuesPerSeries);
+      }
+      if (!values_.empty()) {
+        if (++series_count_ > kMaxSeries) {
+          Problem("more than " + std::to_string(kMaxSeries) + " series");
+        } else {
+          baselines[uuid_][series_] = std::move(values_);
+        }
+      }
+      values_ = {};
+    } else if (depth_ == 2) {
+      in_gpu_ = false;
+    } else if (depth_ == 1) {
+      in_baselines_ = false;
+    }
+    return true;
+  }
+
+  int depth_ = 0;
+  bool root_is_object_ = false, in_baselines_ = false, in_gpu_ = false, in_series_ = false;
+  std::string root_key_, uuid_, series_;
+  std::vector<double> values_;
+  std::size_t kept_ = 0, series_count_ = 0;
+};
 
 }  // namespace
 
@@ -69,16 +258,19 @@ StateLoad StateFile::Load(std::chrono::system_clock::time_point now) {
     out.outcome = StateLoad::Outcome::kFresh;
     return out;
   }
-  std::string text;
+  BaselineReader reader;
   try {
-    text = platform::ReadFileBounded(path_, kMaxStateBytes, "state file");
+    platform::BoundedFile file(path_, kMaxStateBytes, "state file");
+    StateFileBuffer buffer(file);
+    std::istream in(&buffer);
+    nlohmann::json::sax_parse(in, &reader);
   } catch (const platform::FileError& e) {
     if (e.error() == 0) {
       // Not a regular file, or far too large: not something xferd wrote. Kept for a look.
       persisting_ = false;
       not_persisting_reason_ = "state file is not one xferd wrote";
       out.outcome = StateLoad::Outcome::kUnreadable;
-      out.message = "state file " + path_.string() + ": " + e.cause() +
+      out.message = "state file " + platform::Printable(path_.string(), 512) + ": " + e.cause() +
                     ": keeping it untouched and learning baselines in memory only; move it "
                     "away and restart";
       return out;
@@ -86,53 +278,53 @@ StateLoad StateFile::Load(std::chrono::system_clock::time_point now) {
     persisting_ = false;
     not_persisting_reason_ = "cannot read " + path_.string();
     out.outcome = StateLoad::Outcome::kUnreadable;
-    out.message = "cannot read state file " + path_.string() + " (" + e.cause() +
+    out.message = "cannot read state file " + platform::Printable(path_.string(), 512) + " (" +
+                  e.cause() +
                   "): keeping it untouched and learning baselines in memory only; fix its "
                   "permissions (owner: the xferd user) and restart";
     return out;
   }
 
   std::string problem;
-  try {
-    const nlohmann::json doc = nlohmann::json::parse(text);
-    if (!doc.is_object() || !doc.contains("version") || !doc["version"].is_number_integer()) {
-      problem = "no integer \"version\"";
-    } else {
-      const int version = doc["version"].get<int>();
-      if (version > kStateVersion) {
-        persisting_ = false;
-        not_persisting_reason_ = "state file from a newer xferd";
-        out.outcome = StateLoad::Outcome::kFutureVersion;
-        out.message = "state file " + path_.string() + " has version " + std::to_string(version) +
-                      ", newer than this xferd understands (" + std::to_string(kStateVersion) +
-                      "): keeping it untouched and learning baselines in memory only; upgrade "
-                      "xferd, or move the file away to start fresh";
-        return out;
-      }
-      if (version < 1) {
-        problem = "version " + std::to_string(version) + " is not valid";
-      } else {
-        out.baselines = ParseBaselines(doc);
-        out.outcome = StateLoad::Outcome::kLoaded;
-        return out;
-      }
-    }
-  } catch (const std::exception& e) {
-    problem = e.what();
+  if (reader.version && *reader.version > kStateVersion) {
+    persisting_ = false;
+    not_persisting_reason_ = "state file from a newer xferd";
+    out.outcome = StateLoad::Outcome::kFutureVersion;
+    out.message = "state file " + platform::Printable(path_.string(), 512) + " has version " +
+                  std::to_string(*reader.version) + ", newer than this xferd understands (" +
+                  std::to_string(kStateVersion) +
+                  "): keeping it untouched and learning baselines in memory only; upgrade "
+                  "xferd, or move the file away to start fresh";
+    return out;
+  }
+  if (!reader.problem.empty()) {
+    problem = reader.problem;
+  } else if (!reader.version) {
+    problem = "no integer \"version\"";
+  } else if (*reader.version < 1) {
+    problem = "version " + std::to_string(*reader.version) + " is not valid";
+  } else if (!reader.baselines_seen) {
+    problem = "no \"baselines\" object";
+  } else {
+    out.baselines = std::move(reader.baselines);
+    out.outcome = StateLoad::Outcome::kLoaded;
+    return out;
   }
 
   // Corrupt or truncated: keep it for inspection, start fresh.
   fs::path aside = path_;
   aside += ".corrupt-" + UtcStamp(now, "%Y%m%dT%H%M%SZ");
   out.outcome = StateLoad::Outcome::kCorrupt;
+  problem = platform::Printable(problem, 300);
   fs::rename(path_, aside, ec);
   if (ec) {
-    out.message = "state file " + path_.string() + " is corrupt (" + problem +
-                  ") and could not be moved aside (" + ec.message() +
+    out.message = "state file " + platform::Printable(path_.string(), 512) + " is corrupt (" +
+                  problem + ") and could not be moved aside (" + ec.message() +
                   "); starting fresh, it will be replaced on the next write";
   } else {
-    out.message = "state file " + path_.string() + " is corrupt (" + problem + "); moved it to " +
-                  aside.string() + " and started learning afresh";
+    out.message = "state file " + platform::Printable(path_.string(), 512) + " is corrupt (" +
+                  problem + "); moved it to " + platform::Printable(aside.string(), 512) +
+                  " and started learning afresh";
   }
   return out;
 }

@@ -8,7 +8,7 @@ set -euo pipefail
 
 build=(cmake make g++ pkg-config git ca-certificates
        prometheus-cpp-dev libspdlog-dev libfmt-dev libsystemd-dev libcli11-dev
-       libtomlplusplus-dev nlohmann-json3-dev libyaml-cpp-dev libmicrohttpd-dev libgnutls28-dev libcrypt-dev
+       libtomlplusplus-dev nlohmann-json3-dev libyaml-cpp-dev libmicrohttpd-dev libgnutls28-dev libcrypt-dev zlib1g-dev
        libgtest-dev libgmock-dev libbenchmark-dev ccache)
 test=(python3 python3-pytest python3-yaml curl openssl procps systemd prometheus prometheus-node-exporter
       clang libclang-rt-14-dev

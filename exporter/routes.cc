@@ -1,9 +1,14 @@
 #include "exporter/routes.h"
 
+#include <zlib.h>
+
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string_view>
 #include <utility>
 
+#include "web/content_coding.h"
 #include "web/paths.h"
 
 namespace xferd::exporter {
@@ -56,12 +61,85 @@ std::string LandingPage(const ExporterRoutes& routes) {
   return page;
 }
 
+// The registry's text at one generation and, made the first time a scraper asks for gzip,
+// the start of a gzip stream of it: the text deflated and flushed to a byte boundary
+// (Z_SYNC_FLUSH), with the compressor's state kept. A gzip scrape copies that state
+// (deflateCopy, ~256 KiB of memcpy), compresses only the per-scrape text (process_*) onto
+// the copy and finishes the stream: the registry's text is compressed once per generation,
+// like it is rendered once, and the answer is still one ordinary gzip member.
+class RenderedText {
+ public:
+  explicit RenderedText(std::string text) : text_(std::move(text)) {}
+  ~RenderedText() {
+    if (ready_) deflateEnd(&state_);
+  }
+  RenderedText(const RenderedText&) = delete;
+  RenderedText& operator=(const RenderedText&) = delete;
+
+  const std::string& text() const { return text_; }
+
+  // text() + tail, gzipped. Safe from several threads at once: the kept state is only read.
+  std::string Gzip(std::string_view tail) const {
+    std::call_once(compressed_, [this] { CompressText(); });
+    z_stream stream{};
+    if (!ready_ || deflateCopy(&stream, &state_) != Z_OK) {
+      throw std::runtime_error("zlib: cannot copy the compressor state");
+    }
+    std::string out = head_;
+    const std::size_t start = out.size();
+    out.resize(start + deflateBound(&stream, tail.size()) + 64);
+    stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(tail.data()));
+    stream.avail_in = static_cast<uInt>(tail.size());
+    stream.next_out = reinterpret_cast<Bytef*>(out.data() + start);
+    stream.avail_out = static_cast<uInt>(out.size() - start);
+    int rc = Z_OK;
+    while ((rc = deflate(&stream, Z_FINISH)) == Z_OK || rc == Z_BUF_ERROR) {
+      // Out of room (deflateBound errs high, so only in theory): grow and go on.
+      const std::size_t used = out.size() - stream.avail_out;
+      out.resize(out.size() * 2);
+      stream.next_out = reinterpret_cast<Bytef*>(out.data() + used);
+      stream.avail_out = static_cast<uInt>(out.size() - used);
+    }
+    out.resize(out.size() - stream.avail_out);
+    deflateEnd(&stream);
+    if (rc != Z_STREAM_END) throw std::runtime_error("zlib: cannot finish the gzip stream");
+    return out;
+  }
+
+ private:
+  void CompressText() const {
+    // 15 + 16: a gzip header and trailer around the deflate data.
+    if (deflateInit2(&state_, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
+        Z_OK) {
+      return;
+    }
+    head_.resize(deflateBound(&state_, text_.size()) + 64);
+    state_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text_.data()));
+    state_.avail_in = static_cast<uInt>(text_.size());
+    state_.next_out = reinterpret_cast<Bytef*>(head_.data());
+    state_.avail_out = static_cast<uInt>(head_.size());
+    const int rc = deflate(&state_, Z_SYNC_FLUSH);
+    head_.resize(head_.size() - state_.avail_out);
+    if (rc != Z_OK || state_.avail_in != 0) {
+      deflateEnd(&state_);
+      return;
+    }
+    ready_ = true;
+  }
+
+  const std::string text_;
+  mutable std::once_flag compressed_;
+  mutable std::string head_;
+  mutable z_stream state_{};
+  mutable bool ready_ = false;
+};
+
 // The last rendered text of the cached collectables and the generation it was rendered at.
 class RenderedRegistry {
  public:
-  std::shared_ptr<const std::string> Text(const ExporterRoutes& routes) {
+  std::shared_ptr<const RenderedText> Text(const ExporterRoutes& routes) {
     if (!routes.generation) {
-      return std::make_shared<const std::string>(RenderExposition(routes.cached_collectables));
+      return std::make_shared<const RenderedText>(RenderExposition(routes.cached_collectables));
     }
     // Read before rendering: a write during the render bumps it past `now`, so the next
     // scrape renders again rather than keep a half-old text.
@@ -70,7 +148,7 @@ class RenderedRegistry {
       std::lock_guard lock(mutex_);
       if (text_ && generation_ == now) return text_;
     }
-    auto text = std::make_shared<const std::string>(RenderExposition(routes.cached_collectables));
+    auto text = std::make_shared<const RenderedText>(RenderExposition(routes.cached_collectables));
     std::lock_guard lock(mutex_);
     if (!text_ || now >= generation_) {
       text_ = text;
@@ -81,15 +159,27 @@ class RenderedRegistry {
 
  private:
   std::mutex mutex_;
-  std::shared_ptr<const std::string> text_;
+  std::shared_ptr<const RenderedText> text_;
   std::uint64_t generation_ = 0;
 };
 
-std::string MetricsBody(const ExporterRoutes& routes, RenderedRegistry& registry) {
-  std::string body;
-  if (!routes.cached_collectables.empty()) body = *registry.Text(routes);
-  body += RenderExposition(routes.collectables);
-  return body;
+HttpResponse MetricsResponse(const ExporterRoutes& routes, RenderedRegistry& registry,
+                             const HttpRequest& request) {
+  const auto cached = routes.cached_collectables.empty()
+                          ? std::make_shared<const RenderedText>(std::string())
+                          : registry.Text(routes);
+  const std::string tail = RenderExposition(routes.collectables);
+  HttpResponse response;
+  if (web::AcceptsGzip(request.accept_encoding)) {
+    response = Text(200, cached->Gzip(tail));
+    response.headers.emplace_back("Content-Encoding", "gzip");
+  } else {
+    response = Text(200, cached->text() + tail);
+  }
+  // Caches between scraper and server must keep the two codings apart.
+  response.headers.emplace_back("Vary", "Accept-Encoding");
+  response.content_type = std::string(kExpositionContentType);
+  return response;
 }
 
 }  // namespace
@@ -101,11 +191,7 @@ HttpServer::Handler MakeExporterHandler(ExporterRoutes routes) {
   return [shared, rendered](const HttpRequest& request) -> HttpResponse {
     const ExporterRoutes& r = *shared;
     // Exact matches only: "/metrics/", "/../metrics" and the like are not the metrics.
-    if (request.path == r.telemetry_path) {
-      HttpResponse response = Text(200, MetricsBody(r, *rendered));
-      response.content_type = std::string(kExpositionContentType);
-      return response;
-    }
+    if (request.path == r.telemetry_path) return MetricsResponse(r, *rendered, request);
     if (request.path == kHealthPath) {
       const HealthState health = r.health ? r.health() : HealthState{};
       if (health.healthy) return Text(200, "ok\n");

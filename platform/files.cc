@@ -5,11 +5,17 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "platform/printable.h"
+
 namespace xferd::platform {
 namespace {
+
+// Paths come from config files and flags: escaped, and cut where they are absurdly long.
+constexpr std::size_t kPrintablePathBytes = 512;
 
 std::string ReadFix(int error) {
   switch (error) {
@@ -56,47 +62,91 @@ struct ReadFailure {
   std::string fix;
 };
 
-std::optional<std::string> Read(const std::filesystem::path& path, std::size_t max_bytes,
-                                ReadFailure& failure) {
-  // O_NONBLOCK: opening a FIFO with no writer would block; fstat then refuses it.
+std::string TooLarge(std::size_t max_bytes) {
+  return "it is larger than " + std::to_string(max_bytes) + " bytes, the most this file may hold";
+}
+
+// The checks every read makes before it reads a byte; the open descriptor, or -1 with
+// `failure` set.
+int OpenChecked(const std::filesystem::path& path, std::size_t max_bytes, ReadFailure& failure) {
+  const auto refuse_kind = [&](const struct stat& st) {
+    if (S_ISDIR(st.st_mode)) {
+      failure = {EISDIR, "", ReadFix(EISDIR)};
+      return true;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      failure = {0, "it is " + KindOf(st.st_mode) + ", not a regular file",
+                 "point it at a regular file"};
+      return true;
+    }
+    return false;
+  };
+  // Looked at before opening: opening a device can have effects of its own (a tape
+  // rewinds, a terminal becomes ours) and opening a FIFO for reading waits for a writer.
+  struct stat before {};
+  if (::stat(path.c_str(), &before) == 0 && refuse_kind(before)) return -1;
+  // O_NONBLOCK: a FIFO put in the file's place after the stat above opens at once instead
+  // of waiting for a writer; fstat then refuses it.
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) {
     failure = {errno, "", ReadFix(errno)};
-    return std::nullopt;
+    return -1;
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) {
     failure = {errno, "", ReadFix(errno)};
-    return std::nullopt;
+    return -1;
   }
-  if (S_ISDIR(st.st_mode)) {
-    failure = {EISDIR, "", ReadFix(EISDIR)};
-    return std::nullopt;
+  if (refuse_kind(st)) return -1;
+  if (static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
+    failure = {0, TooLarge(max_bytes), "check that this is the right file"};
+    return -1;
   }
-  if (!S_ISREG(st.st_mode)) {
-    failure = {0, "it is " + KindOf(st.st_mode) + ", not a regular file",
-               "point it at a regular file"};
-    return std::nullopt;
-  }
-  std::string text;
-  // procfs and sysfs report sizes of 0 or 4096 whatever they hold: read to the end.
-  std::vector<char> buffer(std::min<std::size_t>(max_bytes + 1, 65536));
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
+  return fd.release();
+}
+
+// Reads into `buffer` until it is full or the file ends; the count, or -1 with `failure`.
+ssize_t ReadSome(int fd, char* buffer, std::size_t size, ReadFailure& failure) {
+  std::size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::read(fd, buffer + got, size - got);
     if (n < 0) {
       if (errno == EINTR) continue;
       failure = {errno, "", ReadFix(errno)};
-      return std::nullopt;
+      return -1;
     }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  return static_cast<ssize_t>(got);
+}
+
+std::optional<std::string> Read(const std::filesystem::path& path, std::size_t max_bytes,
+                                ReadFailure& failure) {
+  Fd fd(OpenChecked(path, max_bytes, failure));
+  if (fd.get() < 0) return std::nullopt;
+  std::string text;
+  // procfs and sysfs report sizes of 0 or 4096 whatever they hold: read to the end, and
+  // one byte past the limit to tell a file of exactly max_bytes from a larger one.
+  std::vector<char> buffer(std::min<std::size_t>(max_bytes + 1, 65536));
+  for (;;) {
+    const ssize_t n = ReadSome(fd.get(), buffer.data(), buffer.size(), failure);
+    if (n < 0) return std::nullopt;
     if (n == 0) break;
     text.append(buffer.data(), static_cast<std::size_t>(n));
     if (text.size() > max_bytes) {
-      failure = {0, "it is larger than " + std::to_string(max_bytes) + " bytes",
-                 "check that this is the right file"};
+      failure = {0, TooLarge(max_bytes), "check that this is the right file"};
       return std::nullopt;
     }
   }
   return text;
+}
+
+[[noreturn]] void ThrowReadError(const std::filesystem::path& path, std::string_view what,
+                                 ReadFailure& failure) {
+  std::string cause = failure.cause.empty() ? std::strerror(failure.error) : failure.cause;
+  throw FileError("cannot read", what, path, std::move(cause), std::move(failure.fix),
+                  failure.error);
 }
 
 std::string WriteFix(int error, const std::filesystem::path& dir, const AtomicWrite& how) {
@@ -120,8 +170,9 @@ std::string WriteFix(int error, const std::filesystem::path& dir, const AtomicWr
 
 FileError::FileError(std::string_view verb, std::string_view what, std::filesystem::path path,
                      std::string cause, std::string fix, int error)
-    : Error(Failure::kOsError, std::string(verb) + " " + std::string(what) + " " + path.string() +
-                                   ": " + cause + "; fix: " + fix),
+    : Error(Failure::kOsError, std::string(verb) + " " + std::string(what) + " " +
+                                   Printable(path.string(), kPrintablePathBytes) + ": " + cause +
+                                   "; fix: " + fix),
       path_(std::move(path)),
       cause_(std::move(cause)),
       fix_(std::move(fix)),
@@ -132,9 +183,33 @@ std::string ReadFileBounded(const std::filesystem::path& path, std::size_t max_b
   ReadFailure failure;
   std::optional<std::string> text = Read(path, max_bytes, failure);
   if (text) return std::move(*text);
-  std::string cause = failure.cause.empty() ? std::strerror(failure.error) : failure.cause;
-  throw FileError("cannot read", what, path, std::move(cause), std::move(failure.fix),
-                  failure.error);
+  ThrowReadError(path, what, failure);
+}
+
+BoundedFile::BoundedFile(const std::filesystem::path& path, std::size_t max_bytes,
+                         std::string_view what)
+    : path_(path), what_(what), max_bytes_(max_bytes) {
+  ReadFailure failure;
+  fd_ = OpenChecked(path, max_bytes, failure);
+  if (fd_ < 0) ThrowReadError(path, what, failure);
+}
+
+BoundedFile::~BoundedFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::size_t BoundedFile::Read(char* buffer, std::size_t size) {
+  ReadFailure failure;
+  // One byte past the limit is enough to know the file grew beyond it.
+  const std::size_t room = max_bytes_ - std::min(done_, max_bytes_) + 1;
+  const ssize_t n = ReadSome(fd_, buffer, std::min(size, room), failure);
+  if (n < 0) ThrowReadError(path_, what_, failure);
+  done_ += static_cast<std::size_t>(n);
+  if (done_ > max_bytes_) {
+    failure = {0, TooLarge(max_bytes_), "check that this is the right file"};
+    ThrowReadError(path_, what_, failure);
+  }
+  return static_cast<std::size_t>(n);
 }
 
 std::optional<std::string> TryReadFileBounded(const std::filesystem::path& path,

@@ -1,11 +1,16 @@
 // The one way xferd reads a file and the one way it replaces one.
 //
 // Reading: every file xferd reads (config, web config, TLS material, state, sysfs, procfs)
-// goes through ReadFileBounded, so each is checked the same way: a regular file (a FIFO, a
-// device or a directory is refused; opened non-blocking, so a FIFO never hangs the daemon),
-// at most the size the caller expects, and an error that names the file, the cause and the
-// fix. Writing: WriteFileAtomically replaces a file so that a reader (or a crash) sees the
-// old content or the new, never a mix.
+// goes through BoundedFile (ReadFileBounded reads one whole), so each is checked the same
+// way: a regular file (a FIFO, a device, a socket or a directory is refused before it is
+// opened, and again on the open descriptor; the open is non-blocking, so a FIFO swapped in
+// between never hangs the daemon), at most the size the caller expects (checked on the size
+// the file reports before anything is read, and again while reading, for files that grow or
+// report no size), and an error that names the file, the cause and the fix. The sizes each
+// kind of file may have are documented in docs/reliability.md. A read can still block where
+// the file system itself hangs (a dead NFS server); the daemon does such reads where it can
+// abandon them (platform/abandonable_call.h). Writing: WriteFileAtomically replaces a file
+// so that a reader (or a crash) sees the old content or the new, never a mix.
 #pragma once
 
 #include <sys/types.h>
@@ -34,6 +39,30 @@ class FileError : public Error {
   std::filesystem::path path_;
   std::string cause_, fix_;
   int error_;
+};
+
+// An open regular file of at most `max_bytes`, read piece by piece: for files parsed as a
+// stream (the state file), so that memory follows what is kept, not the file's size.
+class BoundedFile {
+ public:
+  // Throws FileError: cannot be opened, not a regular file, or larger than `max_bytes`.
+  BoundedFile(const std::filesystem::path& path, std::size_t max_bytes, std::string_view what);
+  ~BoundedFile();
+  BoundedFile(const BoundedFile&) = delete;
+  BoundedFile& operator=(const BoundedFile&) = delete;
+
+  // Up to `size` bytes into `buffer`; 0 at the end of the file. Throws FileError on a read
+  // error or when the file turns out larger than `max_bytes` (it grew since it was opened).
+  std::size_t Read(char* buffer, std::size_t size);
+  std::size_t bytes_read() const { return done_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::string what_;
+  std::size_t max_bytes_;
+  std::size_t done_ = 0;
+  int fd_ = -1;
 };
 
 // The whole of `path`, at most `max_bytes`. `what` names the file in messages ("config

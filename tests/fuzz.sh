@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Fuzz the config loaders: build the libFuzzer targets with clang (ASan + UBSan) and run
-# them for a bounded time: the TOML config parser for two thirds of it, the web-config YAML
-# loader for the rest. Exits non-zero on a finding; the input is kept under
+# Fuzz the parsers: build the libFuzzer targets with clang (ASan + UBSan) and run them for a
+# bounded time: the TOML config parser for half of it, the web-config YAML loader and the
+# HTTP server (raw requests over loopback) for a quarter each. Exits non-zero on a finding; the input is kept under
 # $FUZZ_BUILD_DIR/fuzz-artifacts/ and can be replayed with: <fuzzer> <file>.
 #
 #   ./tests/fuzz.sh [SECONDS]     total, default 60
@@ -20,7 +20,7 @@ mkdir -p "$dir"
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DXFERD_FUZZ=ON -DXFERD_SANITIZE=address -DXFERD_CUDA=OFF -DXFERD_TESTS=OFF -DXFERD_BENCH=OFF \
   >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
-cmake --build "$dir" -j "$jobs" --target config_fuzzer web_config_fuzzer
+cmake --build "$dir" -j "$jobs" --target config_fuzzer web_config_fuzzer http_fuzzer
 
 artifacts="$dir/fuzz-artifacts"
 mkdir -p "$artifacts"
@@ -37,7 +37,9 @@ fuzz() {  # TARGET SECONDS SEED... : the seeds stay as they are, libFuzzer grows
 }
 
 dict=(-dict=fuzz/config.dict)
-fuzz config_fuzzer $((seconds * 2 / 3)) deploy/xferd.toml tests/data/bad-configs/*.toml
+fuzz config_fuzzer $((seconds / 2)) deploy/xferd.toml tests/data/bad-configs/*.toml
 dict=()
-fuzz web_config_fuzzer $((seconds - seconds * 2 / 3)) tests/data/web-configs/*.yml
+fuzz web_config_fuzzer $((seconds / 4)) tests/data/web-configs/*.yml \
+  tests/data/bad-web-configs/*.yml
+fuzz http_fuzzer $((seconds - seconds / 2 - seconds / 4)) fuzz/http-seeds/*.txt
 echo "fuzz.sh: no findings in ${seconds}s"

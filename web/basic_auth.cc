@@ -32,6 +32,12 @@ std::optional<std::string> BcryptHashProblem(const std::string& hash) {
   }
   const int cost = std::stoi(m[1].str());
   if (cost < 4 || cost > 31) return "has bcrypt cost " + std::to_string(cost) + ", outside 4..31";
+  if (cost > kMaxBcryptCost) {
+    return "has bcrypt cost " + std::to_string(cost) + ", above xferd's limit of " +
+           std::to_string(kMaxBcryptCost) + " (each step doubles the time of a check: cost " +
+           std::to_string(cost) + " would hold a login for ~" + std::to_string(1u << (cost - 10)) +
+           "x the 0.1 s of cost 10)";
+  }
   return std::nullopt;
 }
 

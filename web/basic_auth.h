@@ -11,8 +11,14 @@ inline constexpr const char* kBcryptFix =
     "generate one with: htpasswd -nBC 10 \"\" | tr -d ':\\n'  and paste it (quoted) as the "
     "value";
 
-// nullopt when `hash` is bcrypt as exporter-toolkit accepts it ($2a$, $2b$ or $2y$, a cost
-// of 4..31, 53 more characters); else what is wrong, to follow "<user> ".
+// The highest bcrypt cost accepted. Each step doubles the time of a check: cost 10 takes
+// ~0.1 s and 12 ~0.4 s on one core of the build machine (docs/http.md), and a login that is
+// not cached waits for a few of them during a flood of guesses. exporter-toolkit accepts
+// up to 31 (about a day per check).
+inline constexpr int kMaxBcryptCost = 12;
+
+// nullopt when `hash` is bcrypt as exporter-toolkit accepts it ($2a$, $2b$ or $2y$, 53 more
+// characters) with a cost of 4..kMaxBcryptCost; else what is wrong, to follow "<user> ".
 std::optional<std::string> BcryptHashProblem(const std::string& hash);
 
 // True when `password` matches the crypt(3) `hash` ($2b$/$2y$/$2a$ bcrypt, and any other

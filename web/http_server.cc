@@ -2,16 +2,17 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <gnutls/crypto.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdarg>
@@ -19,28 +20,62 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
 
+#include "platform/printable.h"
 #include "web/basic_auth.h"
 #include "web/listen_address.h"
+#include "web/paths.h"
 
 namespace xferd::web {
 namespace {
 
 constexpr const char* kRealm = "xferd";
 
-// Checked against when the user is unknown, so that a wrong user name costs the same
-// bcrypt time as a wrong password and names cannot be probed by timing.
-constexpr const char* kDummyHash = "$2b$10$cj8KCBicPSusXR8GyesWZe/lMmWL70Qk59mImNDcQJDNxB.cfTzZ2";
+using Clock = std::chrono::steady_clock;
 
-std::string Sha256(const std::string& data) {
-  std::array<unsigned char, 32> digest{};
-  if (gnutls_hash_fast(GNUTLS_DIG_SHA256, data.data(), data.size(), digest.data()) < 0) {
-    throw std::runtime_error("gnutls_hash_fast(SHA256) failed");
+// The client address a connection counts against: the IPv4 address, or the /64 of an IPv6
+// one (a single host usually holds a whole /64). An IPv4-mapped IPv6 address is IPv4.
+std::string AddressKey(const sockaddr* address) {
+  if (address == nullptr) return "?";
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (address->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(address)->sin_addr, text, sizeof text);
+    return text;
   }
-  return std::string(reinterpret_cast<const char*>(digest.data()), digest.size());
+  if (address->sa_family == AF_INET6) {
+    in6_addr a = reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a)) {
+      inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof text);
+      return text;
+    }
+    std::memset(&a.s6_addr[8], 0, 8);
+    inet_ntop(AF_INET6, &a, text, sizeof text);
+    return std::string(text) + "/64";
+  }
+  return "?";
+}
+
+// The descriptors the connections need, with room for the rest of the process: the soft
+// limit is raised toward the hard one (systemd's default soft limit is 1024). Returns the
+// connections that fit.
+unsigned FitConnectionsToFileLimit(unsigned wanted) {
+  constexpr rlim_t kOthers = 64;  // state, textfile, sysfs, logs, the listen socket, ITC pipes
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return wanted;
+  const rlim_t needed = wanted + kOthers;
+  if (limit.rlim_cur < needed) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? needed : std::min(needed, limit.rlim_max);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= needed) return wanted;
+  return static_cast<unsigned>(limit.rlim_cur > 2 * kOthers ? limit.rlim_cur - kOthers
+                                                            : limit.rlim_cur / 2);
 }
 
 struct BoundSocket {
@@ -164,83 +199,116 @@ struct HttpServer::Impl {
   MHD_Daemon* daemon = nullptr;
   BoundSocket socket;
   std::string tls_cert, tls_key;  // MHD keeps pointers to these while it runs
+  std::unique_ptr<PasswordVerifier> verifier;
+  std::atomic<bool> auth_on{false};
 
   std::mutex log_mutex;
   bool starting = true;
   std::string startup_log;
 
-  std::mutex users_mutex;
-  std::shared_ptr<const std::map<std::string, std::string>> users;
-
-  std::mutex bcrypt_mutex;
-  std::mutex cache_mutex;
-  std::set<std::string> verified;  // SHA-256(user, password, hash) of recent successes
-  std::deque<std::string> verified_order;
-
-  // Open connections, for the request deadline.
+  // What the server knows of each open connection, for the limits.
+  enum class Phase {
+    kOpening,  // no whole request yet (TLS handshake included)
+    kServing,  // a request is in: being answered (or waiting for its login check)
+    kIdle,     // answered, waiting for the next request on the same connection
+  };
   struct Tracked {
     int fd;
-    std::chrono::steady_clock::time_point since;
-    bool cut = false;
+    std::string address;
+    Clock::time_point opened, since;  // since: opened, or the previous request's end
+    // opened + the header timeout, spread over 0.75..1.25 of it: sockets opened together
+    // (one client's flood) do not all time out, and reconnect, in the same instant.
+    Clock::time_point header_deadline;
+    Phase phase = Phase::kOpening;
+    bool cut = false;  // shut down by us; gone once MHD reports it closed
   };
   std::mutex connections_mutex;
   std::unordered_map<MHD_Connection*, Tracked> connections;
+  std::unordered_map<std::string, unsigned> live_per_address;  // not cut
+  std::minstd_rand random{std::random_device{}()};             // under connections_mutex
+  std::uniform_real_distribution<double> spread{0.0, 1.0};
+  unsigned live = 0;
   std::condition_variable reaper_wake;
   bool stopping = false;
   std::thread reaper;
 
-  std::shared_ptr<const std::map<std::string, std::string>> Users() {
-    std::lock_guard lock(users_mutex);
-    return users;
+  // One request's progress across MHD's calls of OnRequest.
+  struct RequestContext {
+    bool bodiless = false;       // a GET/HEAD without a body: answered once it is all in
+    bool waiting_login = false;  // parked while the verifier checks the password
+    std::optional<LoginVerdict> verdict;
+    std::string user;
+  };
+
+  // Shuts a connection down; MHD sees the peer gone and closes it in its own thread. The
+  // descriptor stays open until MHD's close notification, which takes connections_mutex
+  // first, so this never touches a reused descriptor.
+  void CutLocked(Tracked& tracked) {
+    if (tracked.cut) return;
+    shutdown(tracked.fd, SHUT_RDWR);
+    tracked.cut = true;
+    --live;
+    if (--live_per_address[tracked.address] == 0) live_per_address.erase(tracked.address);
   }
 
-  enum class Verdict { kAllowed, kDenied, kBusy };
+  // Over the limit, a new connection from the address that holds the most is closed at
+  // once, before anything is read from it (no TLS handshake is spent on it): an address
+  // flooding the server with idle sockets keeps what it holds until their header timeout
+  // and gets no more. One from any other address makes room: the oldest connection of the
+  // address holding the most that is not being answered is closed. So one address never
+  // takes the slots of another, and a scraper (its request is in the socket when the
+  // connection is accepted) is answered at once.
+  void EnforceLimitLocked(Tracked& newcomer) {
+    if (live <= options.connection_limit) return;
+    unsigned most = 0;
+    std::string biggest;
+    for (const auto& [address, count] : live_per_address) {
+      if (count > most) most = count, biggest = address;
+    }
+    if (live_per_address[newcomer.address] >= most) {
+      CutLocked(newcomer);
+      spdlog::debug("http: {} connections open: refused another from {}, which holds {}",
+                    options.connection_limit, platform::Printable(newcomer.address), most);
+      return;
+    }
+    Tracked* victim = nullptr;
+    for (auto& [connection, tracked] : connections) {
+      if (tracked.cut || tracked.phase == Phase::kServing || tracked.address != biggest) continue;
+      if (victim == nullptr || tracked.since < victim->since) victim = &tracked;
+    }
+    if (victim == nullptr) return;  // all being answered: MHD's own limit holds the rest
+    CutLocked(*victim);
+    spdlog::debug("http: {} connections open: closed an idle one from {} for {}",
+                  options.connection_limit, platform::Printable(biggest),
+                  platform::Printable(newcomer.address));
+  }
 
-  // Successful logins are cached, so a scraper pays bcrypt once. Uncached checks run one
-  // at a time (a try-lock, not a queue): a flood of wrong passwords can hold at most one
-  // of the server threads, and cached scrapes keep being served on the others.
-  Verdict Authenticate(const std::string& user, const std::string& password) {
-    const auto current = Users();
-    const auto it = current->find(user);
-    const std::string& hash = it == current->end() ? std::string(kDummyHash) : it->second;
-    const std::string key = Sha256(user + '\0' + password + '\0' + hash);
-    {
-      std::lock_guard lock(cache_mutex);
-      if (it != current->end() && verified.count(key) != 0) return Verdict::kAllowed;
-    }
-    std::unique_lock bcrypt(bcrypt_mutex, std::try_to_lock);
-    if (!bcrypt.owns_lock()) return Verdict::kBusy;
-    const bool ok = VerifyPasswordHash(password, hash) && it != current->end();
-    bcrypt.unlock();
-    if (ok) {
-      std::lock_guard lock(cache_mutex);
-      if (verified.insert(key).second) {
-        verified_order.push_back(key);
-        while (verified_order.size() > std::max<std::size_t>(options.auth_cache_entries, 1)) {
-          verified.erase(verified_order.front());
-          verified_order.pop_front();
-        }
-      }
-    }
-    return ok ? Verdict::kAllowed : Verdict::kDenied;
+  void SetPhase(MHD_Connection* connection, Phase phase) {
+    std::lock_guard lock(connections_mutex);
+    const auto it = connections.find(connection);
+    if (it == connections.end()) return;
+    it->second.phase = phase;
+    if (phase == Phase::kIdle) it->second.since = Clock::now();
   }
 
   void ReapSlowConnections() {
     std::unique_lock lock(connections_mutex);
+    const auto shortest = std::min(options.header_timeout, options.request_deadline);
     const auto tick = std::clamp<std::chrono::milliseconds>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(options.request_deadline) / 4,
+        std::chrono::duration_cast<std::chrono::milliseconds>(shortest) / 4,
         std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
     while (!stopping) {
       reaper_wake.wait_for(lock, tick);
-      const auto now = std::chrono::steady_clock::now();
+      const auto now = Clock::now();
       for (auto& [connection, tracked] : connections) {
-        if (!tracked.cut && now - tracked.since > options.request_deadline) {
-          // The fd stays open until MHD's close notification, which takes this mutex
-          // first, so this never touches a reused descriptor. MHD sees the shutdown as
-          // the peer going away and cleans up in its own thread.
-          shutdown(tracked.fd, SHUT_RDWR);
-          tracked.cut = true;
-          spdlog::debug("http: closed a connection that sent no complete request in {} s",
+        if (tracked.cut) continue;
+        if (tracked.phase == Phase::kOpening && now > tracked.header_deadline) {
+          CutLocked(tracked);
+          spdlog::debug("http: closed a connection that sent no whole request in {} s",
+                        options.header_timeout.count());
+        } else if (now - tracked.since > options.request_deadline) {
+          CutLocked(tracked);
+          spdlog::debug("http: closed a connection whose request took over {} s",
                         options.request_deadline.count());
         }
       }
@@ -253,6 +321,8 @@ struct HttpServer::Impl {
     std::vsnprintf(buffer, sizeof(buffer), format, ap);
     std::string line(buffer);
     while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    // MHD quotes what clients sent in some of its messages.
+    line = platform::Printable(line, 300);
     std::lock_guard lock(self->log_mutex);
     if (self->starting) {
       if (!self->startup_log.empty()) self->startup_log += "; ";
@@ -268,21 +338,38 @@ struct HttpServer::Impl {
     auto* self = static_cast<Impl*>(cls);
     std::lock_guard lock(self->connections_mutex);
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-      const auto* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
-      if (info != nullptr) {
-        self->connections[connection] = {info->connect_fd, std::chrono::steady_clock::now()};
-      }
+      const auto* fd = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+      const auto* peer = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+      if (fd == nullptr) return;
+      const auto now = Clock::now();
+      Tracked tracked{fd->connect_fd, AddressKey(peer != nullptr ? peer->client_addr : nullptr),
+                      now, now, now};
+      const auto spread = std::chrono::duration_cast<Clock::duration>(
+          self->options.header_timeout * (0.75 + 0.5 * self->spread(self->random)));
+      tracked.header_deadline = now + spread;
+      ++self->live;
+      ++self->live_per_address[tracked.address];
+      Tracked& added = self->connections[connection] = std::move(tracked);
+      self->EnforceLimitLocked(added);
     } else {
-      self->connections.erase(connection);
+      const auto it = self->connections.find(connection);
+      if (it == self->connections.end()) return;
+      if (!it->second.cut) {
+        --self->live;
+        if (--self->live_per_address[it->second.address] == 0) {
+          self->live_per_address.erase(it->second.address);
+        }
+      }
+      self->connections.erase(it);
     }
   }
 
-  static void OnCompleted(void* cls, MHD_Connection* connection, void** /*con_cls*/,
+  static void OnCompleted(void* cls, MHD_Connection* connection, void** con_cls,
                           MHD_RequestTerminationCode /*code*/) {
     auto* self = static_cast<Impl*>(cls);
-    std::lock_guard lock(self->connections_mutex);
-    const auto it = self->connections.find(connection);
-    if (it != self->connections.end()) it->second.since = std::chrono::steady_clock::now();
+    delete static_cast<RequestContext*>(*con_cls);
+    *con_cls = nullptr;
+    self->SetPhase(connection, Phase::kIdle);
   }
 
   // %HH decoding in place, except %00: a NUL would cut the path short in the C string the
@@ -336,23 +423,60 @@ struct HttpServer::Impl {
     return length == nullptr || std::strcmp(length, "0") == 0;
   }
 
+  // The login of this request: from the cache at once, or (only for a bodiless GET/HEAD,
+  // the one kind of request that is served) from the verifier, parking the connection
+  // until it answers. nullopt: parked.
+  std::optional<LoginVerdict> CheckLogin(MHD_Connection* connection, RequestContext& context) {
+    char* password = nullptr;
+    char* user = MHD_basic_auth_get_username_password(connection, &password);
+    std::optional<LoginVerdict> verdict = LoginVerdict::kDenied;
+    if (user != nullptr && password != nullptr) {
+      context.user = user;
+      if (!context.bodiless) {
+        // Not a request xferd serves (405 or 404 follows): the cache may let it through to
+        // be told so; it never costs a bcrypt.
+        verdict = verifier->CheckCached(user, password).value_or(LoginVerdict::kDenied);
+      } else {
+        const auto* peer = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        verdict = verifier->Check(
+            AddressKey(peer != nullptr ? peer->client_addr : nullptr), user, password,
+            [&] {
+              MHD_suspend_connection(connection);
+              context.waiting_login = true;
+            },
+            [connection, &context](LoginVerdict answer) {
+              context.verdict = answer;
+              MHD_resume_connection(connection);
+            });
+      }
+    }
+    if (password != nullptr) {
+      std::memset(password, 0, std::strlen(password));
+      MHD_free(password);
+    }
+    if (user != nullptr) MHD_free(user);
+    return verdict;
+  }
+
   static MHD_Result OnRequest(void* cls, MHD_Connection* connection, const char* url,
                               const char* method, const char* /*version*/,
                               const char* /*upload_data*/, std::size_t* upload_size,
                               void** con_cls) {
     auto* self = static_cast<Impl*>(cls);
+    auto* context = static_cast<RequestContext*>(*con_cls);
     // MHD calls this when the headers are in and again when the request is complete. An
     // answer queued at the first call makes MHD close the connection after it (it cannot
     // know what else follows), so a bodiless GET/HEAD is answered at the second call and
     // the connection stays open for the next scrape: a TCP connection per scrape costs
     // more than the scrape (docs/performance.md). Everything else is answered at once,
     // before any body, which MHD then discards, closing the connection.
-    static char deferred;
-    if (*con_cls == nullptr && BodilessRead(connection, method)) {
-      *con_cls = &deferred;
-      return MHD_YES;
-    }
-    if (*con_cls == &deferred && *upload_size != 0) {
+    if (context == nullptr) {
+      self->SetPhase(connection, Phase::kServing);
+      context = new RequestContext;  // freed by OnCompleted
+      *con_cls = context;
+      context->bodiless = BodilessRead(connection, method);
+      if (context->bodiless) return MHD_YES;
+    } else if (context->bodiless && *upload_size != 0) {
       *upload_size = 0;  // a body despite the headers: not read, only skipped
       return MHD_YES;
     }
@@ -360,30 +484,42 @@ struct HttpServer::Impl {
       HttpRequest request;
       request.method = method != nullptr ? method : "";
       request.path = url != nullptr ? url : "";
+      if (request.path.size() > kMaxPathBytes) {
+        // No path served is this long (the telemetry path is held to the same limit).
+        HttpResponse too_long{414, "text/plain; charset=utf-8", "URI Too Long\n", {}};
+        return Queue(connection, too_long, false);
+      }
 
-      const auto users = self->Users();
-      if (!users->empty()) {
-        char* password = nullptr;
-        char* user = MHD_basic_auth_get_username_password(connection, &password);
-        const Verdict verdict = user != nullptr && password != nullptr
-                                    ? self->Authenticate(user, password)
-                                    : Verdict::kDenied;
-        if (user != nullptr) request.user = user;
-        if (password != nullptr) {
-          std::memset(password, 0, std::strlen(password));
-          MHD_free(password);
+      if (self->auth_on) {
+        if (!context->waiting_login) {
+          // Not assigned when parked: the verifier may have answered (from its thread)
+          // before this call returns.
+          const std::optional<LoginVerdict> verdict = self->CheckLogin(connection, *context);
+          if (!verdict) return MHD_YES;  // parked; MHD calls again once resumed
+          context->verdict = verdict;
         }
-        if (user != nullptr) MHD_free(user);
-        if (verdict == Verdict::kBusy) {
-          HttpResponse busy{503,
-                            "text/plain; charset=utf-8",
-                            "Busy checking other credentials; retry\n",
-                            {{"Retry-After", "1"}}};
-          return Queue(connection, busy, false);
-        }
-        if (verdict == Verdict::kDenied) {
-          HttpResponse denied{401, "text/plain; charset=utf-8", "Unauthorized\n", {}};
-          return Queue(connection, denied, true);
+        if (!context->verdict) return MHD_YES;  // not answered yet (never so once resumed)
+        request.user = context->user;
+        switch (*context->verdict) {
+          case LoginVerdict::kAllowed: break;
+          case LoginVerdict::kBusy: {
+            HttpResponse busy{503,
+                              "text/plain; charset=utf-8",
+                              "Busy checking other credentials; retry\n",
+                              {{"Retry-After", "1"}}};
+            return Queue(connection, busy, false);
+          }
+          case LoginVerdict::kRateLimited: {
+            HttpResponse limited{429,
+                                 "text/plain; charset=utf-8",
+                                 "Too many failed logins from this address; retry later\n",
+                                 {{"Retry-After", "10"}}};
+            return Queue(connection, limited, false);
+          }
+          case LoginVerdict::kDenied: {
+            HttpResponse denied{401, "text/plain; charset=utf-8", "Unauthorized\n", {}};
+            return Queue(connection, denied, true);
+          }
         }
       }
 
@@ -394,10 +530,15 @@ struct HttpServer::Impl {
                                  {{"Allow", "GET, HEAD"}}};
         return Queue(connection, not_allowed, false);
       }
+      if (const char* encoding =
+              MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "Accept-Encoding")) {
+        request.accept_encoding = encoding;
+      }
       // MHD leaves the body out of HEAD answers and keeps Content-Length.
       return Queue(connection, self->handler(request), false);
     } catch (const std::exception& e) {
-      spdlog::error("http: handler failed for {}: {}", url != nullptr ? url : "?", e.what());
+      spdlog::error("http: handler failed for {}: {}",
+                    platform::Printable(url != nullptr ? url : "?"), e.what());
       HttpResponse failed{500, "text/plain; charset=utf-8", "Internal Server Error\n", {}};
       return Queue(connection, failed, false);
     }
@@ -412,22 +553,24 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
   Impl& s = *impl_;
   s.options = std::move(options);
   s.handler = std::move(handler);
-  s.users =
-      std::make_shared<const std::map<std::string, std::string>>(s.options.web.basic_auth_users);
   const WebConfig& web = s.options.web;
 
+  // The TLS material was checked when it was loaded (web::LoadTlsMaterial), once.
   const bool tls = web.TlsEnabled();
   if (tls) {
-    ValidateTlsMaterial(*web.tls);
     // MHD keeps pointers to these while it runs: copies owned by the server.
     s.tls_cert = web.tls->cert_pem;
     s.tls_key = web.tls->key_pem;
   }
   for (const auto& [user, hash] : web.basic_auth_users) {
     if (const auto problem = BcryptHashProblem(hash)) {
-      throw HttpError("web config: basic_auth_users." + user + " " + *problem, kBcryptFix);
+      throw HttpError("web config: basic_auth_users." + platform::Printable(user) + " " + *problem,
+                      kBcryptFix);
     }
   }
+  s.verifier = std::make_unique<PasswordVerifier>(s.options.auth);
+  s.verifier->SetUsers(web.basic_auth_users);
+  s.auth_on = !web.basic_auth_users.empty();
 
   const ListenAddress address = ParseListenAddress(s.options.listen_address);
   s.socket = OpenListenSocket("'" + s.options.listen_address + "'", address);
@@ -435,19 +578,33 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
   // poll, not epoll: with MHD 0.9.75's edge-triggered epoll a client that sends part of a
   // request and closes is noticed only at the idle timeout (measured: 20 such connections
   // held 20 descriptors for 10 s); with poll they are released at once.
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
+  unsigned flags =
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
   if (tls) flags |= MHD_USE_TLS;
   if (s.socket.family == AF_INET6) flags |= MHD_USE_IPv6;
+
+  // MHD's own limit is a backstop above ours (EnforceLimitLocked keeps below it while any
+  // connection can be closed); MHD splits it between its threads, unevenly at times.
+  s.options.connection_limit = std::max(1u, s.options.connection_limit);
+  const unsigned threads = std::max(1u, s.options.threads);
+  const unsigned hard_limit = FitConnectionsToFileLimit(
+      s.options.connection_limit + s.options.connection_limit / 4 + 16 * threads);
+  s.options.connection_limit =
+      std::min(s.options.connection_limit, std::max(1u, hard_limit * 4 / 5));
 
   std::vector<MHD_OptionItem> items;
   auto add = [&items](MHD_OPTION option, intptr_t value, void* ptr = nullptr) {
     items.push_back(MHD_OptionItem{option, value, ptr});
   };
   add(MHD_OPTION_LISTEN_SOCKET, s.socket.fd);
-  add(MHD_OPTION_CONNECTION_LIMIT, std::max(1u, s.options.connection_limit));
+  add(MHD_OPTION_CONNECTION_LIMIT, hard_limit);
+  // An address at the limit gets no more: MHD closes its new connection right after accept,
+  // before any memory or TLS session is spent on it (EnforceLimitLocked would do the same,
+  // only later and dearer: a flood of reconnects then costs a TLS handshake each).
+  add(MHD_OPTION_PER_IP_CONNECTION_LIMIT, s.options.connection_limit);
   add(MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(s.options.idle_timeout.count()));
   add(MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(s.options.connection_memory_bytes));
-  if (s.options.threads > 1) add(MHD_OPTION_THREAD_POOL_SIZE, s.options.threads);
+  if (threads > 1) add(MHD_OPTION_THREAD_POOL_SIZE, threads);
   add(MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&Impl::OnConnection), &s);
   add(MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&Impl::OnCompleted), &s);
   add(MHD_OPTION_UNESCAPE_CALLBACK, reinterpret_cast<intptr_t>(&Impl::Unescape), &s);
@@ -486,6 +643,9 @@ HttpServer::~HttpServer() {
   }
   impl_->reaper_wake.notify_all();
   if (impl_->reaper.joinable()) impl_->reaper.join();
+  // Every parked login is answered (503) and its connection resumed: MHD must not stop
+  // with a connection suspended, and a bcrypt in progress is not waited for.
+  if (impl_->verifier) impl_->verifier->Stop();
   // Closes the listen socket too.
   if (impl_->daemon != nullptr) MHD_stop_daemon(impl_->daemon);
 }
@@ -508,13 +668,9 @@ std::string HttpServer::url() const {
 }
 
 void HttpServer::SetBasicAuthUsers(std::map<std::string, std::string> users) {
-  {
-    std::lock_guard lock(impl_->users_mutex);
-    impl_->users = std::make_shared<const std::map<std::string, std::string>>(std::move(users));
-  }
-  std::lock_guard lock(impl_->cache_mutex);
-  impl_->verified.clear();
-  impl_->verified_order.clear();
+  const bool on = !users.empty();
+  impl_->verifier->SetUsers(std::move(users));
+  impl_->auth_on = on;
 }
 
 }  // namespace xferd::web

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "web/http_error.h"
+#include "web/password_verifier.h"
 #include "web/web_config.h"
 
 namespace xferd::web {
@@ -23,9 +24,10 @@ namespace xferd::web {
 // One request as the handler sees it. Only GET and HEAD reach the handler; the server
 // answers every other method with 405 itself.
 struct HttpRequest {
-  std::string method;  // "GET" or "HEAD"
-  std::string path;    // percent-decoded, without the query string
-  std::string user;    // the authenticated user; empty when auth is off
+  std::string method;           // "GET" or "HEAD"
+  std::string path;             // percent-decoded, without the query string
+  std::string user;             // the authenticated user; empty when auth is off
+  std::string accept_encoding;  // the Accept-Encoding header as sent; empty when absent
 };
 
 struct HttpResponse {
@@ -35,13 +37,20 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers
 };
 
+// How the server shares itself out; docs/http.md explains each limit and what happens at it.
 struct HttpServerOptions {
   // node_exporter's spelling: ":9742" (every interface), "127.0.0.1:0", "[::1]:9742",
   // "localhost:9742". Port 0 picks a free port; port() tells which.
   std::string listen_address = ":9742";
   WebConfig web;  // TLS when cert and key are set; basic auth when users are set
-  // Connections open at once; more wait in the kernel's backlog until one closes.
-  unsigned connection_limit = 128;
+  // Connections held open at once. Beyond this a new connection from the client address
+  // that holds the most is closed at once; one from any other address closes the oldest
+  // connection of that address that is not being answered (still opening, or idle between
+  // requests). Idle sockets from one address never keep another's scrape out.
+  unsigned connection_limit = 1024;
+  // A connection must send a whole request (its TLS handshake included) within this long
+  // of opening, or it is closed.
+  std::chrono::seconds header_timeout{5};
   // A connection with no traffic for this long is closed.
   std::chrono::seconds idle_timeout{10};
   // A request must arrive in full, and its response leave, within this long from the
@@ -51,8 +60,9 @@ struct HttpServerOptions {
   unsigned threads = 2;
   // Per-connection buffer for the request line and headers; larger requests get 431.
   std::size_t connection_memory_bytes = 32 * 1024;
-  // Successful bcrypt verifications remembered (bcrypt costs ~50-100 ms each).
-  std::size_t auth_cache_entries = 64;
+  // Logins that are not cached: how many bcrypts run at once, how many wait, for how long
+  // (web/password_verifier.h).
+  PasswordVerifierOptions auth;
 };
 
 class HttpServer {

@@ -2,14 +2,21 @@
 
 #include <string>
 
+#include "platform/printable.h"
 #include "web/http_error.h"
 
 namespace xferd::web {
 
 void CheckTelemetryPath(std::string_view path) {
-  const std::string quoted = "\"" + std::string(path) + "\"";
+  const std::string quoted = "\"" + platform::Printable(path, 80, /*escape_quotes=*/true) + "\"";
   const char* fix =
       "give --web.telemetry-path (or [web] telemetry_path) an absolute path such as /metrics";
+  if (path.size() > kMaxPathBytes) {
+    throw HttpError("telemetry path " + quoted + " is " + std::to_string(path.size()) +
+                        " bytes long; the server answers paths of at most " +
+                        std::to_string(kMaxPathBytes) + " bytes (414 beyond)",
+                    fix);
+  }
   if (path.empty() || path.front() != '/') {
     throw HttpError("telemetry path " + quoted + " must start with '/'", fix);
   }

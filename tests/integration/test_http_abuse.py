@@ -1,33 +1,53 @@
-"""HTTP abuse against the running daemon: nothing crashes it, legitimate scrapes keep working.
+"""HTTP abuse against the running daemon, over plain HTTP and over TLS: nothing crashes it,
+legitimate scrapes keep working, idle sockets never starve a scrape.
 
-One daemon serves the whole module; every test ends by checking it is alive and scrapes.
+One daemon per scheme serves the module; every test ends by checking it is alive and scrapes.
+The TLS daemon uses the test certificate of tests/data/tls.
 """
 import base64
+import gzip
 import socket
+import ssl
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from xferd_harness import Daemon, parse_metrics, sim_config
+from abuse_support import IdleSockets, percentile, timed_scrape
+from xferd_harness import SOURCE_DIR, Daemon, parse_metrics, sim_config
 
 HASH = "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi"  # "test-password"
+TLS_DIR = SOURCE_DIR / "tests" / "data" / "tls"
+CA = str(TLS_DIR / "server.crt")
 
 
-def exchange(port, data, timeout=20):
+def connect(d, timeout=20, source="127.0.0.1"):
+    """A connection to the daemon `d`, TLS when it serves TLS (d.tls_ca)."""
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=timeout,
+                                 source_address=(source, 0))
+    if d.tls_ca:
+        s = ssl.create_default_context(cafile=d.tls_ca).wrap_socket(s,
+                                                                    server_hostname="localhost")
+    return s
+
+
+def exchange(d, data, timeout=20):
     """Send raw bytes, read until the server closes. Returns (status or 0, headers, body)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     raw = b""
+    try:
+        s = connect(d, timeout)
+    except (OSError, ssl.SSLError):
+        return 0, {}, b""
     try:
         try:
             s.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
+        except (OSError, ssl.SSLError):
             pass  # refused part-way: what it answered is still readable
         while True:
             try:
                 chunk = s.recv(65536)
-            except ConnectionResetError:
+            except (OSError, ssl.SSLError):
                 break
             if not chunk:
                 break
@@ -45,21 +65,46 @@ def exchange(port, data, timeout=20):
     return int(lines[0].split()[1]), headers, body
 
 
-def request(port, method="GET", path="/metrics", headers=""):
-    return exchange(port, f"{method} {path} HTTP/1.1\r\nHost: x\r\n{headers}"
-                          "Connection: close\r\n\r\n".encode("latin-1"))
+def request(d, method="GET", path="/metrics", headers=""):
+    return exchange(d, f"{method} {path} HTTP/1.1\r\nHost: x\r\n{headers}"
+                       "Connection: close\r\n\r\n".encode("latin-1"))
 
 
-def scrape_ok(port):
-    status, _, body = request(port)
+def scrape_ok(d):
+    status, _, body = request(d)
     return status == 200 and b"xferd_build_info" in body
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    d = Daemon(tmp_path_factory.mktemp("abuse"), sim_config(interval="500ms"))
+def tls_web_config(path, users=None):
+    lines = ["tls_server_config:", f"  cert_file: {TLS_DIR / 'server.crt'}",
+             f"  key_file: {TLS_DIR / 'server.key'}"]
+    if users:
+        lines.append("basic_auth_users:")
+        lines += [f"  {u}: '{h}'" for u, h in users.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def start(tmp, tls, users=None, config=None):
+    args = []
+    if tls or users:
+        web = tmp / "web.yml"
+        if tls:
+            tls_web_config(web, users)
+        else:
+            web.write_text("basic_auth_users:\n" +
+                           "".join(f"  {u}: '{h}'\n" for u, h in users.items()))
+        args = ["--web.config.file", str(web)]
+    d = Daemon(tmp, config or sim_config(interval="500ms"), args=args)
+    d.tls_ca = CA if tls else None
     d.start()
-    d.wait_ready()
+    d.wait_log(r"ready: first probe cycle done", timeout=30)
+    return d
+
+
+@pytest.fixture(scope="module", params=["http", "https"])
+def daemon(request, tmp_path_factory):
+    d = start(tmp_path_factory.mktemp(f"abuse-{request.param}"), request.param == "https")
     yield d
     assert d.alive(), d.log()[-4000:]
     assert d.stop() == 0, d.log()[-4000:]
@@ -71,7 +116,7 @@ def still_serving(request):
     if "daemon" in request.fixturenames:
         d = request.getfixturevalue("daemon")
         assert d.alive(), d.log()[-4000:]
-        assert scrape_ok(d.port)
+        assert scrape_ok(d)
 
 
 MALFORMED = [
@@ -88,6 +133,7 @@ MALFORMED = [
     b"\x00" * 4096,
     bytes(range(256)) * 8,
     b"GET /\x00metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /" + b"m" * 2000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",  # longer than any path served
     # Valid enough to be served: HTTP lets servers accept bare LF, and a GET's body
     # (here a broken chunk) is never read, since the answer goes out before it.
     b"GET /metrics HTTP/1.1\nHost: x\n\n",
@@ -98,7 +144,7 @@ MAY_BE_SERVED = MALFORMED[-2:]
 
 @pytest.mark.parametrize("data", MALFORMED, ids=range(len(MALFORMED)))
 def test_malformed_requests_get_no_metrics_and_no_crash(daemon, data):
-    status, _, body = exchange(daemon.port, data)
+    status, _, body = exchange(daemon, data)
     # A refusal (4xx/5xx, or a closed connection), or harmlessly the landing page.
     if data not in MAY_BE_SERVED:
         assert b"xferd_build_info" not in body, (status, body[:200])
@@ -106,27 +152,29 @@ def test_malformed_requests_get_no_metrics_and_no_crash(daemon, data):
 
 
 def test_oversized_headers_are_refused(daemon):
-    status, _, _ = request(daemon.port, headers="X-Big: " + "a" * 65536 + "\r\n")
-    assert status in (400, 413, 431), status
+    status, _, _ = request(daemon, headers="X-Big: " + "a" * 65536 + "\r\n")
+    assert status in (0, 400, 413, 431), status
     many = "".join(f"X-H{i}: {'v' * 60}\r\n" for i in range(2000))
-    status, _, _ = request(daemon.port, headers=many)
-    assert status in (400, 413, 431), status
-    status, _, _ = request(daemon.port, path="/" + "p" * 65536)
-    assert status in (400, 414, 431), status
+    status, _, _ = request(daemon, headers=many)
+    assert status in (0, 400, 413, 431), status
+    status, _, _ = request(daemon, path="/" + "p" * 65536)
+    assert status in (0, 400, 414, 431), status
+    status, _, _ = request(daemon, path="/" + "p" * 1500)
+    assert status == 414, status
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE",
                                     "CONNECT", "PROPFIND", "FOO"])
 def test_methods_other_than_get_and_head_get_405(daemon, method):
     status, headers, body = exchange(
-        daemon.port, f"{method} /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
-                     "Connection: close\r\n\r\nbody".encode())
+        daemon, f"{method} /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+                "Connection: close\r\n\r\nbody".encode())
     assert status == 405, (status, body[:200])
     assert headers.get("allow") == "GET, HEAD"
 
 
 def test_head_has_no_body(daemon):
-    status, headers, body = request(daemon.port, method="HEAD")
+    status, headers, body = request(daemon, method="HEAD")
     assert status == 200 and body == b""
     assert int(headers["content-length"]) > 0
 
@@ -138,15 +186,29 @@ def test_head_has_no_body(daemon):
     "/proc/self/environ", "/metrics%00.html", "/./metrics/",
 ])
 def test_path_traversal_is_404(daemon, path):
-    status, _, body = request(daemon.port, path=path)
+    status, _, body = request(daemon, path=path)
     assert status in (400, 404), status
     assert b"root:" not in body and b"PATH=" not in body
+
+
+def test_gzip_is_served_when_asked_and_is_the_same_exposition(daemon):
+    status, headers, body = request(daemon, headers="Accept-Encoding: gzip\r\n")
+    assert status == 200
+    assert headers.get("content-encoding") == "gzip"
+    assert headers.get("vary") == "Accept-Encoding"
+    text = gzip.decompress(body).decode()
+    plain = request(daemon)[2].decode()
+    names = lambda t: {k[0] for k in parse_metrics(t)}  # noqa: E731
+    assert names(text) == names(plain)
+    assert len(body) * 4 < len(plain), (len(body), len(plain))
+    status, headers, _ = request(daemon, headers="Accept-Encoding: gzip;q=0, identity\r\n")
+    assert status == 200 and "content-encoding" not in headers
 
 
 def test_slow_clients_do_not_block_scrapes(daemon):
     """50 connections trickle a request at a byte a second; real scrapes still get through."""
     stop = threading.Event()
-    socks = [socket.create_connection(("127.0.0.1", daemon.port), timeout=5) for _ in range(50)]
+    socks = [connect(daemon, 5) for _ in range(50)]
 
     def trickle():
         payload = b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"s" * 1000
@@ -156,7 +218,7 @@ def test_slow_clients_do_not_block_scrapes(daemon):
             for s in socks:
                 try:
                     s.send(payload[i:i + 1])
-                except OSError:
+                except (OSError, ssl.SSLError):
                     pass
             stop.wait(1.0)
 
@@ -165,9 +227,9 @@ def test_slow_clients_do_not_block_scrapes(daemon):
     try:
         time.sleep(2)
         for _ in range(5):
-            start = time.monotonic()
-            assert scrape_ok(daemon.port)
-            assert time.monotonic() - start < 10
+            start_t = time.monotonic()
+            assert scrape_ok(daemon)
+            assert time.monotonic() - start_t < 10
     finally:
         stop.set()
         t.join()
@@ -175,83 +237,172 @@ def test_slow_clients_do_not_block_scrapes(daemon):
             s.close()
 
 
-def test_slowloris_beyond_the_connection_limit_is_cut_off(daemon):
-    """More trickling connections than the server's limit (128): the request deadline (30 s)
-    frees the slots, so a scrape waits at most about that long, not forever."""
-    stop = threading.Event()
-    socks = []
-    for _ in range(160):
-        socks.append(socket.create_connection(("127.0.0.1", daemon.port), timeout=5))
+def test_tricklers_are_cut_at_the_header_timeout(daemon):
+    """Connections that never finish a request are closed after the header timeout (5 s,
+    spread over 3.75-6.25 s), so they cannot hold slots for the 30 s request deadline."""
+    socks = [connect(daemon, 30, source="127.0.0.2") for _ in range(40)]
+    start_t = time.monotonic()
+    for s in socks:
+        s.send(b"GET /metrics HTTP/1.1\r\n")
+    closed = 0
+    for s in socks:
+        try:
+            data = s.recv(1)
+        except (OSError, ssl.SSLError):
+            data = b""
+        closed += data == b""
+        s.close()
+    assert closed == 40
+    assert time.monotonic() - start_t < 15
 
-    def trickle():
-        while not stop.is_set():
-            for s in socks:
-                try:
-                    s.send(b"X")
-                except OSError:
-                    pass
-            stop.wait(1.0)
 
-    t = threading.Thread(target=trickle)
-    t.start()
+def test_idle_sockets_do_not_starve_scrapes(daemon):
+    """1,000 idle connections from one address (over TLS: half-finished handshakes), reopened
+    as the server closes them: scrapes from another address are answered at once. The bound
+    promised is 1 s (bench/http_idle_sockets.py checks it on a quiet machine); here every
+    scrape must succeed within 5 s, a margin for sanitizer builds and shared CI machines
+    (before the fix they timed out after 12-15 s)."""
+    holder = IdleSockets(daemon.port, count=1000, source="127.0.0.2",
+                         tls=bool(daemon.tls_ca)).start()
     try:
-        time.sleep(2)
-        start = time.monotonic()
-        status, _, _ = exchange(daemon.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
-                                             b"Connection: close\r\n\r\n", timeout=90)
-        waited = time.monotonic() - start
-        assert status == 200
-        assert waited < 60, waited
+        assert holder.wait_held(), f"only {holder.opened} idle connections opened"
+        results = [timed_scrape(daemon.port, tls_ca=daemon.tls_ca) for _ in range(20)]
     finally:
-        stop.set()
-        t.join()
-        for s in socks:
-            s.close()
+        holder.stop()
+    times = [t for _, t in results]
+    print(f"\n{'https' if daemon.tls_ca else 'http'}: 1000 idle sockets, 20 scrapes: "
+          f"p50 {percentile(times, 0.5) * 1000:.1f} ms, p99 {percentile(times, 0.99) * 1000:.1f} "
+          f"ms, max {max(times) * 1000:.1f} ms")
+    assert [s for s, _ in results] == [200] * 20
+    assert max(times) < 5, times
 
 
 def test_many_concurrent_scrapes_all_succeed(daemon):
     with ThreadPoolExecutor(max_workers=100) as pool:
-        results = list(pool.map(lambda _: request(daemon.port)[0], range(100)))
+        results = list(pool.map(lambda _: request(daemon)[0], range(100)))
     assert results.count(200) == 100, results
 
 
 def test_no_descriptor_leak_after_abuse(daemon):
     """Open fds return to where they were once abusive connections are gone."""
     def open_fds():
-        return parse_metrics(request(daemon.port)[2].decode())[("process_open_fds", frozenset())]
+        return parse_metrics(request(daemon)[2].decode())[("process_open_fds", frozenset())]
 
     before = open_fds()
     with ThreadPoolExecutor(max_workers=len(MALFORMED)) as pool:
-        list(pool.map(lambda data: exchange(daemon.port, data), MALFORMED))
-    half_open = [socket.create_connection(("127.0.0.1", daemon.port)) for _ in range(20)]
+        list(pool.map(lambda data: exchange(daemon, data), MALFORMED))
+    half_open = [connect(daemon) for _ in range(20)]
     for s in half_open:
         s.send(b"GET /met")
         s.close()
     daemon.wait_for(lambda: open_fds() <= before + 2, 30, "descriptors to be released")
 
 
-def test_wrong_or_missing_credentials_get_401(tmp_path):
-    conf = tmp_path / "web.yml"
-    conf.write_text(f"basic_auth_users:\n  prometheus: '{HASH}'\n")
-    d = Daemon(tmp_path, sim_config(interval="500ms"), args=["--web.config.file", str(conf)])
-    d.start()
-    try:
-        def auth(user, password):
-            token = base64.b64encode(f"{user}:{password}".encode()).decode()
-            return f"Authorization: Basic {token}\r\n"
+def auth(user, password):
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return f"Authorization: Basic {token}\r\n"
 
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_wrong_or_missing_credentials_get_401(tmp_path, scheme):
+    d = start(tmp_path, scheme == "https", {"prometheus": HASH})
+    try:
         for headers in ["", auth("prometheus", "wrong"), auth("admin", "test-password"),
                         auth("prometheus", ""), "Authorization: Basic %%%\r\n",
                         "Authorization: Basic " + "A" * 8000 + "\r\n",
                         "Authorization: Digest username=prometheus\r\n"]:
             for method, path in [("GET", "/metrics"), ("GET", "/"), ("POST", "/metrics"),
                                  ("GET", "/../../etc/passwd")]:
-                status, h, body = request(d.port, method, path, headers)
-                assert status == 401, (headers[:40], method, path, status)
-                assert h.get("www-authenticate") == 'Basic realm="xferd"'
+                status, h, body = request(d, method, path, headers)
+                # 429: this address failed too often and is held to one check at a time.
+                assert status in (401, 429), (headers[:40], method, path, status)
+                if status == 401:
+                    assert h.get("www-authenticate") == 'Basic realm="xferd"'
                 assert b"xferd_" not in body
-        status, _, body = request(d.port, headers=auth("prometheus", "test-password"))
-        assert status == 200 and b"xferd_build_info" in body
+        # Its right password still gets in, one check at a time.
+        status, _, body = request(d, headers=auth("prometheus", "test-password"))
+        assert status == 200, status
         assert d.alive()
     finally:
         assert d.stop() == 0
+
+
+def test_a_correct_login_gets_through_a_password_flood(tmp_path):
+    """The review: during a wrong-password flood, a correct login that is not cached yet
+    (the first scrape after a restart) got 503 every time. Guesses come from 127.0.0.2; three
+    users with the same password log in once each from 127.0.0.1, each uncached."""
+    users = {f"prom{i}": HASH for i in range(3)}
+    d = start(tmp_path, False, users)
+    stop = threading.Event()
+    statuses = []
+
+    def guess(n):
+        while not stop.is_set():
+            s = socket.create_connection(("127.0.0.1", d.port), 10, source_address=("127.0.0.2", 0))
+            with s:
+                s.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\n{auth('prom0', f'guess{n}')}"
+                          "Connection: close\r\n\r\n".encode())
+                statuses.append(s.recv(12)[9:12])
+            n += 4
+
+    guessers = [threading.Thread(target=guess, args=(i,)) for i in range(4)]
+    for t in guessers:
+        t.start()
+    try:
+        time.sleep(1)
+        logins = []
+        for user in users:
+            start_t = time.monotonic()
+            status, _, body = request(d, headers=auth(user, "test-password"))
+            logins.append((status, time.monotonic() - start_t))
+    finally:
+        stop.set()
+        for t in guessers:
+            t.join()
+        code = d.stop()
+    print(f"\nflood: {len(statuses)} guesses ({statuses.count(b'401')} x 401, "
+          f"{statuses.count(b'429')} x 429, {statuses.count(b'503')} x 503); correct logins: "
+          + ", ".join(f"{s} in {t * 1000:.0f} ms" for s, t in logins))
+    assert [s for s, _ in logins] == [200, 200, 200]
+    assert b"401" in statuses and (b"429" in statuses or b"503" in statuses)
+    assert code == 0
+
+
+def test_an_unknown_user_costs_what_a_known_one_does(tmp_path):
+    """Timing must not tell which names exist: cost-5 user 3 ms, unknown user 80 ms before."""
+    cost5 = "$2b$05$uwCUv.GjMulXo5oFsmr20uWkQsQj.T..rvqcdn7HtMyVgGXdW46iu"
+    d = start(tmp_path, False, {"alice": cost5})
+    try:
+        def median_ms(user):
+            times = []
+            for i in range(9):
+                start_t = time.monotonic()
+                status, _, _ = request(d, headers=auth(user, f"wrong{i}"))
+                times.append((time.monotonic() - start_t) * 1000)
+                assert status in (401, 429)
+                time.sleep(0.3)  # one check at a time once this address is failing
+            return sorted(times)[4]
+        known, unknown = median_ms("alice"), median_ms("mallory")
+    finally:
+        d.stop()
+    print(f"\nwrong password: known user {known:.1f} ms, unknown user {unknown:.1f} ms (median of 9)")
+    assert unknown < 3 * known + 5, (known, unknown)
+
+
+def test_stop_does_not_wait_for_a_costly_login(tmp_path):
+    """A cost-20 login made shutdown hang over 5 s. Costs above 12 are refused now, and logins
+    at 12 still being checked do not hold up SIGTERM (the stop bound is 2 s)."""
+    cost12 = "$2b$12$jadT/.hzfyd15AJVxz5NPeb0BD2.q7gNTWqkFgg.WPl4VaMezXkJu"
+    d = start(tmp_path, False, {"prometheus": cost12})
+    clients = [threading.Thread(target=request, args=(d,),
+                                kwargs={"headers": auth("prometheus", f"x{i}")}) for i in range(4)]
+    for t in clients:
+        t.start()
+    time.sleep(0.2)
+    start_t = time.monotonic()
+    code = d.stop()
+    took = time.monotonic() - start_t
+    for t in clients:
+        t.join()
+    assert code == 0
+    assert took < 2, took

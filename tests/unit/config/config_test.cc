@@ -9,9 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+
+#include "config/toml_workarounds.h"
 
 namespace xferd::config {
 
@@ -98,6 +101,18 @@ RunResult RunXferd(const std::vector<std::string>& args, bool as_nobody = false)
 
 Config Parse(const std::string& text) {
   return ParseConfig(text, "test.toml");
+}
+
+// What an error leaves on stderr is one line a terminal and the journal show as it is: no
+// control characters, raw bytes or megabytes of echoed input, however bad the file.
+void ExpectPrintableLine(const std::string& err, const std::string& what) {
+  EXPECT_LT(err.size(), 2500u) << what;
+  ASSERT_FALSE(err.empty()) << what;
+  EXPECT_EQ(err.back(), '\n') << what;
+  for (std::size_t i = 0; i + 1 < err.size(); ++i) {
+    const auto c = static_cast<unsigned char>(err[i]);
+    EXPECT_TRUE(c >= 0x20 && c != 0x7f) << what << ": byte " << int(c) << " at " << i;
+  }
 }
 
 // The ConfigError ParseConfig throws for `text`; fails the test when none is thrown.
@@ -657,6 +672,7 @@ TEST(BadConfigCorpus, CheckConfigRejectsEachWithExit78NamingKeyAndLine) {
     if (bad.key != "-") where += bad.key + ": ";
     EXPECT_THAT(r.err, StartsWith(where)) << bad.file;
     EXPECT_THAT(r.err, HasSubstr("; fix: ")) << bad.file;
+    ExpectPrintableLine(r.err, bad.file);
   }
 }
 
@@ -686,8 +702,8 @@ TEST(CheckConfig, ShippedExamplePassesWithSummary) {
 class WebConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_.Write("server.crt", "-----BEGIN CERTIFICATE-----\n");
-    dir_.Write("server.key", "-----BEGIN PRIVATE KEY-----\n");
+    dir_.Write("server.crt", ReadAll(kDataDir / "tls" / "server.crt"));
+    dir_.Write("server.key", ReadAll(kDataDir / "tls" / "server.key"));
   }
   ConfigError WebErrorOf(const std::string& yaml) {
     const auto file = dir_.Write("web.yml", yaml);
@@ -789,6 +805,193 @@ TEST_F(WebConfigTest, LoadConfigReadsTheWebConfigAndCheckConfigReportsIt) {
   EXPECT_EQ(bad.exit_code, 78);
   EXPECT_THAT(bad.err,
               StartsWith((dir_.path() / "web.yml").string() + ":2: basic_auth_users.prometheus: "));
+}
+
+// ---- the bad web-config corpus: TLS material, bcrypt costs, NUL, nesting ---------------------
+
+struct BadWebConfig {
+  std::string file, key;
+  int line = 0;
+};
+
+std::vector<BadWebConfig> WebCorpus() {
+  std::ifstream in(kDataDir / "bad-web-configs" / "expected.txt");
+  std::vector<BadWebConfig> corpus;
+  std::string row;
+  while (std::getline(in, row)) {
+    if (row.empty() || row[0] == '#') continue;
+    std::istringstream fields(row);
+    BadWebConfig bad;
+    fields >> bad.file >> bad.key >> bad.line;
+    corpus.push_back(bad);
+  }
+  return corpus;
+}
+
+TEST(BadWebConfigCorpus, EveryFileIsListed) {
+  const auto corpus = WebCorpus();
+  std::size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kDataDir / "bad-web-configs")) {
+    if (entry.path().filename() == "expected.txt") continue;
+    ++files;
+    const auto name = entry.path().filename().string();
+    EXPECT_TRUE(std::any_of(corpus.begin(), corpus.end(),
+                            [&](const BadWebConfig& b) { return b.file == name; }))
+        << name << " has no line in expected.txt";
+  }
+  EXPECT_EQ(files, corpus.size());
+}
+
+// check-config and run load the web config with the same function: both exit 78 with the
+// same first words (a key that does not fit its certificate used to pass check-config and
+// make run exit 71).
+TEST(BadWebConfigCorpus, CheckConfigAndRunBothExit78NamingTheYamlLine) {
+  TempDir dir;
+  for (const BadWebConfig& bad : WebCorpus()) {
+    const auto yaml = std::filesystem::canonical(kDataDir / "bad-web-configs" / bad.file);
+    const auto toml = dir.Write("xferd.toml", "[web]\nconfig_file = \"" + yaml.string() + "\"\n");
+    std::string where = yaml.string() + ":" + std::to_string(bad.line) + ": ";
+    if (bad.key != "-") where += bad.key + ": ";
+
+    const RunResult check = RunXferd({"check-config", toml.string()});
+    EXPECT_EQ(check.exit_code, 78) << bad.file << "\n" << check.err;
+    EXPECT_THAT(check.err, StartsWith(where)) << bad.file;
+    EXPECT_THAT(check.err, HasSubstr("; fix: ")) << bad.file;
+    ExpectPrintableLine(check.err, bad.file);
+
+    const RunResult run =
+        RunXferd({"run", "--config", toml.string(), "--simulate", "--web.listen-address",
+                  "127.0.0.1:0", "--state-dir", (dir.path() / "state").string()});
+    EXPECT_EQ(run.exit_code, 78) << bad.file << "\n" << run.err;
+    EXPECT_THAT(run.err, StartsWith("xferd: " + where)) << bad.file;
+  }
+}
+
+TEST_F(WebConfigTest, AChainInOrderLoads) {
+  const auto tls = kDataDir / "tls";
+  const WebConfig web = LoadWebConfig(
+      dir_.Write("web.yml", "tls_server_config:\n  cert_file: " + (tls / "chain.crt").string() +
+                                "\n  key_file: " + (tls / "leaf.key").string() + "\n"));
+  ASSERT_TRUE(web.TlsEnabled());
+  EXPECT_NE(web.tls->cert_pem.find("-----BEGIN CERTIFICATE-----"), std::string::npos);
+}
+
+// A FIFO (or a socket) named as a file is refused at once, never waited on: a FIFO without
+// a writer used to block the daemon in open(), at start and on SIGHUP.
+TEST_F(WebConfigTest, FifosAreRefusedWithoutWaiting) {
+  const auto fifo = dir_.path() / "fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const ConfigError as_cert =
+      WebErrorOf("tls_server_config:\n  cert_file: fifo\n  key_file: server.key\n");
+  EXPECT_EQ(as_cert.key(), "tls_server_config.cert_file");
+  EXPECT_THAT(as_cert.what(), HasSubstr("it is a FIFO, not a regular file"));
+  const auto toml = dir_.Write("xferd.toml", "[web]\nconfig_file = \"fifo\"\n");
+  try {
+    LoadConfig(toml);
+    ADD_FAILURE() << "loaded a FIFO as the web config";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "web.config_file");
+    EXPECT_THAT(e.what(), HasSubstr("FIFO"));
+  }
+  try {
+    LoadConfig(fifo);
+    ADD_FAILURE() << "loaded a FIFO as the config";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("it is a FIFO, not a regular file"));
+  }
+}
+
+// ---- nesting, NUL, the series budget, message bounds -------------------------------------
+
+TEST(ConfigNesting, LimitsCountOnlyWhatTomlNests) {
+  // At the limits: accepted by the scan (toml++ then judges the keys).
+  const std::string parts16 = "a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a = 1\n";
+  EXPECT_FALSE(FindTooDeepNesting(parts16));
+  EXPECT_TRUE(FindTooDeepNesting("a." + parts16));
+  EXPECT_FALSE(FindTooDeepNesting("x = " + std::string(16, '[') + std::string(16, ']') + "\n"));
+  EXPECT_TRUE(FindTooDeepNesting("x = " + std::string(17, '[') + std::string(17, ']') + "\n"));
+  // Dots and brackets inside strings and comments are not nesting.
+  EXPECT_FALSE(FindTooDeepNesting("x = \"" + std::string(100, '.') + std::string(100, '[') +
+                                  "\"\n# " + std::string(100, '{') + "\n"));
+  EXPECT_FALSE(FindTooDeepNesting("x = '" + std::string(100, '.') + "'\n"));
+  EXPECT_FALSE(FindTooDeepNesting("x = '''\n'" + std::string(100, '[') + "\n'''\n"));
+  EXPECT_FALSE(FindTooDeepNesting("x = \"\"\"\n\"\"" + std::string(100, '[') + "\n\"\"\"\"\"\n"));
+  // A multi-line string ends at its last quote: what follows is counted again.
+  const auto deep = FindTooDeepNesting("x = \"\"\"a\"\"\"\"\ny = " + std::string(20, '[') + "\n");
+  ASSERT_TRUE(deep);
+  EXPECT_EQ(deep->line, 2);
+  // An escaped quote does not end a string; a newline ends a single-line one (an error).
+  EXPECT_FALSE(FindTooDeepNesting("x = \"\\\"" + std::string(40, '[') + "\"\n"));
+  EXPECT_TRUE(FindTooDeepNesting("x = \"open\ny = " + std::string(40, '[') + "\n"));
+  // Numbers and dates have their own dots.
+  EXPECT_FALSE(FindTooDeepNesting("[probe]\njitter = 0.1\nx = 1979-05-27T07:32:00.999Z\n"));
+  EXPECT_FALSE(FindTooDeepNesting(ReadAll(kExample)));
+}
+
+TEST(ConfigValidation, NulInAnyStringIsRefusedWithItsLine) {
+  for (const std::string& text :
+       {std::string("[daemon]\nstate_dir = \"/var/lib/x\\u0000y\"\n"),
+        std::string("[probe]\nmodes = [\"pinned\", \"pageable\\u0000\"]\n"),
+        std::string("[simulate]\nunsupported = { pinned = \"why\\u0000\" }\n"),
+        std::string("[web]\nlisten_address = \"\"\"\n:9742\\u0000\"\"\"\n")}) {
+    const ConfigError e = ErrorOf(text);
+    EXPECT_EQ(e.line(), 2) << text;
+    EXPECT_THAT(e.problem(), HasSubstr("NUL")) << text;
+  }
+}
+
+TEST(ConfigBudget, DefaultsMatchTheDocumentedSeriesAndLimitsAreReported) {
+  const SeriesEstimate defaults = EstimateSeries(Settings{});
+  EXPECT_EQ(defaults.probes, 13u);
+  EXPECT_EQ(defaults.per_gpu, 305u);  // docs/metrics.md, "Series budget"
+  EXPECT_EQ(defaults.concurrent_per_gpu, 6u);
+  EXPECT_EQ(defaults.per_size, 221u);
+  EXPECT_EQ(defaults.baseline_values_per_gpu, 13u * 20);
+  // The shipped example is far inside every limit.
+  EXPECT_LT(EstimateSeries(LoadConfig(kExample)).per_gpu, kMaxSeriesPerGpu / 4);
+  // Over: says by how much.
+  std::string sizes;
+  for (int i = 0; i < 9; ++i) sizes += (i ? ", " : "") + std::to_string(4096 << i);
+  const ConfigError e = ErrorOf("[probe]\nsizes = [" + sizes + "]\n");
+  EXPECT_EQ(e.key(), "probe.sizes");
+  // 9 sizes x 13 probes x 17 + 13 + 36 + 6 + 1 + 28, and 6 for the concurrent groups.
+  EXPECT_THAT(e.problem(), HasSubstr("exports 2079 series per GPU"));
+  EXPECT_THAT(e.problem(), HasSubstr("over the limit of 2000 by 79 (3%)"));
+  // One size fewer fits.
+  sizes = sizes.substr(0, sizes.rfind(','));
+  EXPECT_EQ(Parse("[probe]\nsizes = [" + sizes + "]\n").sizes.size(), 8u);
+}
+
+// A file of 120,000 sizes used to be checked for repeats one by one (hours); now it is
+// refused for its series in a moment (a hang would fail the test by its timeout).
+TEST(ConfigBudget, HugeListsAreRefusedWithoutAQuadraticScan) {
+  std::string text = "[probe]\nsizes = [";
+  for (int i = 0; i < 120000; ++i) text += (i ? "," : "") + std::to_string(1024 + i);
+  text += "]\n";
+  EXPECT_EQ(ErrorOf(text).key(), "probe.sizes");
+}
+
+TEST(ConfigErrors, EchoedInputIsEscapedAndCapped) {
+  const ConfigError e("f.toml", 3, std::string("bad\x1b[2Jkey\n") + std::string(100000, 'k'),
+                      std::string("problem with \xff\xfe raw bytes and a bell \a"), "fix it");
+  const std::string what = e.what();
+  EXPECT_LT(what.size(), 1500u);
+  EXPECT_EQ(what.find('\x1b'), std::string::npos);
+  EXPECT_EQ(what.find('\n'), std::string::npos);
+  EXPECT_THAT(what, HasSubstr("bad\\x1b[2Jkey\\x0a"));
+  EXPECT_THAT(what, HasSubstr("\\xff\\xfe raw bytes and a bell \\x07"));
+  EXPECT_THAT(what, HasSubstr("...(100011 bytes)"));
+}
+
+// Whatever a message quotes (here a flag), what reaches stderr is escaped and capped.
+TEST(ConfigErrors, EveryErrorLineIsPrintableFlagsToo) {
+  const RunResult level =
+      RunXferd({"run", "--log.level", "in\x1b[31mfo\n" + std::string(5000, 'x')});
+  EXPECT_EQ(level.exit_code, 64) << level.err;
+  ExpectPrintableLine(level.err, "--log.level");
+  const RunResult address = RunXferd({"run", "--web.listen-address", "\x1b]0;pwned\x07:1"});
+  EXPECT_EQ(address.exit_code, 64) << address.err;
+  ExpectPrintableLine(address.err, "--web.listen-address");
 }
 
 }  // namespace

@@ -253,5 +253,75 @@ TEST_F(StateFileTest, InterruptedWriteNeverYieldsATornState) {
   }
 }
 
+// The state file is read as a stream: what it costs is what is kept, and no shape of it,
+// however deep or long, crashes the daemon or grows it without bound.
+TEST_F(StateFileTest, DeepNestingIsCorruptNotACrash) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& text :
+       {deep, "{\"version\": 1, \"baselines\": " + deep + "}",
+        "{\"version\": 1, \"baselines\": {\"g\": {\"k\": [" + deep + "]}}}"}) {
+    Write(text);
+    StateFile state(dir_);
+    const StateLoad load = state.Load(Now());
+    EXPECT_EQ(load.outcome, StateLoad::Outcome::kCorrupt) << load.message;
+    EXPECT_LT(load.message.size(), 1500u);
+    fs::remove(dir_ / "state.json.corrupt-20261129T180000Z");
+  }
+}
+
+TEST_F(StateFileTest, OnlyTheLongestWindowOfEachSeriesIsKept) {
+  std::string values;
+  for (int i = 1; i <= 25000; ++i) values += (i > 1 ? "," : "") + std::to_string(i);
+  Write("{\"version\": 1, \"baselines\": {\"GPU-a\": {\"pinned/h2d/64MiB\": [" + values + "]}}}");
+  StateFile state(dir_);
+  const StateLoad load = state.Load(Now());
+  ASSERT_EQ(load.outcome, StateLoad::Outcome::kLoaded) << load.message;
+  const auto& kept = load.baselines.at("GPU-a").at("pinned/h2d/64MiB");
+  ASSERT_EQ(kept.size(), 10000u);
+  EXPECT_EQ(kept.front(), 15001);
+  EXPECT_EQ(kept.back(), 25000);
+}
+
+TEST_F(StateFileTest, MoreValuesOrLongerNamesThanXferdWritesAreCorrupt) {
+  // 5 Mi short values over many series: more than any configuration keeps.
+  std::string text = "{\"version\": 1, \"baselines\": {\"g\": {";
+  for (int s = 0; s < 600; ++s) {
+    text += (s ? ",\"" : "\"") + std::to_string(s) + "\": [";
+    for (int i = 0; i < 9000; ++i) text += i ? ",1" : "1";
+    text += "]";
+  }
+  text += "}}}";
+  Write(text);
+  const StateLoad many = StateFile(dir_).Load(Now());
+  EXPECT_EQ(many.outcome, StateLoad::Outcome::kCorrupt);
+  EXPECT_NE(many.message.find("more than any configuration keeps"), std::string::npos)
+      << many.message;
+  fs::remove(dir_ / "state.json.corrupt-20261129T180000Z");
+
+  Write("{\"version\": 1, \"baselines\": {\"" + std::string(100000, 'u') + "\": {}}}");
+  const StateLoad named = StateFile(dir_).Load(Now());
+  EXPECT_EQ(named.outcome, StateLoad::Outcome::kCorrupt);
+  EXPECT_LT(named.message.size(), 1500u);
+}
+
+// The version decides even when it comes after a shape this xferd does not know.
+TEST_F(StateFileTest, AFutureVersionIsToldWhereverItsVersionStands) {
+  const std::string future =
+      "{\"baselines\": [{\"gpu\": \"GPU-a\", \"series\": [[1, 2]]}], \"version\": 3}";
+  Write(future);
+  StateFile state(dir_);
+  EXPECT_EQ(state.Load(Now()).outcome, StateLoad::Outcome::kFutureVersion);
+  EXPECT_EQ(Read(dir_ / "state.json"), future);
+}
+
+TEST_F(StateFileTest, AStateFileThatIsNotARegularFileIsKeptAndNotWaitedOn) {
+  ASSERT_EQ(mkfifo((dir_ / "state.json").c_str(), 0600), 0);
+  StateFile state(dir_);
+  const StateLoad load = state.Load(Now());
+  EXPECT_EQ(load.outcome, StateLoad::Outcome::kUnreadable);
+  EXPECT_NE(load.message.find("FIFO"), std::string::npos) << load.message;
+  EXPECT_FALSE(state.persisting());
+}
+
 }  // namespace
 }  // namespace xferd::core

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,6 +29,7 @@
 #include "platform/files.h"
 #include "web/basic_auth.h"
 #include "web/listen_address.h"
+#include "web/paths.h"
 #include "web/tls.h"
 
 namespace xferd::exporter {
@@ -53,6 +55,28 @@ int Connect(std::uint16_t port, std::chrono::seconds timeout) {
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A connection from `source` (another loopback address stands for another host).
+int ConnectFrom(std::uint16_t port, const char* source, std::chrono::seconds timeout) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  timeval tv{static_cast<time_t>(timeout.count()), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &local.sin_addr);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
     return -1;
   }
@@ -393,22 +417,22 @@ TEST(HttpServer, BadTlsFilesAreClearErrors) {
   const auto key = dir.path() / "key.pem";
   WriteFile(cert, "this is not a certificate\n");
   WriteFile(key, "nor a key\n");
-  HttpServerOptions options;
-  options.listen_address = "127.0.0.1:0";
-  options.web.tls = ReadTlsMaterial(cert, key);
+  // Refused when loaded, as a configuration error (exit 78), before any server starts.
   try {
-    HttpServer server(options, [](const HttpRequest&) { return HttpResponse{}; });
-    ADD_FAILURE() << "started with " << cert << " / " << key;
-  } catch (const HttpError& e) {
-    EXPECT_NE(std::string(e.what()).find(cert.string() + " is not a PEM certificate"),
+    LoadTlsMaterial(cert, key);
+    ADD_FAILURE() << "loaded " << cert << " / " << key;
+  } catch (const TlsMaterialError& e) {
+    EXPECT_EQ(e.file(), TlsMaterialError::File::kCertificate);
+    EXPECT_NE(std::string(e.what()).find(cert.string() + " holds no PEM certificate"),
               std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("fix:"), std::string::npos) << e.what();
+    EXPECT_EQ(e.failure(), platform::Failure::kConfig);
   }
   // A file that cannot be read is named when it is read, once, before any server starts.
   const auto missing = dir.path() / "missing.pem";
   try {
-    ReadTlsMaterial(missing, key);
+    LoadTlsMaterial(missing, key);
     ADD_FAILURE() << "read " << missing;
   } catch (const platform::FileError& e) {
     EXPECT_NE(std::string(e.what()).find("cannot read TLS certificate " + missing.string()),
@@ -468,7 +492,7 @@ TEST(HttpServer, PasswordGuessingFloodDoesNotStarveVerifiedScrapes) {
   ASSERT_EQ(Get(port, "/metrics", "GET", good).status, 200);  // now cached
 
   std::atomic<bool> stop{false};
-  std::atomic<int> denied{0}, busy{0}, other{0};
+  std::atomic<int> denied{0}, busy{0}, limited{0}, other{0};
   std::vector<std::thread> attackers;
   for (int i = 0; i < 4; ++i) {
     attackers.emplace_back([&, i] {
@@ -480,6 +504,8 @@ TEST(HttpServer, PasswordGuessingFloodDoesNotStarveVerifiedScrapes) {
           ++denied;
         else if (status == 503)
           ++busy;
+        else if (status == 429)
+          ++limited;
         else
           ++other;
       }
@@ -493,8 +519,8 @@ TEST(HttpServer, PasswordGuessingFloodDoesNotStarveVerifiedScrapes) {
   stop = true;
   for (auto& t : attackers) t.join();
   EXPECT_EQ(std::count(scrapes.begin(), scrapes.end(), 200), 10);
-  EXPECT_GT(denied, 0);  // guesses are checked, one at a time
-  EXPECT_GT(busy, 0);    // and the rest told to come back instead of queueing
+  EXPECT_GT(denied, 0);          // guesses are checked, a few at a time
+  EXPECT_GT(busy + limited, 0);  // and the rest told to come back instead of queueing
   EXPECT_EQ(other, 0);
 }
 
@@ -552,13 +578,15 @@ TEST(HttpServer, ManyConcurrentScrapesAllSucceed) {
   EXPECT_EQ(std::count(status.begin(), status.end(), 200), kClients);
 }
 
-// Clients that trickle a request a byte at a time hold every connection slot; the request
-// deadline frees them, so a real scrape gets through instead of waiting for hours.
+// Clients that trickle a request a byte at a time (from another address) would hold their
+// connections for hours; the request deadline cuts them off, and a real scrape gets
+// through meanwhile.
 TEST(HttpServer, TricklingClientsAreCutOffAtTheRequestDeadline) {
   HttpServerOptions options;
   options.connection_limit = 4;
   options.threads = 2;
   options.idle_timeout = 30s;  // the trickle keeps them from being idle anyway
+  options.header_timeout = 30s;
   options.request_deadline = 2s;
   Exporter exporter(options);
   const auto port = exporter.port();
@@ -568,7 +596,7 @@ TEST(HttpServer, TricklingClientsAreCutOffAtTheRequestDeadline) {
   std::vector<std::thread> tricklers;
   for (int i = 0; i < 4; ++i) {
     tricklers.emplace_back([&] {
-      const int fd = Connect(port, 60s);
+      const int fd = ConnectFrom(port, "127.0.0.2", 60s);
       if (fd < 0) return;
       const std::string request = "GET /metrics HTTP/1.1\r\nX-Slow: " + std::string(10000, 's');
       for (const char c : request) {
@@ -625,7 +653,7 @@ TEST(HttpServer, ServesTlsWithAGeneratedCertificate) {
   ASSERT_EQ(std::system(make_cert.c_str()), 0);
 
   HttpServerOptions options;
-  options.web.tls = ReadTlsMaterial(cert, key);
+  options.web.tls = LoadTlsMaterial(cert, key);
   options.web.basic_auth_users["prometheus"] = kTestHash;
   Exporter exporter(options);
   EXPECT_TRUE(exporter.server->tls());
@@ -656,22 +684,190 @@ TEST(HttpServer, ServesTlsWithAGeneratedCertificate) {
   EXPECT_EQ(curl("--cacert " + cert.string() + " -u prometheus:" + kTestPassword + " " + url).first,
             "200");
 
-  // A key that is not the certificate's is refused by name.
+  // A key that is not the certificate's is refused by name, when loaded.
   const auto other_key = dir.path() / "other.pem";
   ASSERT_EQ(std::system(("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 "
                          "-out " +
                          other_key.string() + " 2>/dev/null")
                             .c_str()),
             0);
-  HttpServerOptions mismatched;
-  mismatched.listen_address = "127.0.0.1:0";
-  mismatched.web.tls = ReadTlsMaterial(cert, other_key);
   try {
-    HttpServer server(mismatched, [](const HttpRequest&) { return HttpResponse{}; });
-    ADD_FAILURE() << "started with a key of another certificate";
-  } catch (const HttpError& e) {
-    EXPECT_NE(std::string(e.what()).find("do not fit together"), std::string::npos) << e.what();
+    LoadTlsMaterial(cert, other_key);
+    ADD_FAILURE() << "loaded a key of another certificate";
+  } catch (const TlsMaterialError& e) {
+    EXPECT_EQ(e.file(), TlsMaterialError::File::kKey);
+    EXPECT_NE(std::string(e.what()).find("is not the key of certificate"), std::string::npos)
+        << e.what();
   }
+}
+
+// ---- abuse: idle sockets, long paths, logins under a flood, gzip ---------------------------
+
+RawResponse ExchangeOn(int fd, const std::string& request) {
+  if (fd < 0) return {};
+  send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string raw;
+  char buffer[16384];
+  for (ssize_t n; (n = recv(fd, buffer, sizeof(buffer), 0)) > 0;) {
+    raw.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return Parse(raw);
+}
+
+RawResponse GetFrom(const char* source, std::uint16_t port, const std::string& extra_headers = "",
+                    std::chrono::seconds timeout = 20s) {
+  return ExchangeOn(
+      ConnectFrom(port, source, timeout),
+      "GET /metrics HTTP/1.1\r\nHost: localhost\r\n" + extra_headers + "Connection: close\r\n\r\n");
+}
+
+// Idle sockets used to hold every slot until they timed out, and scrapes waited in the
+// kernel's backlog (12-15 s). Now an address at the limit gets no more connections, and a
+// connection from another address closes the oldest idle one of the address holding the
+// most: the scrape is answered at once. The timeouts are made long here, so only that can
+// let it through within the client's 5 s.
+TEST(HttpServer, IdleConnectionsNeverKeepAScrapeOut) {
+  HttpServerOptions options;
+  options.connection_limit = 16;
+  options.header_timeout = 120s;
+  options.idle_timeout = 120s;
+  options.request_deadline = 120s;
+  Exporter exporter(options);
+  const auto port = exporter.port();
+  std::vector<int> idle;
+  for (int i = 0; i < 64; ++i) idle.push_back(ConnectFrom(port, "127.0.0.2", 5s));
+  std::this_thread::sleep_for(200ms);
+  // 16 held, 48 refused at once.
+  char byte;
+  EXPECT_EQ(recv(idle.back(), &byte, 1, 0), 0);
+  // From another address: answered, the oldest idle connection closed to make room.
+  EXPECT_EQ(GetFrom("127.0.0.1", port, "", 5s).status, 200);
+  EXPECT_EQ(GetFrom("127.0.0.3", port, "", 5s).status, 200);
+  EXPECT_EQ(recv(idle.front(), &byte, 1, 0), 0);
+  for (const int fd : idle) close(fd);
+}
+
+// A connection that sends no whole request within the header timeout (a half-finished
+// TLS handshake, a trickle) is closed.
+TEST(HttpServer, ConnectionsWithoutAWholeRequestAreClosedAtTheHeaderTimeout) {
+  HttpServerOptions options;
+  options.header_timeout = 1s;
+  options.idle_timeout = 120s;
+  Exporter exporter(options);
+  const int fd = Connect(exporter.port(), 30s);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(send(fd, "GET /met", 8, MSG_NOSIGNAL), 8);
+  char byte;
+  EXPECT_LE(recv(fd, &byte, 1, 0), 0);  // closed by the server (before the 30 s timeout)
+  close(fd);
+}
+
+TEST(HttpServer, PathsLongerThanAnyServedOneGet414) {
+  Exporter exporter;
+  EXPECT_EQ(Get(exporter.port(), "/" + std::string(kMaxPathBytes, 'p')).status, 414);
+  EXPECT_EQ(Get(exporter.port(), "/" + std::string(kMaxPathBytes - 1, 'p')).status, 404);
+}
+
+// The review: during a wrong-password flood a correct login that was not cached got 503
+// every time. Guesses come from 127.0.0.2; the scraper, from 127.0.0.1, logs in after
+// each restart of its cache and is let in every time.
+TEST(HttpServer, ACorrectLoginGetsThroughAPasswordFloodFromAnotherAddress) {
+  HttpServerOptions options;
+  options.web.basic_auth_users["prometheus"] = kTestHash;
+  Exporter exporter(options);
+  const auto port = exporter.port();
+  std::atomic<bool> stop{false};
+  std::atomic<int> denied{0}, pushed_back{0}, other{0};
+  std::vector<std::thread> guessers;
+  for (int i = 0; i < 4; ++i) {
+    guessers.emplace_back([&, i] {
+      for (int n = 0; !stop; ++n) {
+        const int status =
+            GetFrom("127.0.0.2", port,
+                    BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
+                .status;
+        (status == 401 ? denied : status == 503 || status == 429 ? pushed_back : other)++;
+      }
+    });
+  }
+  std::this_thread::sleep_for(300ms);
+  std::vector<int> scrapes;
+  for (int i = 0; i < 5; ++i) {
+    exporter.server->SetBasicAuthUsers({{"prometheus", kTestHash}});  // forget the cache
+    scrapes.push_back(GetFrom("127.0.0.1", port, BasicAuth("prometheus", kTestPassword)).status);
+  }
+  stop = true;
+  for (auto& t : guessers) t.join();
+  EXPECT_EQ(std::count(scrapes.begin(), scrapes.end(), 200), 5);
+  EXPECT_GT(denied, 0);
+  EXPECT_GT(pushed_back, 0);
+  EXPECT_EQ(other, 0);
+}
+
+// A login being checked at the highest cost accepted does not hold up the server's stop:
+// the parked requests are answered (503) or their connections closed, the destructor
+// returns without the bcrypt, and MHD is never stopped with a connection suspended (it
+// would abort the process).
+TEST(HttpServer, StoppingAnswersLoginsStillBeingChecked) {
+  // bcrypt of "slow-password" at cost 12 (~0.4 s here).
+  const std::string cost12 = "$2b$12$jadT/.hzfyd15AJVxz5NPeb0BD2.q7gNTWqkFgg.WPl4VaMezXkJu";
+  HttpServerOptions options;
+  options.web.basic_auth_users["prometheus"] = cost12;
+  auto exporter = std::make_unique<Exporter>(options);
+  const auto port = exporter->port();
+  std::vector<std::thread> clients;
+  std::vector<int> statuses(3, -1);
+  for (int i = 0; i < 3; ++i) {
+    clients.emplace_back([&, i] {
+      statuses[i] = GetFrom(i == 0 ? "127.0.0.1" : "127.0.0.3", port,
+                            BasicAuth("prometheus", "slow-password"))
+                        .status;
+    });
+  }
+  std::this_thread::sleep_for(100ms);  // all three parked, the first in its bcrypt
+  exporter.reset();
+  for (auto& t : clients) t.join();
+  // 0: closed by the stop before the answer went out; never a 200 after the stop.
+  for (const int status : statuses) EXPECT_TRUE(status == 503 || status == 0) << status;
+}
+
+std::string Gunzip(const std::string& data) {
+  z_stream stream{};
+  EXPECT_EQ(inflateInit2(&stream, 15 + 16), Z_OK);
+  std::string out(data.size() * 20 + 1024, '\0');
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  stream.avail_in = static_cast<uInt>(data.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(inflate(&stream, Z_FINISH), Z_STREAM_END);
+  EXPECT_EQ(stream.avail_in, 0u);  // one gzip member, nothing after it
+  out.resize(out.size() - stream.avail_out);
+  inflateEnd(&stream);
+  return out;
+}
+
+TEST(HttpServer, MetricsInGzipWhenTheScraperAsks) {
+  Exporter exporter;
+  const auto port = exporter.port();
+  const RawResponse plain = Get(port, "/metrics");
+  EXPECT_EQ(plain.header("content-encoding"), "");
+  EXPECT_EQ(plain.header("vary"), "Accept-Encoding");
+  // What Prometheus sends.
+  const RawResponse gzip = Get(port, "/metrics", "GET", "Accept-Encoding: gzip\r\n");
+  EXPECT_EQ(gzip.status, 200);
+  EXPECT_EQ(gzip.header("content-encoding"), "gzip");
+  EXPECT_EQ(gzip.header("vary"), "Accept-Encoding");
+  EXPECT_EQ(gzip.header("content-type"), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(Gunzip(gzip.body), plain.body);
+  // HEAD: the length of the gzip body, no body.
+  const RawResponse head = Get(port, "/metrics", "HEAD", "Accept-Encoding: gzip\r\n");
+  EXPECT_EQ(head.body, "");
+  EXPECT_EQ(std::stoul(head.header("content-length")), gzip.body.size());
+  // Refused at q=0: identity.
+  const RawResponse refused = Get(port, "/metrics", "GET", "Accept-Encoding: gzip;q=0\r\n");
+  EXPECT_EQ(refused.header("content-encoding"), "");
+  EXPECT_EQ(refused.body, plain.body);
 }
 
 }  // namespace

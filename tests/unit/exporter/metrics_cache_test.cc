@@ -43,7 +43,7 @@ class CountingCollectable : public prometheus::Collectable {
 };
 
 std::string Scrape(const HttpServer::Handler& handler) {
-  const HttpResponse response = handler(HttpRequest{"GET", "/metrics", ""});
+  const HttpResponse response = handler(HttpRequest{"GET", "/metrics", "", ""});
   EXPECT_EQ(response.status, 200);
   return response.body;
 }

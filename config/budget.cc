@@ -1,0 +1,114 @@
+// What a configuration costs Prometheus (series) and the state file (baseline values), and
+// the limits on both (docs/configuration.md, "Limits").
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "config/config.h"
+#include "config/toml_workarounds.h"
+#include "core/plan.h"
+
+namespace xferd::config {
+namespace {
+
+// The exporter's families, as docs/metrics.md counts them per GPU. The exporter's unit test
+// series_budget_test.cc counts the exposition of real cycles against this arithmetic, so a
+// family added there fails that test until it is counted here.
+constexpr std::size_t kHistogramBuckets = 13;              // 12 boundaries and +Inf
+constexpr std::size_t kHistogram = kHistogramBuckets + 2;  // and _sum, _count
+constexpr std::size_t kGauges = 2;                         // bandwidth, baseline
+constexpr std::size_t kPerModeDirection = 1;               // xferd_bandwidth_degraded
+constexpr std::size_t kRunResults = 6 * 6;  // xferd_probe_runs_total: every mode x result
+constexpr std::size_t kPerMode = 1;         // xferd_probe_last_success_timestamp_seconds
+constexpr std::size_t kOverlap = 1;         // xferd_overlap_ratio, with pinned_async
+// expected band 2 and managed_prefetch h2d's own 2, diagnosis 10, PCIe link 7, device
+// seconds 2, device and host link info 2, foreign traffic 2 and the link's readability 1.
+constexpr std::size_t kFixedPerGpu = 2 + 2 + 10 + 7 + 2 + 2 + 2 + 1;
+// xferd_concurrent_bandwidth_bytes_per_second on a multi-GPU host: 3 directions for each
+// group a GPU is in (the host's, and its switch uplink's). Counted against the limit as an
+// allowance: how many groups there are is the host's topology, not the file's.
+constexpr std::size_t kConcurrentPerGpu = 2 * 3;
+
+}  // namespace
+
+SeriesEstimate EstimateSeries(const core::Settings& settings) {
+  SeriesEstimate e;
+  // The plan repeats the same probes for each size (core/plan.h): plan one size and count,
+  // rather than build the plan of a file listing 100,000 sizes only to refuse it.
+  core::Settings one_size = settings;
+  one_size.sizes.resize(std::min<std::size_t>(settings.sizes.size(), 1));
+  const auto plan = core::PlanProbes(one_size);
+  std::set<std::pair<probes::TransferMode, probes::Direction>> pairs;
+  bool overlap = false;
+  std::size_t with_histogram = 0;  // of one size's probes
+  for (const probes::ProbeSpec& spec : plan) {
+    pairs.insert({spec.mode, spec.direction});
+    overlap = overlap || spec.mode == probes::TransferMode::kPinnedAsync;
+    if (settings.histograms == core::Settings::Histograms::kAll ||
+        core::IsHeadline(spec, settings)) {
+      ++with_histogram;
+    }
+  }
+  e.probes = plan.size() * settings.sizes.size();
+  e.per_size = plan.size() * kGauges + with_histogram * kHistogram;
+  e.per_gpu = e.per_size * settings.sizes.size() + pairs.size() * kPerModeDirection + kRunResults +
+              settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) + kFixedPerGpu;
+  e.concurrent_per_gpu = settings.concurrent ? kConcurrentPerGpu : 0;
+  e.baseline_values_per_gpu = e.probes * static_cast<std::size_t>(settings.baseline_window);
+  return e;
+}
+
+void CheckBudget(const Config& config, std::string_view text) {
+  const std::string file = config.source.string();
+  const SeriesEstimate e = EstimateSeries(config);
+  const auto over = [](std::size_t value, std::size_t limit) {
+    return std::to_string(value - limit) + " (" + std::to_string((value - limit) * 100 / limit) +
+           "%)";
+  };
+  const auto line_of = [&](std::string_view key) { return LineOfKey(text, key); };
+  const std::size_t per_gpu = e.per_gpu + e.concurrent_per_gpu;
+  const std::size_t of_probes = e.per_size * config.sizes.size();
+  const std::size_t histograms = (of_probes - e.probes * kGauges) / kHistogram;
+  const std::string arithmetic =
+      std::to_string(e.probes) + " probes (sizes x modes x directions) x " +
+      std::to_string(kGauges) + " gauges, " + std::to_string(histograms) +
+      " of them with a histogram of " + std::to_string(kHistogram) + " series, plus " +
+      std::to_string(per_gpu - of_probes) + " per mode and per GPU";
+  if (per_gpu > kMaxSeriesPerGpu) {
+    const std::string_view key = line_of("probe.sizes") > 0 ? "probe.sizes" : "probe.modes";
+    throw ConfigError(file, line_of(key), std::string(key),
+                      "this plan exports " + std::to_string(per_gpu) + " series per GPU (" +
+                          arithmetic + "), over the limit of " + std::to_string(kMaxSeriesPerGpu) +
+                          " by " + over(per_gpu, kMaxSeriesPerGpu),
+                      "probe fewer sizes or modes: each size adds " + std::to_string(e.per_size) +
+                          " series per GPU");
+  }
+  // The GPU count, where the file fixes it.
+  std::size_t gpus = 0;
+  std::string gpus_key;
+  if (!config.gpus.empty()) {
+    gpus = config.gpus.size(), gpus_key = "probe.gpus";
+  } else if (config.simulate) {
+    gpus = static_cast<std::size_t>(config.sim.devices), gpus_key = "simulate.devices";
+  }
+  if (gpus > 0 && per_gpu * gpus > kMaxSeries) {
+    throw ConfigError(file, line_of(gpus_key), gpus_key,
+                      std::to_string(gpus) + " GPUs x " + std::to_string(per_gpu) +
+                          " series each (" + arithmetic + ") = " + std::to_string(per_gpu * gpus) +
+                          " series, over the limit of " + std::to_string(kMaxSeries) + " by " +
+                          over(per_gpu * gpus, kMaxSeries),
+                      "probe fewer GPUs, sizes or modes");
+  }
+  if (e.baseline_values_per_gpu > kMaxBaselineValuesPerGpu) {
+    throw ConfigError(file, line_of("health.baseline_window"), "health.baseline_window",
+                      "the state file would keep " + std::to_string(e.probes) + " probes x " +
+                          std::to_string(config.baseline_window) +
+                          " cycles = " + std::to_string(e.baseline_values_per_gpu) +
+                          " baseline values per GPU, over the limit of " +
+                          std::to_string(kMaxBaselineValuesPerGpu) + " by " +
+                          over(e.baseline_values_per_gpu, kMaxBaselineValuesPerGpu),
+                      "set a shorter baseline_window, or probe fewer sizes or modes");
+  }
+}
+
+}  // namespace xferd::config

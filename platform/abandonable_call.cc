@@ -1,0 +1,53 @@
+#include "platform/abandonable_call.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace xferd::platform {
+namespace {
+
+struct Outcome {
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+}  // namespace
+
+std::optional<Signal> CallUnlessStopped(std::function<void()> work, SignalSource& signals) {
+  // Shared with the thread, which may outlive this call.
+  auto outcome = std::make_shared<Outcome>();
+  std::thread([outcome, work = std::move(work)] {
+    std::exception_ptr error;
+    try {
+      work();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard lock(outcome->mutex);
+    outcome->error = error;
+    outcome->done = true;
+    outcome->finished.notify_all();
+  }).detach();
+
+  // Short waits on each: the work usually takes well under a millisecond.
+  constexpr auto kPoll = std::chrono::milliseconds(20);
+  for (;;) {
+    {
+      std::unique_lock lock(outcome->mutex);
+      if (outcome->finished.wait_for(lock, kPoll, [&] { return outcome->done; })) {
+        if (outcome->error) std::rethrow_exception(outcome->error);
+        return std::nullopt;
+      }
+    }
+    const Signal signal = signals.Wait(std::chrono::milliseconds(0));
+    if (signal.kind == Signal::Kind::kStop) return signal;
+  }
+}
+
+}  // namespace xferd::platform

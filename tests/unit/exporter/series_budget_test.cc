@@ -1,0 +1,77 @@
+// The series budget config holds a file to (config::EstimateSeries, docs/metrics.md) is the
+// count of what the exporter really exports: real cycles on the simulated device, counted in
+// the exposition, for several plans. A family added or changed in exporter/metrics.cc fails
+// this until the arithmetic counts it.
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <sstream>
+#include <string>
+
+#include "config/config.h"
+#include "core/contention.h"
+#include "core/health_tracker.h"
+#include "core/plan.h"
+#include "exporter/metrics.h"
+#include "xferd/probes/gpu_load.h"
+#include "xferd/probes/sim_backend.h"
+
+namespace xferd::exporter {
+namespace {
+
+std::size_t SeriesOfGpu0(const core::Settings& settings) {
+  prometheus::Registry registry;
+  Metrics metrics(registry);
+  probes::SimOptions options;
+  options.time_scale = 0;
+  probes::SimBackend sim(options);
+  const probes::DeviceInfo dev = sim.Devices().at(0);
+  metrics.SetDevice(dev);
+  core::HealthTracker health(settings);
+  // Each probe inside its link-traffic window, as the scheduler runs it (the link readable).
+  const auto load = probes::MakeSimGpuLoadReader(0, 0, &sim);
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    core::CycleObservation obs;
+    obs.device = dev;
+    obs.link_path = sim.ReadLinkPath(dev.index);
+    metrics.RecordLinkPath(dev.index, obs.link_path);
+    for (probes::ProbeSpec spec : core::PlanProbes(settings)) {
+      spec.iterations = 4;
+      load->BeginWindow(dev);
+      probes::ProbeSample s = sim.Run(dev.index, spec);
+      s.traffic = load->EndWindow(dev);
+      s.contention = core::JudgeContention(s, {});
+      metrics.RecordSample(dev, s);
+      obs.samples.push_back(std::move(s));
+    }
+    metrics.RecordHealth(health.Observe(obs));
+    metrics.RecordCycle(0.1, CycleResult::kOk);
+  }
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry.Collect());
+  std::istringstream lines(out.str());
+  std::size_t count = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] != '#' && line.find("gpu=\"0\"") != std::string::npos) ++count;
+  }
+  return count;
+}
+
+TEST(SeriesBudget, TheEstimateIsWhatTheExporterExports) {
+  using probes::TransferMode;
+  std::vector<core::Settings> plans(5);
+  plans[1].sizes = {1 << 20, 4 << 20, 16 << 20};
+  plans[2].modes = {TransferMode::kPinned, TransferMode::kPageable};
+  plans[2].bidirectional = false;
+  plans[3].modes = {TransferMode::kPinnedAsync};
+  plans[4].modes = {TransferMode::kZeroCopy, TransferMode::kPinned};
+  plans[4].sizes = {4096, 1 << 20};
+  for (const core::Settings& settings : plans) {
+    EXPECT_EQ(config::EstimateSeries(settings).per_gpu, SeriesOfGpu0(settings))
+        << settings.modes.size() << " modes, " << settings.sizes.size() << " sizes";
+  }
+}
+
+}  // namespace
+}  // namespace xferd::exporter

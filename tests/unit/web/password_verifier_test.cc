@@ -1,0 +1,197 @@
+// Logins under a flood of guesses: a correct password from an address that is not guessing
+// always gets a verdict (never 503/429), the guesser is held to its lanes, unknown users
+// cost what known ones do, and a stop answers every waiting login at once.
+#include "web/password_verifier.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "web/basic_auth.h"
+
+namespace xferd::web {
+namespace {
+
+// bcrypt of "test-password" at cost 8 (~20 ms here) and of "x" at costs 5 and 6.
+constexpr const char* kCost8 = "$2b$08$qr55TFhzCxlIpuasHiLI7uVMaIKaevcZ.RSOehHumTvj6DYv8Nz6.";
+constexpr const char* kCost5 = "$2b$05$uwCUv.GjMulXo5oFsmr20uWkQsQj.T..rvqcdn7HtMyVgGXdW46iu";
+constexpr const char* kCost6 = "$2b$06$/LJQV8tLz5lqSJG6zlG/B.cFGy7bYeN5XbWldjBqldeIJ9X0OJHHO";
+// bcrypt of "slow-password" at cost 12, the highest accepted (~0.4 s here).
+constexpr const char* kCost12 = "$2b$12$jadT/.hzfyd15AJVxz5NPeb0BD2.q7gNTWqkFgg.WPl4VaMezXkJu";
+
+// One login through the verifier, waited for.
+class Login {
+ public:
+  Login(PasswordVerifier& verifier, const std::string& address, const std::string& user,
+        const std::string& password) {
+    const auto now = verifier.Check(
+        address, user, password, [this] { parked_ = true; },
+        [this](LoginVerdict v) {
+          std::lock_guard lock(mutex_);
+          verdict_ = v;
+          done_.notify_all();
+        });
+    if (now) verdict_ = *now;
+  }
+  LoginVerdict Wait() {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return verdict_.has_value(); });
+    return *verdict_;
+  }
+  bool parked() const { return parked_; }
+  bool answered() {
+    std::lock_guard lock(mutex_);
+    return verdict_.has_value();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::optional<LoginVerdict> verdict_;
+  bool parked_ = false;
+};
+
+LoginVerdict CheckOnce(PasswordVerifier& verifier, const std::string& address,
+                       const std::string& user, const std::string& password) {
+  Login login(verifier, address, user, password);
+  return login.Wait();
+}
+
+TEST(PasswordVerifier, AllowsTheRightPasswordAndCachesIt) {
+  PasswordVerifier verifier;
+  verifier.SetUsers({{"prometheus", kCost8}});
+  EXPECT_EQ(verifier.CheckCached("prometheus", "test-password"), std::nullopt);
+  EXPECT_EQ(CheckOnce(verifier, "10.0.0.1", "prometheus", "test-password"), LoginVerdict::kAllowed);
+  EXPECT_EQ(verifier.CheckCached("prometheus", "test-password"), LoginVerdict::kAllowed);
+  EXPECT_EQ(CheckOnce(verifier, "10.0.0.1", "prometheus", "wrong"), LoginVerdict::kDenied);
+  EXPECT_EQ(CheckOnce(verifier, "10.0.0.1", "nobody", "test-password"), LoginVerdict::kDenied);
+  EXPECT_EQ(CheckOnce(verifier, "10.0.0.1", "prometheus", std::string("test-password\0x", 15)),
+            LoginVerdict::kDenied);
+  // New users forget the cache.
+  verifier.SetUsers({{"prometheus", kCost8}});
+  EXPECT_EQ(verifier.CheckCached("prometheus", "test-password"), std::nullopt);
+}
+
+// The case of the review: during a wrong-password flood, a correct login that is not yet
+// cached (the first scrape after a restart) got 503 every time.
+TEST(PasswordVerifier, ACorrectLoginGetsThroughAFloodOfGuessesFromAnotherAddress) {
+  PasswordVerifier verifier;
+  verifier.SetUsers({{"prometheus", kCost8}});
+  std::atomic<bool> stop{false};
+  std::atomic<int> guesses{0}, denied{0}, pushed_back{0};
+  std::vector<std::thread> guessers;
+  for (int t = 0; t < 6; ++t) {
+    guessers.emplace_back([&, t] {
+      for (int n = 0; !stop; ++n) {
+        ++guesses;
+        const LoginVerdict v = CheckOnce(verifier, "192.0.2.66", "prometheus",
+                                         "guess-" + std::to_string(t) + "-" + std::to_string(n));
+        if (v == LoginVerdict::kDenied) ++denied;
+        if (v == LoginVerdict::kBusy || v == LoginVerdict::kRateLimited) ++pushed_back;
+        EXPECT_NE(v, LoginVerdict::kAllowed);
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::vector<LoginVerdict> scrapes;
+  for (int i = 0; i < 10; ++i) {
+    verifier.SetUsers({{"prometheus", kCost8}});  // a restart: nothing cached
+    scrapes.push_back(CheckOnce(verifier, "10.0.0.1", "prometheus", "test-password"));
+  }
+  stop = true;
+  for (auto& t : guessers) t.join();
+  for (const LoginVerdict v : scrapes) EXPECT_EQ(v, LoginVerdict::kAllowed);
+  EXPECT_GT(denied, 0);       // guesses are still checked, one at a time for that address
+  EXPECT_GT(pushed_back, 0);  // and the rest told to come back, costing no bcrypt
+}
+
+TEST(PasswordVerifier, AnAddressThatKeepsFailingGetsOneCheckAtATime) {
+  PasswordVerifierOptions options;
+  options.penalty_after_failures = 2;
+  PasswordVerifier verifier(options);
+  verifier.SetUsers({{"prometheus", kCost8}});
+  EXPECT_EQ(CheckOnce(verifier, "192.0.2.1", "prometheus", "a"), LoginVerdict::kDenied);
+  EXPECT_EQ(CheckOnce(verifier, "192.0.2.1", "prometheus", "b"), LoginVerdict::kDenied);
+  // Now failing: one login in the penalty lane, the next at the same time is told 429.
+  Login first(verifier, "192.0.2.1", "prometheus", "c");
+  Login second(verifier, "192.0.2.1", "prometheus", "d");
+  EXPECT_TRUE(first.parked());
+  EXPECT_FALSE(second.parked());
+  EXPECT_EQ(second.Wait(), LoginVerdict::kRateLimited);
+  EXPECT_EQ(first.Wait(), LoginVerdict::kDenied);
+  // Its right password still works, and clears the record.
+  EXPECT_EQ(CheckOnce(verifier, "192.0.2.1", "prometheus", "test-password"),
+            LoginVerdict::kAllowed);
+}
+
+// Timing must not tell which user names exist: an unknown name is checked against a dummy
+// setting of a configured user's cost (cost 5 took 3 ms and an unknown user 80 ms).
+TEST(PasswordVerifier, UnknownUsersAreCheckedAtTheCostOfConfiguredOnes) {
+  PasswordVerifier verifier;
+  verifier.SetUsers({{"alice", kCost6}});
+  for (const std::string name : {"bob", "root", "admin", "x"}) {
+    EXPECT_EQ(verifier.HashFor(name).substr(0, 7), "$2b$06$") << name;
+  }
+  // Several costs: each unknown name gets one of them, the same one every time.
+  verifier.SetUsers({{"alice", kCost5}, {"bob", kCost8}});
+  std::set<std::string> costs;
+  for (int i = 0; i < 64; ++i) {
+    const std::string name = "user" + std::to_string(i);
+    const std::string hash = verifier.HashFor(name);
+    costs.insert(hash.substr(0, 7));
+    EXPECT_EQ(verifier.HashFor(name), hash);
+    EXPECT_FALSE(VerifyPasswordHash("x", hash));
+  }
+  EXPECT_EQ(costs, (std::set<std::string>{"$2b$05$", "$2b$08$"}));
+  EXPECT_EQ(verifier.HashFor("alice"), kCost5);
+}
+
+// Shutdown never waits for a bcrypt (cost 20 made it hang past 5 s): Stop answers every
+// waiting login at once, the running one included.
+TEST(PasswordVerifier, StopAnswersEveryWaitingLoginAtOnce) {
+  PasswordVerifier verifier;
+  verifier.SetUsers({{"prometheus", kCost12}});
+  Login running(verifier, "10.0.0.1", "prometheus", "slow-password");
+  Login waiting(verifier, "10.0.0.2", "prometheus", "slow-password");
+  ASSERT_TRUE(running.parked());
+  ASSERT_TRUE(waiting.parked());
+  verifier.Stop();
+  EXPECT_TRUE(running.answered());
+  EXPECT_TRUE(waiting.answered());
+  EXPECT_EQ(running.Wait(), LoginVerdict::kBusy);
+  EXPECT_EQ(waiting.Wait(), LoginVerdict::kBusy);
+  EXPECT_EQ(CheckOnce(verifier, "10.0.0.3", "prometheus", "slow-password"), LoginVerdict::kBusy);
+}
+
+TEST(PasswordVerifier, ALoginThatWaitsPastItsDeadlineIsToldToComeBack) {
+  PasswordVerifierOptions options;
+  options.max_wait = std::chrono::milliseconds(50);
+  PasswordVerifier verifier(options);
+  verifier.SetUsers({{"prometheus", kCost12}});
+  Login running(verifier, "10.0.0.1", "prometheus", "slow-password");
+  Login behind(verifier, "10.0.0.2", "prometheus", "slow-password");
+  // The second waits for the first's ~0.4 s bcrypt, past its 50 ms.
+  EXPECT_EQ(behind.Wait(), LoginVerdict::kBusy);
+  EXPECT_EQ(running.Wait(), LoginVerdict::kAllowed);
+}
+
+TEST(BcryptHashProblem, CostsAboveTheLimitAreRefused) {
+  EXPECT_FALSE(BcryptHashProblem(kCost12));
+  const auto problem =
+      BcryptHashProblem("$2b$13$jadT/.hzfyd15AJVxz5NPeb0BD2.q7gNTWqkFgg.WPl4VaMezXkJu");
+  ASSERT_TRUE(problem);
+  EXPECT_NE(problem->find("above xferd's limit of 12"), std::string::npos) << *problem;
+  EXPECT_TRUE(BcryptHashProblem("$2b$31$jadT/.hzfyd15AJVxz5NPeb0BD2.q7gNTWqkFgg.WPl4VaMezXkJu"));
+  EXPECT_TRUE(BcryptHashProblem("$2b$03$jadT/.hzfyd15AJVxz5NPeb0BD2.q7gNTWqkFgg.WPl4VaMezXkJu"));
+}
+
+}  // namespace
+}  // namespace xferd::web
