@@ -5,6 +5,7 @@
 
 #include "cmd/commands.h"
 #include "platform/exit_codes.h"
+#include "platform/logging.h"
 #include "platform/printable.h"
 
 namespace {
@@ -73,6 +74,12 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? xferd::kExitOk : xferd::kExitUsage;
   }
+
+  // Log lines go to stderr from the start, whatever the command: spdlog's own default
+  // writes to stdout, where `xferd probe --json` and `check-config --json` print documents
+  // that a log line (NVML's "said once" notes, say) would break. `run` sets up its own
+  // target (the journal under systemd) from its config.
+  xferd::platform::SetUpLogging("info", xferd::platform::LogTarget::kStderr);
 
   // Each command's messages start as they always have: "xferd: ", "xferd probe: ", and
   // check-config's "<file>:<line>: ..." as it is.

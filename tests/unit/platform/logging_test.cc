@@ -48,6 +48,20 @@ TEST(ScopedLogFields, NestAndRestore) {
   EXPECT_EQ(ScopedLogFields::Gpu(), "");
 }
 
+// `xferd probe --json` and `check-config --json` print documents on stdout; every command
+// logs through this target (cmd/main.cc), so a log line must never land among them.
+TEST(SetUpLogging, StderrTargetLeavesStdoutToTheCommand) {
+  SetUpLogging("info", LogTarget::kStderr);
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  spdlog::info("contention: a note said once");
+  spdlog::default_logger()->flush();
+  const std::string out = testing::internal::GetCapturedStdout();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(out, "");
+  EXPECT_NE(err.find("contention: a note said once"), std::string::npos);
+}
+
 TEST(SetUpLogging, LevelAppliesAndReloadChangesIt) {
   EXPECT_EQ(SetUpLogging("warn", LogTarget::kStderr), LogTarget::kStderr);
   EXPECT_EQ(spdlog::default_logger()->level(), spdlog::level::warn);
