@@ -16,7 +16,7 @@ const ModeProfile& ProfileOf(probes::TransferMode mode, probes::Direction direct
   static const ModeProfile kPinned{1.0, 0.60}, kPinnedBoth{1.0, 0.50};
   static const ModeProfile kPinnedAsync{1.0, 0.40}, kZeroCopy{1.0, 0.60};
   static const ModeProfile kManagedH2D{1.0, 0.04}, kManagedD2H{1.0, 0.035};
-  static const ModeProfile kPrefetchH2D{0.8, 0.09}, kPrefetchD2H{1.0, 0.08};
+  static const ModeProfile kPrefetchH2D{0.8, 0.09, 64ull << 20}, kPrefetchD2H{1.0, 0.08};
   switch (mode) {
     case TransferMode::kPageable: return h2d ? kPageableH2D : kPageableD2H;
     case TransferMode::kPinned:
@@ -60,13 +60,14 @@ std::string_view ToString(BandVerdict verdict) {
     case BandVerdict::kBelowBand: return "below band";
     case BandVerdict::kNotLinkBound: return "n/a (not link-bound)";
     case BandVerdict::kNoBand: return "n/a (no expected band)";
-    case BandVerdict::kLatencyBound: return "n/a (latency-bound size)";
+    case BandVerdict::kLatencyBound: return "n/a (under the band's size)";
   }
   return "unknown";
 }
 
 bool HeldToBand(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes) {
-  return probes::IsLinkBound(mode, direction) && size_bytes >= kBandMinSizeBytes;
+  return probes::IsLinkBound(mode, direction) &&
+         size_bytes >= ProfileOf(mode, direction).band_min_size_bytes;
 }
 
 BandVerdict JudgeBand(probes::TransferMode mode, probes::Direction direction,

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace xferd::platform {
 namespace {
@@ -29,8 +30,12 @@ std::optional<Signal> CallUnlessStopped(std::function<void()> work, SignalSource
     } catch (...) {
       error = std::current_exception();
     }
+    // The error moves into the outcome and the caller moves it out again: no reference to
+    // it stays on this thread, so the exception is released by the thread that caught it
+    // (shared references across threads are invisible to ThreadSanitizer's view of
+    // libstdc++'s reference count, and reported as a race).
     std::lock_guard lock(outcome->mutex);
-    outcome->error = error;
+    outcome->error = std::move(error);
     outcome->done = true;
     outcome->finished.notify_all();
   }).detach();
@@ -41,7 +46,10 @@ std::optional<Signal> CallUnlessStopped(std::function<void()> work, SignalSource
     {
       std::unique_lock lock(outcome->mutex);
       if (outcome->finished.wait_for(lock, kPoll, [&] { return outcome->done; })) {
-        if (outcome->error) std::rethrow_exception(outcome->error);
+        if (std::exception_ptr error = std::exchange(outcome->error, nullptr)) {
+          lock.unlock();
+          std::rethrow_exception(error);
+        }
         return std::nullopt;
       }
     }

@@ -159,7 +159,7 @@ TEST_F(ProbeCommand, SizesAndModesMultiply) {
     sizes.insert(result.at("size_bytes").get<std::uint64_t>());
     // 4 KiB copies measure latency, not the link: never held against the band.
     if (result.at("size_bytes") == 4096) {
-      EXPECT_EQ(result.at("verdict").get<std::string>(), "n/a (latency-bound size)");
+      EXPECT_EQ(result.at("verdict").get<std::string>(), "n/a (under the band's size)");
     }
   }
   EXPECT_EQ(sizes, (std::set<std::uint64_t>{4096, 1 << 20}));

@@ -62,6 +62,12 @@ TEST(JudgeBand, LinkBoundFromFourMiBPerDirection) {
       {TransferMode::kPinned, Direction::kH2D, kBandMinSizeBytes - 1, 1e9,
        BandVerdict::kLatencyBound},
       {TransferMode::kPinned, Direction::kH2D, kBandMinSizeBytes, 1e9, BandVerdict::kBelowBand},
+      // managed_prefetch h2d is held from 64 MiB: its band share was measured there (a
+      // healthy H200 reads 28-36 GB/s at 16 MiB, under it).
+      {TransferMode::kManagedPrefetch, Direction::kH2D, 16ull << 20, 10e9,
+       BandVerdict::kLatencyBound},
+      {TransferMode::kManagedPrefetch, Direction::kH2D, 64ull << 20, 10e9,
+       BandVerdict::kBelowBand},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(JudgeBand(c.mode, c.direction, c.size, c.bytes_per_s, band), c.verdict)
