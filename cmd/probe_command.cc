@@ -137,12 +137,6 @@ DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceI
   return report;
 }
 
-std::string Gbps(double bytes_per_s) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f", bytes_per_s / 1e9);
-  return text;
-}
-
 std::string Latency(double seconds) {
   char text[32];
   if (seconds < 1e-3) {

@@ -30,10 +30,6 @@ struct GroupReport {
   std::vector<RunReport> runs;
 };
 
-std::string Gbps(double bytes_per_s) {
-  return fmt::format("{:.2f}", bytes_per_s / 1e9);
-}
-
 // The aggregate against the group's band: per direction, so both ways at once is not held
 // to it (the host's memory, not a link, bounds that).
 RunReport Judge(core::GroupRun run, const probes::ExpectedBand& band) {
@@ -286,5 +282,7 @@ int RunConcurrentProbes(probes::TransferBackend& backend,
   }
   return bad > 0 ? 1 : 0;
 }
+
+std::string Gbps(double bytes_per_s) { return fmt::format("{:.2f}", bytes_per_s / 1e9); }
 
 }  // namespace xferd::cmd

@@ -3,6 +3,7 @@
 // data, and the group's aggregate beside the bound its shared path allows.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "config/config.h"
@@ -15,5 +16,8 @@ namespace xferd::cmd {
 int RunConcurrentProbes(probes::TransferBackend& backend,
                         const std::vector<probes::DeviceInfo>& selected,
                         const config::Config& config, bool json);
+
+// Bytes per second as the probe tables print them: GB/s with two decimals ("54.97").
+std::string Gbps(double bytes_per_s);
 
 }  // namespace xferd::cmd

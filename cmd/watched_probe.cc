@@ -12,7 +12,7 @@ namespace {
 constexpr std::chrono::seconds kHangGrace{2};
 constexpr auto kLinkPollInterval = std::chrono::milliseconds(5);
 
-double NarrowestRate(const probes::LinkPath& path) {
+double NarrowestPcieRate(const probes::LinkPath& path) {
   const probes::PcieLink* link = path.Narrowest();
   return link != nullptr ? link->CurrentBytesPerSecond() : 0.0;
 }
@@ -57,7 +57,7 @@ probes::ProbeSample RunWatched(probes::TransferBackend& backend, int device,
   const bool asked = Watch(future, spec, stop, [&](bool first) {
     if (link == nullptr) return;
     probes::LinkPath now = backend.ReadLinkPath(device);
-    if (first || NarrowestRate(now) > NarrowestRate(*link)) *link = std::move(now);
+    if (first || NarrowestPcieRate(now) > NarrowestPcieRate(*link)) *link = std::move(now);
     read = true;
   });
   if (link != nullptr && !read) *link = backend.ReadLinkPath(device);

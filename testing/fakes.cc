@@ -145,4 +145,11 @@ platform::Signal FakeSignals::Wait(std::chrono::milliseconds timeout) {
   return {kind, kind == platform::Signal::Kind::kStop ? "SIGTERM (test)" : "SIGHUP (test)"};
 }
 
+probes::ProbeSpec PinnedSpec(probes::Direction direction) {
+  probes::ProbeSpec spec;
+  spec.mode = probes::TransferMode::kPinned;
+  spec.direction = direction;
+  return spec;
+}
+
 }  // namespace xferd::fakes

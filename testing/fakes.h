@@ -135,4 +135,7 @@ class FakeSignals final : public platform::SignalSource {
   std::deque<platform::Signal::Kind> queue_;
 };
 
+// A pinned probe of the default size (64 MiB) in `direction`: the spec most tests run.
+probes::ProbeSpec PinnedSpec(probes::Direction direction = probes::Direction::kH2D);
+
 }  // namespace xferd::fakes

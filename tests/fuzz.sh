@@ -18,7 +18,7 @@ jobs=${JOBS:-$(nproc)}
 
 mkdir -p "$dir"
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DXFERD_FUZZ=ON -DXFERD_SANITIZE=address -DXFERD_CUDA=OFF -DXFERD_TESTS=OFF -DXFERD_BENCH=OFF \
+  -DCMAKE_UNITY_BUILD=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DXFERD_FUZZ=ON -DXFERD_SANITIZE=address -DXFERD_CUDA=OFF -DXFERD_TESTS=OFF -DXFERD_BENCH=OFF \
   >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
 cmake --build "$dir" -j "$jobs" --target config_fuzzer web_config_fuzzer http_fuzzer
 

@@ -60,6 +60,11 @@ std::string DummySetting(int cost) {
   return setting;
 }
 
+}  // namespace
+
+// Named, not anonymous: State (declared in the header) holds them.
+namespace verifier_detail {
+
 struct Entry {
   std::string address, password, hash, cache_key;
   bool known_user = false;
@@ -74,7 +79,10 @@ struct FailureRecord {
   Clock::time_point window_start;
 };
 
-}  // namespace
+}  // namespace verifier_detail
+
+using verifier_detail::Entry;
+using verifier_detail::FailureRecord;
 
 struct PasswordVerifier::State {
   PasswordVerifierOptions options;

@@ -2,20 +2,15 @@
 
 #include <dlfcn.h>
 
+#include "probes/nvml/nvml_abi.h"
+
 namespace xferd::probes {
 namespace {
 
-// From the documented NVML C API (nvml.h), so no header is needed at build time.
-using NvmlReturn = int;
-using NvmlDevice = struct NvmlDeviceOpaque*;
-struct NvmlC2cModeInfoV1 {
+using namespace nvml;  // NOLINT(google-build-using-namespace): the ABI's names
+struct NvmlC2cModeInfoV1 {  // nvmlC2cModeInfo_v1_t
   unsigned int is_c2c_enabled;
 };
-constexpr NvmlReturn kNvmlSuccess = 0;
-
-using InitFn = NvmlReturn (*)();
-using ShutdownFn = NvmlReturn (*)();
-using HandleByPciFn = NvmlReturn (*)(const char*, NvmlDevice*);
 using C2cModeFn = NvmlReturn (*)(NvmlDevice, NvmlC2cModeInfoV1*);
 
 }  // namespace

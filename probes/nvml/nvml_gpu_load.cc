@@ -11,15 +11,14 @@
 #include <stop_token>
 #include <thread>
 
+#include "probes/nvml/nvml_abi.h"
 #include "xferd/probes/gpu_load.h"
 
 namespace xferd::probes {
 namespace {
 
-// The few NVML declarations needed, from the documented C API (nvml.h), so no header is
-// needed at build time. nvmlReturn_t is an enum; 0 is NVML_SUCCESS.
-using NvmlReturn = int;
-using NvmlDevice = struct NvmlDeviceOpaque*;
+// NVML's types beyond probes/nvml/nvml_abi.h, from the documented C API (nvml.h).
+using namespace nvml;  // NOLINT(google-build-using-namespace): the ABI's names
 struct NvmlUtilization {
   unsigned int gpu;     // percent of time a kernel ran over the last sample period
   unsigned int memory;  // percent of time device memory was read or written
@@ -60,7 +59,6 @@ constexpr int kSamplesGpuUtilization = 1;        // NVML_GPU_UTILIZATION_SAMPLES
 // nvmlValueType_t
 constexpr int kValueDouble = 0, kValueUInt = 1, kValueULong = 2, kValueULongLong = 3,
               kValueSLongLong = 4, kValueSInt = 5, kValueUShort = 6;
-constexpr NvmlReturn kNvmlSuccess = 0;
 
 // Each nvmlDeviceGetPcieThroughput call samples the link for about this long.
 constexpr auto kThroughputWindow = std::chrono::milliseconds(20);
@@ -68,10 +66,7 @@ constexpr auto kThroughputWindow = std::chrono::milliseconds(20);
 // the same span of what came after.
 constexpr auto kAfterWindow = kThroughputWindow;
 
-using InitFn = NvmlReturn (*)();
-using ShutdownFn = NvmlReturn (*)();
 using ErrorStringFn = const char* (*)(NvmlReturn);
-using HandleByPciFn = NvmlReturn (*)(const char*, NvmlDevice*);
 using HandleByUuidFn = NvmlReturn (*)(const char*, NvmlDevice*);
 using UtilizationFn = NvmlReturn (*)(NvmlDevice, NvmlUtilization*);
 using PcieThroughputFn = NvmlReturn (*)(NvmlDevice, int, unsigned int*);

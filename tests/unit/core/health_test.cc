@@ -15,7 +15,7 @@ using probes::Direction;
 using probes::ProbeStatus;
 using probes::TransferMode;
 
-constexpr std::uint64_t kSize = 64ull << 20;
+constexpr std::uint64_t kHealthSize = 64ull << 20;
 
 probes::DeviceInfo Gpu0() {
   probes::DeviceInfo d;
@@ -43,9 +43,9 @@ probes::ProbeSample Sample(TransferMode mode, Direction dir, double gbps,
   probes::ProbeSample s;
   s.spec.mode = mode;
   s.spec.direction = dir;
-  s.spec.size_bytes = kSize;
+  s.spec.size_bytes = kHealthSize;
   s.status = status;
-  s.bytes_per_transfer = dir == Direction::kBidirectional ? 2 * kSize : kSize;
+  s.bytes_per_transfer = dir == Direction::kBidirectional ? 2 * kHealthSize : kHealthSize;
   if (status == ProbeStatus::kOk) {
     const double d = static_cast<double>(s.bytes_per_transfer) / (gbps * 1e9);
     for (int i = 0; i < 20; ++i) s.durations_s.push_back(d * (1.0 + 0.001 * (i % 5 - 2)));
@@ -121,7 +121,7 @@ TEST(Baseline, RobustToAnOutlierCycle) {
   HealthTracker h(TestConfig());
   for (int i = 0; i < 9; ++i) h.Observe(PinnedCycle(25.0 + 0.1 * (i % 3)));
   h.Observe(PinnedCycle(250.0));  // one absurd reading (not low, so it is learned)
-  const double base = h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kSize);
+  const double base = h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize);
   EXPECT_NEAR(base, 25.1e9, 0.15e9);
 }
 
@@ -133,7 +133,7 @@ TEST(Baseline, NotLearnedFromBusyOrFailedOrDriftingCycles) {
   h.Observe(busy);
   h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 0, ProbeStatus::kError)}));
   for (int i = 0; i < 10; ++i) h.Observe(PinnedCycle(12.0));  // below 0.8 x 25: not learned
-  EXPECT_NEAR(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kSize), 25e9,
+  EXPECT_NEAR(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize), 25e9,
               0.01e9);
   const auto snap = h.Snapshot();
   EXPECT_EQ(snap.at("GPU-0000-test").at("pinned/h2d/64MiB").size(), 6u);
@@ -418,7 +418,7 @@ TEST(Restore, RestoredHistoryJudgesTheFirstCycles) {
 
   HealthTracker second(TestConfig(1));
   second.Restore(saved);
-  EXPECT_NEAR(second.Baseline("GPU-0000-test", TransferMode::kManaged, Direction::kH2D, kSize), 4e9,
+  EXPECT_NEAR(second.Baseline("GPU-0000-test", TransferMode::kManaged, Direction::kH2D, kHealthSize), 4e9,
               1e6);
   // A drop right after the restart is caught against the old history.
   DeviceHealth r = second.Observe(Cycle({Sample(TransferMode::kManaged, Direction::kH2D, 1.0)}));
@@ -441,7 +441,7 @@ TEST(HealthTracker, ReadersRunAlongsideTheProbeLoop) {
       EXPECT_FALSE(h.Summary().empty());
       h.Devices();
       h.Snapshot();
-      h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kSize);
+      h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize);
     }
   });
   for (int i = 0; i < 300; ++i) h.Observe(PinnedCycle(i % 7 == 0 ? 10.0 : 24.0));
@@ -512,7 +512,7 @@ TEST(Verdict, ContendedReadingsAreNeitherJudgedNorLearned) {
   HealthTracker h(TestConfig());
   for (int i = 0; i < 8; ++i) h.Observe(PinnedCycle(24.0, 8.0));
   const double baseline =
-      h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kSize);
+      h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize);
   DeviceHealth r;
   for (int i = 0; i < 10; ++i) {
     // Half of the link taken by a neighbour: 12 GB/s, below band and baseline both.
@@ -520,7 +520,7 @@ TEST(Verdict, ContendedReadingsAreNeitherJudgedNorLearned) {
                          Contended(Sample(TransferMode::kPageable, Direction::kH2D, 1.0), 13.0)}));
   }
   EXPECT_FALSE(r.Degraded());
-  EXPECT_EQ(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kSize), baseline);
+  EXPECT_EQ(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize), baseline);
   EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBand));
   EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBaseline));
   // Not a 24x pinned/pageable ratio either: the readings say nothing about staging.

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 
+#include "testing/fakes.h"
 #include "xferd/probes/gpu_load.h"
 #include "xferd/probes/sim_backend.h"
 #include "xferd/probes/topology.h"
@@ -71,22 +72,15 @@ SimOptions WithForeign(double rate, double duty, std::chrono::steady_clock::time
   return o;
 }
 
-ProbeSpec Pinned(Direction direction) {
-  ProbeSpec spec;
-  spec.mode = TransferMode::kPinned;
-  spec.direction = direction;
-  spec.size_bytes = 64ull << 20;
-  return spec;
-}
 
 TEST(SimBackend, SteadyForeignTrafficHalvesAProbeAndShowsOnTheCounters) {
   auto now = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
   SimBackend alone(WithForeign(0, 0, &now)), shared(WithForeign(25e9, 1.0, &now));
   const auto reader = MakeSimGpuLoadReader(0, 0, &shared);
   const DeviceInfo gpu = shared.Devices().at(0);
-  const double solo = alone.Run(0, Pinned(Direction::kH2D)).MedianBandwidth();
+  const double solo = alone.Run(0, fakes::PinnedSpec(Direction::kH2D)).MedianBandwidth();
   reader->BeginWindow(gpu);
-  const ProbeSample s = shared.Run(0, Pinned(Direction::kH2D));
+  const ProbeSample s = shared.Run(0, fakes::PinnedSpec(Direction::kH2D));
   const auto traffic = reader->EndWindow(gpu);
   // Gen4 x16 pinned alone ~25 GB/s; a 25 GB/s neighbour takes about half the link.
   EXPECT_NEAR(s.MedianBandwidth() / solo, 0.5, 0.05);
@@ -115,7 +109,7 @@ TEST(SimBackend, ABurstBeginningMidProbeSlowsOnlyWhatItOverlaps) {
   bool found = false;
   for (int i = 0; i < 20000 && !found; ++i) {
     now += std::chrono::milliseconds(50);
-    ProbeSpec spec = Pinned(Direction::kH2D);
+    ProbeSpec spec = fakes::PinnedSpec(Direction::kH2D);
     spec.iterations = 40;
     const ProbeSample s = sim.Run(0, spec);
     const auto& d = s.durations_s;

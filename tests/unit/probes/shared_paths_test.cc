@@ -6,15 +6,16 @@
 
 #include <filesystem>
 
+#include "testing/fakes.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::probes {
 namespace {
 
-const double kGen5x16 = PcieBytesPerSecond(5, 16);
-const double kGen4x16 = PcieBytesPerSecond(4, 16);
-const double kGen4x8 = PcieBytesPerSecond(4, 8);
-const double kGen3x4 = PcieBytesPerSecond(3, 4);
+const double kPathGen5x16 = PcieBytesPerSecond(5, 16);
+const double kPathGen4x16 = PcieBytesPerSecond(4, 16);
+const double kPathGen4x8 = PcieBytesPerSecond(4, 8);
+const double kPathGen3x4 = PcieBytesPerSecond(3, 4);
 
 PcieLink Link(const char* bdf, int gen, int width) {
   return {bdf, gen, width, gen, width};
@@ -29,7 +30,7 @@ LinkPath Path(std::vector<PcieLink> links) {
 TEST(FairShares, OnePathGetsItsNarrowestLink) {
   const auto shares = FairShares({Path({Link("0000:02:00.0", 5, 16), Link("0000:01:00.0", 4, 8)})});
   ASSERT_EQ(shares.size(), 1u);
-  EXPECT_NEAR(shares[0], kGen4x8, 1);
+  EXPECT_NEAR(shares[0], kPathGen4x8, 1);
 }
 
 TEST(FairShares, TwoGpusBehindOneSwitchSplitItsUplink) {
@@ -37,9 +38,9 @@ TEST(FairShares, TwoGpusBehindOneSwitchSplitItsUplink) {
       Path({Link("0000:18:00.0", 5, 16), Link("0000:16:00.0", 5, 16)}),
       Path({Link("0000:19:00.0", 5, 16), Link("0000:16:00.0", 5, 16)})};
   const auto shares = FairShares(paths);
-  EXPECT_NEAR(shares[0], kGen5x16 / 2, 1);
-  EXPECT_NEAR(shares[1], kGen5x16 / 2, 1);
-  EXPECT_NEAR(AggregateCapacity(paths), kGen5x16, 1);
+  EXPECT_NEAR(shares[0], kPathGen5x16 / 2, 1);
+  EXPECT_NEAR(shares[1], kPathGen5x16 / 2, 1);
+  EXPECT_NEAR(AggregateCapacity(paths), kPathGen5x16, 1);
 }
 
 TEST(FairShares, AGpuHeldBackByItsOwnLinkLeavesTheRestToItsNeighbour) {
@@ -48,11 +49,11 @@ TEST(FairShares, AGpuHeldBackByItsOwnLinkLeavesTheRestToItsNeighbour) {
       Path({Link("0000:19:00.0", 5, 16), Link("0000:16:00.0", 5, 16)}),
       Path({Link("0000:3a:00.0", 4, 16), Link("0000:38:00.0", 4, 16)})};
   const auto shares = FairShares(paths);
-  EXPECT_NEAR(shares[0], kGen3x4, 1);
-  EXPECT_NEAR(shares[1], kGen5x16 - kGen3x4, 1);
-  EXPECT_NEAR(shares[2], kGen4x16, 1);  // independent path
+  EXPECT_NEAR(shares[0], kPathGen3x4, 1);
+  EXPECT_NEAR(shares[1], kPathGen5x16 - kPathGen3x4, 1);
+  EXPECT_NEAR(shares[2], kPathGen4x16, 1);  // independent path
   // Sum over independent paths, each capped by its narrowest, capped by the shared link.
-  EXPECT_NEAR(AggregateCapacity(paths), kGen5x16 + kGen4x16, 1);
+  EXPECT_NEAR(AggregateCapacity(paths), kPathGen5x16 + kPathGen4x16, 1);
 }
 
 TEST(FairShares, NestedSwitchesCapEachLevel) {
@@ -62,10 +63,10 @@ TEST(FairShares, NestedSwitchesCapEachLevel) {
       Path({Link("0000:06:00.0", 4, 16), Link("0000:03:00.0", 4, 8), Link("0000:01:00.0", 4, 16)}),
       Path({Link("0000:07:00.0", 4, 16), Link("0000:01:00.0", 4, 16)})};
   const auto shares = FairShares(paths);
-  EXPECT_NEAR(shares[0], kGen4x8 / 2, 1);
-  EXPECT_NEAR(shares[1], kGen4x8 / 2, 1);
-  EXPECT_NEAR(shares[2], kGen4x16 - kGen4x8, 1);
-  EXPECT_NEAR(AggregateCapacity(paths), kGen4x16, 1);
+  EXPECT_NEAR(shares[0], kPathGen4x8 / 2, 1);
+  EXPECT_NEAR(shares[1], kPathGen4x8 / 2, 1);
+  EXPECT_NEAR(shares[2], kPathGen4x16 - kPathGen4x8, 1);
+  EXPECT_NEAR(AggregateCapacity(paths), kPathGen4x16, 1);
 }
 
 TEST(FairShares, UnknownAndC2cPaths) {
@@ -89,25 +90,19 @@ SimOptions Hgx() {
   return o;
 }
 
-ProbeSpec Pinned(Direction direction) {
-  ProbeSpec spec;
-  spec.mode = TransferMode::kPinned;
-  spec.direction = direction;
-  return spec;
-}
 
 TEST(SimConcurrent, GpusBehindOneSwitchEachGetHalfOfWhatTheyGetAlone) {
   SimBackend sim(Hgx());
   for (Direction direction : {Direction::kH2D, Direction::kD2H, Direction::kBidirectional}) {
-    const double alone = sim.Run(0, Pinned(direction)).MedianBandwidth();
-    const auto together = sim.RunConcurrent({0, 1}, Pinned(direction));
+    const double alone = sim.Run(0, fakes::PinnedSpec(direction)).MedianBandwidth();
+    const auto together = sim.RunConcurrent({0, 1}, fakes::PinnedSpec(direction));
     ASSERT_EQ(together.size(), 2u);
     for (const ProbeSample& s : together) {
       ASSERT_EQ(s.status, ProbeStatus::kOk) << s.message;
       EXPECT_NEAR(s.MedianBandwidth() / alone, 0.5, 0.02) << ToString(direction);
     }
     // Different switches share nothing.
-    for (const ProbeSample& s : sim.RunConcurrent({0, 2, 4, 6}, Pinned(direction))) {
+    for (const ProbeSample& s : sim.RunConcurrent({0, 2, 4, 6}, fakes::PinnedSpec(direction))) {
       EXPECT_NEAR(s.MedianBandwidth() / alone, 1.0, 0.02) << ToString(direction);
     }
   }
@@ -115,8 +110,8 @@ TEST(SimConcurrent, GpusBehindOneSwitchEachGetHalfOfWhatTheyGetAlone) {
 
 TEST(SimConcurrent, AGroupOfOneIsTheSoloProbe) {
   SimBackend a(Hgx()), b(Hgx());
-  const ProbeSample solo = a.Run(3, Pinned(Direction::kH2D));
-  const auto group = b.RunConcurrent({3}, Pinned(Direction::kH2D));
+  const ProbeSample solo = a.Run(3, fakes::PinnedSpec(Direction::kH2D));
+  const auto group = b.RunConcurrent({3}, fakes::PinnedSpec(Direction::kH2D));
   ASSERT_EQ(group.size(), 1u);
   EXPECT_EQ(group[0].durations_s, solo.durations_s);
 }
@@ -128,7 +123,7 @@ TEST(SimConcurrent, FailuresStayWithTheirDevice) {
   lost.device = 1;
   o.faults.push_back(lost);
   SimBackend sim(o);
-  const auto samples = sim.RunConcurrent({0, 1, 9}, Pinned(Direction::kH2D));
+  const auto samples = sim.RunConcurrent({0, 1, 9}, fakes::PinnedSpec(Direction::kH2D));
   ASSERT_EQ(samples.size(), 3u);
   EXPECT_EQ(samples[0].status, ProbeStatus::kOk);
   EXPECT_EQ(samples[1].status, ProbeStatus::kError);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "platform/exit_codes.h"
+#include "testing/fakes.h"
 #include "xferd/probes/backend.h"
 #include "xferd/probes/sim_backend.h"
 
@@ -27,12 +28,6 @@ SimOptions FromTree(const std::string& tree) {
   return o;
 }
 
-ProbeSpec Pinned(Direction direction = Direction::kH2D) {
-  ProbeSpec spec;
-  spec.mode = TransferMode::kPinned;
-  spec.direction = direction;
-  return spec;
-}
 
 // A copy of a tree that a test may change.
 class TreeCopy {
@@ -90,8 +85,8 @@ TEST(SimTopology, BandwidthFollowsTheNarrowestLinkOfTheTree) {
   EXPECT_EQ(path.links[0].current_gen, 5);  // the GPU's own link is Gen5 x16
   EXPECT_EQ(path.numa_node, -1);
   const double gen4x8 = PcieBytesPerSecond(4, 8), gen5x16 = PcieBytesPerSecond(5, 16);
-  const ProbeSample on_igx = igx.Run(0, Pinned());
-  const ProbeSample on_hgx = hgx.Run(0, Pinned());
+  const ProbeSample on_igx = igx.Run(0, fakes::PinnedSpec());
+  const ProbeSample on_hgx = hgx.Run(0, fakes::PinnedSpec());
   ASSERT_EQ(on_igx.status, ProbeStatus::kOk) << on_igx.message;
   ASSERT_EQ(on_hgx.status, ProbeStatus::kOk) << on_hgx.message;
   EXPECT_NEAR(on_igx.MedianBandwidth() / gen4x8, 0.80, 0.03);
@@ -104,14 +99,14 @@ TEST(SimTopology, ATreeChangedUnderTheBackendIsReadAgain) {
   SimOptions o = FromTree("hgx-8gpu");
   o.sysfs_root = tree.root();
   SimBackend sim(o);
-  const double before = sim.Run(2, Pinned()).MedianBandwidth();
+  const double before = sim.Run(2, fakes::PinnedSpec()).MedianBandwidth();
   // The uplink of GPU 2's switch trains down to x4.
   tree.Write("0000:38:00.0", "current_link_width", "4");
   const LinkPath path = sim.ReadLinkPath(2);
   ASSERT_NE(path.Narrowest(), nullptr);
   EXPECT_EQ(path.Narrowest()->bdf, "0000:38:00.0");
   EXPECT_TRUE(path.links[2].Downtrained());
-  const double after = sim.Run(2, Pinned()).MedianBandwidth();
+  const double after = sim.Run(2, fakes::PinnedSpec()).MedianBandwidth();
   EXPECT_NEAR(after / before, 0.25, 0.02);
 }
 
@@ -154,7 +149,7 @@ TEST(SimTopology, DowntrainFaultLowersTheGpusOwnLinkInATree) {
   SimBackend sim(o);
   EXPECT_TRUE(sim.ReadLinkPath(1).links[0].Downtrained());
   EXPECT_FALSE(sim.ReadLinkPath(0).links[0].Downtrained());
-  EXPECT_NEAR(sim.Run(1, Pinned()).MedianBandwidth() / sim.Run(0, Pinned()).MedianBandwidth(), 0.5,
+  EXPECT_NEAR(sim.Run(1, fakes::PinnedSpec()).MedianBandwidth() / sim.Run(0, fakes::PinnedSpec()).MedianBandwidth(), 0.5,
               0.02);
 }
 
@@ -180,7 +175,7 @@ TEST(SimTopology, BuiltInHostPutsGpusBehindSwitchesOverNumaNodes) {
     ASSERT_NE(path.Narrowest(), nullptr);
     EXPECT_EQ(path.Narrowest()->bdf, path.links[1].bdf);  // the Gen4 x8 uplink
   }
-  EXPECT_NEAR(sim.Run(0, Pinned()).MedianBandwidth() / PcieBytesPerSecond(4, 8), 0.80, 0.03);
+  EXPECT_NEAR(sim.Run(0, fakes::PinnedSpec()).MedianBandwidth() / PcieBytesPerSecond(4, 8), 0.80, 0.03);
 }
 
 TEST(SimTopology, DefaultBuiltInHostIsUnchanged) {
@@ -216,11 +211,11 @@ TEST(SimTopology, GraceHopperHostsCopyOverNvlinkC2c) {
   EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * 450e9, 1e6);
   EXPECT_NEAR(band.upper_bytes_per_s, 0.83 * 450e9, 1e6);
   EXPECT_NE(band.source.find("NVLink-C2C"), std::string::npos);
-  const ProbeSample h2d = sim.Run(0, Pinned());
+  const ProbeSample h2d = sim.Run(0, fakes::PinnedSpec());
   EXPECT_GT(h2d.MedianBandwidth(), band.lower_bytes_per_s);
   EXPECT_LT(h2d.MedianBandwidth(), band.upper_bytes_per_s);
   // Each superchip has its own C2C: together they lose nothing.
-  for (const ProbeSample& s : sim.RunConcurrent({0, 1}, Pinned())) {
+  for (const ProbeSample& s : sim.RunConcurrent({0, 1}, fakes::PinnedSpec())) {
     EXPECT_NEAR(s.MedianBandwidth() / h2d.MedianBandwidth(), 1.0, 0.03);
   }
 }
