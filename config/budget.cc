@@ -6,6 +6,7 @@
 
 #include "config/config.h"
 #include "config/toml_workarounds.h"
+#include "core/band.h"
 #include "core/plan.h"
 
 namespace xferd::config {
@@ -49,10 +50,21 @@ SeriesEstimate EstimateSeries(const core::Settings& settings) {
       ++with_histogram;
     }
   }
+  // xferd_band_exempt: a link-bound probe under the size its mode is held to the band at.
+  std::size_t exempt = 0;
+  for (const std::uint64_t size : settings.sizes) {
+    for (const probes::ProbeSpec& spec : plan) {
+      if (probes::IsLinkBound(spec.mode, spec.direction) &&
+          !core::HeldToBand(spec.mode, spec.direction, size)) {
+        ++exempt;
+      }
+    }
+  }
   e.probes = plan.size() * settings.sizes.size();
   e.per_size = plan.size() * kGauges + with_histogram * kHistogram;
   e.per_gpu = e.per_size * settings.sizes.size() + pairs.size() * kPerModeDirection + kRunResults +
-              settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) + kFixedPerGpu;
+              settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) + kFixedPerGpu +
+              exempt;
   e.concurrent_per_gpu = settings.concurrent ? kConcurrentPerGpu : 0;
   e.baseline_values_per_gpu = e.probes * static_cast<std::size_t>(settings.baseline_window);
   return e;

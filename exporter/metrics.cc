@@ -132,6 +132,10 @@ Metrics::Metrics(prometheus::Registry& registry)
                          "xferd_expected_bandwidth_bytes_per_second",
                          "Expected band per direction for link-bound modes, from config or "
                          "the narrowest PCIe link on the path.")),
+      band_exempt_(Register(prometheus::BuildGauge(), registry, "xferd_band_exempt",
+                            "1 for a link-bound probe smaller than the size its mode is held "
+                            "to the band at (4 MiB; managed_prefetch h2d 64 MiB): judged "
+                            "against its baseline only, and left out of the band rules.")),
       degraded_(Register(prometheus::BuildGauge(), registry, "xferd_bandwidth_degraded",
                          "1 when the daemon judges the mode and direction degraded (below band "
                          "or baseline for consecutive_bad cycles).")),
@@ -357,6 +361,11 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
     }
   }
   bandwidth_.Add(series).Set(sample.MedianBandwidth());
+  // Only the exceptions get a series: a default config (64 MiB) adds none.
+  if (probes::IsLinkBound(sample.spec.mode, sample.spec.direction) &&
+      !core::HeldToBand(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes)) {
+    band_exempt_.Add(series).Set(1);
+  }
   last_success_.Add({{"gpu", gpu}, {"mode", mode}}).Set(UnixNow());
 }
 

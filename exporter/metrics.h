@@ -108,6 +108,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& bandwidth_;
   prometheus::Family<prometheus::Gauge>& baseline_;
   prometheus::Family<prometheus::Gauge>& expected_;
+  prometheus::Family<prometheus::Gauge>& band_exempt_;
   prometheus::Family<prometheus::Gauge>& degraded_;
   prometheus::Family<prometheus::Gauge>& diagnosis_;
   prometheus::Family<prometheus::Gauge>& overlap_;

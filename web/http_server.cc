@@ -78,12 +78,21 @@ unsigned FitConnectionsToFileLimit(unsigned wanted) {
                                                             : limit.rlim_cur / 2);
 }
 
+}  // namespace
+
+// Named, not anonymous: HttpServer::Impl (declared in the header) holds one.
+namespace server_detail {
 struct BoundSocket {
   int fd = -1;
   int family = AF_INET;
   bool wildcard = false;
   std::uint16_t port = 0;
 };
+}  // namespace server_detail
+
+namespace {
+
+using server_detail::BoundSocket;
 
 [[noreturn]] void ThrowBindError(const std::string& address, std::uint16_t port, int err) {
   std::string cause;

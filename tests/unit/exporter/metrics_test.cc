@@ -435,6 +435,29 @@ TEST(Metrics, FailedProbesCountButLeaveBandwidthAlone) {
   EXPECT_EQ(timeouts.size(), 1u);
 }
 
+TEST(Metrics, OnlyLinkBoundProbesUnderTheBandsSizeAreMarkedExempt) {
+  prometheus::Registry registry;
+  Metrics metrics(registry);
+  probes::SimBackend sim(FastSim());
+  const auto dev = sim.Devices().at(0);
+  metrics.SetDevice(dev);
+  const auto run = [&](TransferMode mode, Direction dir, std::uint64_t size) {
+    probes::ProbeSpec spec = Spec(mode, dir, 3);
+    spec.size_bytes = size;
+    metrics.RecordSample(dev, sim.Run(0, spec));
+  };
+  run(TransferMode::kPinned, Direction::kH2D, 1 << 20);             // under 4 MiB
+  run(TransferMode::kPinned, Direction::kH2D, 64 << 20);            // held
+  run(TransferMode::kManagedPrefetch, Direction::kH2D, 16 << 20);   // under its 64 MiB
+  run(TransferMode::kManagedPrefetch, Direction::kH2D, 64 << 20);   // held
+  run(TransferMode::kPageable, Direction::kH2D, 1 << 20);           // not link-bound at all
+  const auto exempt = SeriesWith(Expose(registry), "xferd_band_exempt{");
+  ASSERT_EQ(exempt.size(), 2u) << ::testing::PrintToString(exempt);
+  EXPECT_NE(exempt[0].find("mode=\"managed_prefetch\",size=\"16MiB\""), std::string::npos)
+      << exempt[0];
+  EXPECT_NE(exempt[1].find("mode=\"pinned\",size=\"1MiB\""), std::string::npos) << exempt[1];
+}
+
 TEST(Metrics, ScrapesRunAlongsideRecording) {
   // The probe loop records while HTTP threads serialize (TSan checks this).
   prometheus::Registry registry;
