@@ -191,13 +191,7 @@ void PrintTable(const std::vector<DeviceReport>& reports) {
     std::printf("  numa node: %s, iommu: %s\n",
                 r.path.numa_node >= 0 ? std::to_string(r.path.numa_node).c_str() : "unknown",
                 r.path.iommu_type.empty() ? "off" : r.path.iommu_type.c_str());
-    if (r.band.Known()) {
-      std::printf("  expected band: %s-%s GB/s per direction (%s)\n",
-                  Gbps(r.band.lower_bytes_per_s).c_str(), Gbps(r.band.upper_bytes_per_s).c_str(),
-                  r.band.source.c_str());
-    } else {
-      std::printf("  expected band: %s\n", r.band.source.c_str());
-    }
+    std::printf("  expected band: %s\n", BandText(r.band).c_str());
     if (!r.path.note.empty() && r.path.pcie) std::printf("  note: %s\n", r.path.note.c_str());
     std::printf("\n  %-16s %-5s %-7s %8s %10s %10s %10s %7s  %s\n", "mode", "dir", "size", "GB/s",
                 "p50", "p99", "p99.9", "% link", "verdict");

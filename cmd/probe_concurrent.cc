@@ -84,13 +84,7 @@ void PrintTable(const std::vector<probes::DeviceInfo>& devices,
     std::printf("\ngroup %s: GPUs %s, shared link %s\n", g.group.name.c_str(),
                 g.group.GpuList().c_str(),
                 g.group.shared_link.empty() ? "none" : g.group.shared_link.c_str());
-    if (g.band.Known()) {
-      std::printf("  expected aggregate: %s-%s GB/s per direction (%s)\n",
-                  Gbps(g.band.lower_bytes_per_s).c_str(), Gbps(g.band.upper_bytes_per_s).c_str(),
-                  g.band.source.c_str());
-    } else {
-      std::printf("  expected aggregate: %s\n", g.band.source.c_str());
-    }
+    std::printf("  expected aggregate: %s\n", BandText(g.band).c_str());
     std::printf("  %-5s %-5s %11s %14s %7s  %s\n", "dir", "gpu", "alone GB/s", "together GB/s",
                 "ratio", "verdict");
     for (const RunReport& r : g.runs) {
@@ -284,5 +278,11 @@ int RunConcurrentProbes(probes::TransferBackend& backend,
 }
 
 std::string Gbps(double bytes_per_s) { return fmt::format("{:.2f}", bytes_per_s / 1e9); }
+
+std::string BandText(const probes::ExpectedBand& band) {
+  if (!band.Known()) return band.source;
+  return fmt::format("{}-{} GB/s per direction ({})", Gbps(band.lower_bytes_per_s),
+                     Gbps(band.upper_bytes_per_s), band.source);
+}
 
 }  // namespace xferd::cmd

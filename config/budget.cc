@@ -65,6 +65,7 @@ SeriesEstimate EstimateSeries(const core::Settings& settings) {
   e.per_gpu = e.per_size * settings.sizes.size() + pairs.size() * kPerModeDirection + kRunResults +
               settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) + kFixedPerGpu +
               exempt;
+  e.exempt_per_gpu = exempt;
   e.concurrent_per_gpu = settings.concurrent ? kConcurrentPerGpu : 0;
   e.baseline_values_per_gpu = e.probes * static_cast<std::size_t>(settings.baseline_window);
   return e;
@@ -85,7 +86,10 @@ void CheckBudget(const Config& config, std::string_view text) {
       std::to_string(e.probes) + " probes (sizes x modes x directions) x " +
       std::to_string(kGauges) + " gauges, " + std::to_string(histograms) +
       " of them with a histogram of " + std::to_string(kHistogram) + " series, plus " +
-      std::to_string(per_gpu - of_probes) + " per mode and per GPU";
+      std::to_string(per_gpu - of_probes - e.exempt_per_gpu) + " per mode and per GPU" +
+      (e.exempt_per_gpu > 0 ? " and " + std::to_string(e.exempt_per_gpu) +
+                                  " xferd_band_exempt (probes under the band's size)"
+                            : std::string());
   if (per_gpu > kMaxSeriesPerGpu) {
     const std::string_view key = line_of("probe.sizes") > 0 ? "probe.sizes" : "probe.modes";
     throw ConfigError(file, line_of(key), std::string(key),

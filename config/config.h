@@ -54,6 +54,8 @@ struct SeriesEstimate {
   std::size_t per_size = 0;  // series one more size adds
   // On a multi-GPU host, at most this many more per GPU for the concurrent groups it is in.
   std::size_t concurrent_per_gpu = 0;
+  // Of per_gpu: xferd_band_exempt, one per link-bound probe under its band's size.
+  std::size_t exempt_per_gpu = 0;
   std::size_t baseline_values_per_gpu = 0;
 };
 SeriesEstimate EstimateSeries(const core::Settings& settings);

@@ -344,17 +344,14 @@ bool Scheduler::RunOne(Round& round, DeviceCycle& dc, const probes::ProbeSpec& s
       }
       break;
     case probes::ProbeStatus::kError:
-      ++round.report.errors;
-      spdlog::warn("gpu {} {} {} {}: probe error: {}", gpu, probes::ToString(spec.mode),
+    case probes::ProbeStatus::kTimeout: {
+      const bool error = sample.status == probes::ProbeStatus::kError;
+      ++(error ? round.report.errors : round.report.timeouts);
+      spdlog::warn("gpu {} {} {} {}: probe {}: {}", gpu, probes::ToString(spec.mode),
                    probes::ToString(spec.direction), probes::FormatSize(spec.size_bytes),
-                   sample.message);
+                   error ? "error" : "timed out", sample.message);
       break;
-    case probes::ProbeStatus::kTimeout:
-      ++round.report.timeouts;
-      spdlog::warn("gpu {} {} {} {}: probe timed out: {}", gpu, probes::ToString(spec.mode),
-                   probes::ToString(spec.direction), probes::FormatSize(spec.size_bytes),
-                   sample.message);
-      break;
+    }
     case probes::ProbeStatus::kUnsupported: ++round.report.unsupported; break;
   }
   if (callbacks_.on_probe) callbacks_.on_probe(device, sample);

@@ -6,7 +6,7 @@
 #   deploy/install-deps.sh --bench    also the peers the benchmarks compare against
 set -euo pipefail
 
-build=(cmake make g++ pkg-config git ca-certificates
+build=(cmake make ninja-build g++ pkg-config git ca-certificates
        prometheus-cpp-dev libspdlog-dev libfmt-dev libsystemd-dev libcli11-dev
        libtomlplusplus-dev nlohmann-json3-dev libyaml-cpp-dev libmicrohttpd-dev libgnutls28-dev libcrypt-dev zlib1g-dev
        libgtest-dev libgmock-dev libbenchmark-dev ccache)

@@ -17,7 +17,9 @@ dir=${FUZZ_BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-$(nproc)}
 
 mkdir -p "$dir"
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+generator=()  # Ninja for a new build directory where it is installed, as tests/run.sh
+[[ ! -f $dir/CMakeCache.txt ]] && command -v ninja > /dev/null && generator=(-GNinja)
+cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_UNITY_BUILD=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DXFERD_FUZZ=ON -DXFERD_SANITIZE=address -DXFERD_CUDA=OFF -DXFERD_TESTS=OFF -DXFERD_BENCH=OFF \
   >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
 cmake --build "$dir" -j "$jobs" --target config_fuzzer web_config_fuzzer http_fuzzer

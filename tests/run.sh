@@ -35,10 +35,20 @@ started=$SECONDS
 # Each phase says how long it took: CI has a time limit, and this is where it goes.
 phase() { echo "run.sh: $1 took $((SECONDS - $2)) s (total $((SECONDS - started)) s)"; }
 
+# Ninja for a new build directory where it is installed: it starts a folder's objects while
+# the folders below it still link, where Make waits for them (with unity builds, one
+# folder is one or two objects, so Make would keep one core idle most of the time).
+generator_for() {  # DIR
+  [[ ! -f $1/CMakeCache.txt ]] && command -v ninja > /dev/null && echo "-GNinja"
+  return 0
+}
+
 configure_build() {  # DIR [cmake args...]
   local dir=$1 t=$SECONDS; shift
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=$unity "$@" \
-    >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
+  # shellcheck disable=SC2046  # an empty word or one flag
+  cmake -S . -B "$dir" $(generator_for "$dir") -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_UNITY_BUILD=$unity "$@" >"$dir.configure.log" 2>&1 ||
+    { cat "$dir.configure.log"; return 1; }
   grep -E '^-- xferd:' "$dir.configure.log" || true
   cmake --build "$dir" -j "$jobs"
   phase "building $dir" "$t"

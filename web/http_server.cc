@@ -200,6 +200,20 @@ BoundSocket OpenListenSocket(const std::string& spec, const ListenAddress& addre
   ThrowBindError(spec, address.port, last_error);
 }
 
+// The answer to a login that is not let through: 401 asks for credentials again; 503 (the
+// checks are busy) and 429 (this address failed too often) say when to retry.
+HttpResponse LoginRefusal(LoginVerdict verdict) {
+  constexpr const char* kText = "text/plain; charset=utf-8";
+  switch (verdict) {
+    case LoginVerdict::kBusy:
+      return {503, kText, "Busy checking other credentials; retry\n", {{"Retry-After", "1"}}};
+    case LoginVerdict::kRateLimited:
+      return {429, kText, "Too many failed logins from this address; retry later\n",
+              {{"Retry-After", "10"}}};
+    default: return {401, kText, "Unauthorized\n", {}};
+  }
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -511,24 +525,11 @@ struct HttpServer::Impl {
         request.user = context->user;
         switch (*context->verdict) {
           case LoginVerdict::kAllowed: break;
-          case LoginVerdict::kBusy: {
-            HttpResponse busy{503,
-                              "text/plain; charset=utf-8",
-                              "Busy checking other credentials; retry\n",
-                              {{"Retry-After", "1"}}};
-            return Queue(connection, busy, false);
-          }
-          case LoginVerdict::kRateLimited: {
-            HttpResponse limited{429,
-                                 "text/plain; charset=utf-8",
-                                 "Too many failed logins from this address; retry later\n",
-                                 {{"Retry-After", "10"}}};
-            return Queue(connection, limited, false);
-          }
-          case LoginVerdict::kDenied: {
-            HttpResponse denied{401, "text/plain; charset=utf-8", "Unauthorized\n", {}};
-            return Queue(connection, denied, true);
-          }
+          case LoginVerdict::kBusy:
+          case LoginVerdict::kRateLimited:
+          case LoginVerdict::kDenied:
+            return Queue(connection, LoginRefusal(*context->verdict),
+                         *context->verdict == LoginVerdict::kDenied);
         }
       }
 

@@ -4,6 +4,8 @@
 #include <gnutls/x509.h>
 
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "platform/files.h"
 #include "platform/printable.h"
@@ -28,19 +30,36 @@ bool Has(const std::string& data, const char* text) {
   return data.find(text) != std::string::npos;
 }
 
+// Throws the TlsMaterialError of `file`, named as `what` ("TLS key /etc/..."): `problem`
+// follows the name. The first check of both files: DER where PEM belongs.
+class PemCheck {
+ public:
+  PemCheck(File file, std::string what) : file_(file), what_(std::move(what)) {}
+  [[noreturn]] void Fail(const std::string& problem, std::string fix) const {
+    throw TlsMaterialError(file_, what_ + " " + problem, std::move(fix));
+  }
+  void RefuseDer(const std::string& pem, const char* openssl_command) const {
+    if (LooksLikeDer(pem)) {
+      Fail("is DER (binary), not PEM",
+           std::string("convert it: ") + openssl_command + ", and name the .pem file");
+    }
+  }
+
+ private:
+  File file_;
+  std::string what_;
+};
+
 std::string Shown(const std::filesystem::path& path) {
   return platform::Printable(path.string(), 512);
 }
 
 void CheckCertificate(const TlsMaterial& tls) {
-  const std::string name = "TLS certificate " + Shown(tls.cert_file);
-  const auto fail = [&](std::string problem, std::string fix) {
-    throw TlsMaterialError(File::kCertificate, name + " " + problem, fix);
+  const PemCheck check(File::kCertificate, "TLS certificate " + Shown(tls.cert_file));
+  const auto fail = [&](const std::string& problem, std::string fix) {
+    check.Fail(problem, std::move(fix));
   };
-  if (LooksLikeDer(tls.cert_pem)) {
-    fail("is DER (binary), not PEM",
-         "convert it: openssl x509 -inform DER -in CERT -out CERT.pem, and name the .pem file");
-  }
+  check.RefuseDer(tls.cert_pem, "openssl x509 -inform DER -in CERT -out CERT.pem");
   if (!Has(tls.cert_pem, "-----BEGIN CERTIFICATE-----")) {
     fail(Has(tls.cert_pem, "PRIVATE KEY-----") ? "holds a private key, not a certificate"
                                                : "holds no PEM certificate",
@@ -72,14 +91,11 @@ void CheckCertificate(const TlsMaterial& tls) {
 }
 
 void CheckKey(const TlsMaterial& tls) {
-  const std::string name = "TLS key " + Shown(tls.key_file);
-  const auto fail = [&](std::string problem, std::string fix) {
-    throw TlsMaterialError(File::kKey, name + " " + problem, fix);
+  const PemCheck check(File::kKey, "TLS key " + Shown(tls.key_file));
+  const auto fail = [&](const std::string& problem, std::string fix) {
+    check.Fail(problem, std::move(fix));
   };
-  if (LooksLikeDer(tls.key_pem)) {
-    fail("is DER (binary), not PEM",
-         "convert it: openssl pkey -inform DER -in KEY -out KEY.pem, and name the .pem file");
-  }
+  check.RefuseDer(tls.key_pem, "openssl pkey -inform DER -in KEY -out KEY.pem");
   if (Has(tls.key_pem, "ENCRYPTED")) {
     fail("is encrypted (protected by a passphrase), which xferd cannot ask for",
          "write an unencrypted copy readable only by xferd: openssl pkey -in KEY -out NEW "

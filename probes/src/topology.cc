@@ -209,24 +209,25 @@ void PairLinkEnds(LinkPath& path) {
   }
 }
 
-const PcieLink* LinkPath::Narrowest() const {
-  const PcieLink* narrowest = nullptr;
+namespace {
+// The link of `links` with the lowest known (positive) `rate`; nullptr when none is known.
+const PcieLink* LowestRate(const std::vector<PcieLink>& links,
+                           double (PcieLink::*rate)() const) {
+  const PcieLink* lowest = nullptr;
   for (const PcieLink& link : links) {
-    const double rate = link.CurrentBytesPerSecond();
-    if (rate <= 0) continue;
-    if (narrowest == nullptr || rate < narrowest->CurrentBytesPerSecond()) narrowest = &link;
+    const double r = (link.*rate)();
+    if (r > 0 && (lowest == nullptr || r < (lowest->*rate)())) lowest = &link;
   }
-  return narrowest;
+  return lowest;
+}
+}  // namespace
+
+const PcieLink* LinkPath::Narrowest() const {
+  return LowestRate(links, &PcieLink::CurrentBytesPerSecond);
 }
 
 const PcieLink* LinkPath::NarrowestMax() const {
-  const PcieLink* narrowest = nullptr;
-  for (const PcieLink& link : links) {
-    const double rate = link.LinkMaxBytesPerSecond();
-    if (rate <= 0) continue;
-    if (narrowest == nullptr || rate < narrowest->LinkMaxBytesPerSecond()) narrowest = &link;
-  }
-  return narrowest;
+  return LowestRate(links, &PcieLink::LinkMaxBytesPerSecond);
 }
 
 LinkPath ReadLinkPath(const fs::path& sysfs_root, std::string_view bdf) {

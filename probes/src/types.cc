@@ -36,6 +36,10 @@ constexpr std::pair<ProbeStatus, std::string_view> kStatusNames[] = {
     {ProbeStatus::kError, "error"},
     {ProbeStatus::kTimeout, "timeout"},
     {ProbeStatus::kUnsupported, "unsupported"}};
+constexpr std::pair<ContentionState, std::string_view> kContentionNames[] = {
+    {ContentionState::kUnknown, "unknown"},
+    {ContentionState::kClear, "clear"},
+    {ContentionState::kContended, "contended"}};
 
 template <typename T, std::size_t N>
 std::string_view NameOf(const std::pair<T, std::string_view> (&names)[N], T value) {
@@ -65,14 +69,7 @@ std::string_view ToString(ProbeStatus status) {
   return NameOf(kStatusNames, status);
 }
 
-std::string_view ToString(ContentionState state) {
-  switch (state) {
-    case ContentionState::kUnknown: return "unknown";
-    case ContentionState::kClear: return "clear";
-    case ContentionState::kContended: return "contended";
-  }
-  return "unknown";
-}
+std::string_view ToString(ContentionState state) { return NameOf(kContentionNames, state); }
 
 std::pair<double, double> ProbeSample::OwnLinkBytes() const {
   if (link_h2d_bytes > 0 || link_d2h_bytes > 0) {

@@ -954,9 +954,11 @@ TEST(ConfigBudget, DefaultsMatchTheDocumentedSeriesAndLimitsAreReported) {
   for (int i = 0; i < 9; ++i) sizes += (i ? ", " : "") + std::to_string(4096 << i);
   const ConfigError e = ErrorOf("[probe]\nsizes = [" + sizes + "]\n");
   EXPECT_EQ(e.key(), "probe.sizes");
-  // 9 sizes x 13 probes x 17 + 13 + 36 + 6 + 1 + 28, and 6 for the concurrent groups.
-  EXPECT_THAT(e.problem(), HasSubstr("exports 2079 series per GPU"));
-  EXPECT_THAT(e.problem(), HasSubstr("over the limit of 2000 by 79 (3%)"));
+  // 9 sizes x 13 probes x 17 + 13 + 36 + 6 + 1 + 28, 6 for the concurrent groups, and every
+  // size under 4 MiB: 8 link-bound probes each marked xferd_band_exempt.
+  EXPECT_THAT(e.problem(), HasSubstr("exports 2151 series per GPU"));
+  EXPECT_THAT(e.problem(), HasSubstr("and 72 xferd_band_exempt"));
+  EXPECT_THAT(e.problem(), HasSubstr("over the limit of 2000 by 151 (7%)"));
   // One size fewer fits.
   sizes = sizes.substr(0, sizes.rfind(','));
   EXPECT_EQ(Parse("[probe]\nsizes = [" + sizes + "]\n").sizes.size(), 8u);

@@ -415,12 +415,17 @@ TEST(Metrics, ResultsVerdictsAndDiagnosisReachTheExposition) {
             value("xferd_cycle_device_seconds{gpu=\"0\"}"));
 }
 
-TEST(Metrics, FailedProbesCountButLeaveBandwidthAlone) {
+// One simulated GPU (Gen4 x16) known to a fresh Metrics.
+class OneGpuMetrics : public ::testing::Test {
+ protected:
+  OneGpuMetrics() { metrics.SetDevice(dev); }
   prometheus::Registry registry;
-  Metrics metrics(registry);
-  probes::SimBackend sim(FastSim());
-  const auto dev = sim.Devices().at(0);
-  metrics.SetDevice(dev);
+  Metrics metrics{registry};
+  probes::SimBackend sim{FastSim()};
+  const probes::DeviceInfo dev = sim.Devices().at(0);
+};
+
+TEST_F(OneGpuMetrics, FailedProbesCountButLeaveBandwidthAlone) {
   probes::ProbeSample failed;
   failed.spec = Spec(TransferMode::kPinned, Direction::kH2D);
   failed.status = probes::ProbeStatus::kTimeout;
@@ -435,12 +440,7 @@ TEST(Metrics, FailedProbesCountButLeaveBandwidthAlone) {
   EXPECT_EQ(timeouts.size(), 1u);
 }
 
-TEST(Metrics, OnlyLinkBoundProbesUnderTheBandsSizeAreMarkedExempt) {
-  prometheus::Registry registry;
-  Metrics metrics(registry);
-  probes::SimBackend sim(FastSim());
-  const auto dev = sim.Devices().at(0);
-  metrics.SetDevice(dev);
+TEST_F(OneGpuMetrics, OnlyLinkBoundProbesUnderTheBandsSizeAreMarkedExempt) {
   const auto run = [&](TransferMode mode, Direction dir, std::uint64_t size) {
     probes::ProbeSpec spec = Spec(mode, dir, 3);
     spec.size_bytes = size;
