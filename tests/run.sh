@@ -67,14 +67,15 @@ run_tests "$build"
 if [[ $sanitizers -eq 1 ]]; then
   # CPU suites only (no CUDA backend): unit and integration tests under each sanitizer,
   # without the deployment tests (label `deploy`: package, systemd container, rules,
-  # dashboards, fleets), which the normal pass runs. -O1 -g1: what the sanitizers advise,
+  # dashboards, fleets) and the minutes-long simulations (label `timing`), which the normal
+  # pass runs (tests/CMakeLists.txt says why). -O1 -g1: what the sanitizers advise,
   # line tables for their reports, and half the compile time of -O2 -g.
   for san in address thread; do
     dir="$build-$san"
     mkdir -p "$dir"
     configure_build "$dir" -DXFERD_SANITIZE=$san -DXFERD_CUDA=OFF -DXFERD_BENCH=OFF \
       "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
-    ASAN_OPTIONS=detect_leaks=1 TSAN_OPTIONS=halt_on_error=1 run_tests "$dir" -LE "gpu|deploy"
+    ASAN_OPTIONS=detect_leaks=1 TSAN_OPTIONS=halt_on_error=1 run_tests "$dir" -LE "gpu|deploy|timing"
   done
 fi
 echo "run.sh: every test passed in $((SECONDS - started)) s"
