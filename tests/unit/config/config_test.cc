@@ -626,42 +626,50 @@ TEST(ConfigValidation, UnreadableFileGivesErrnoText) {
 
 // ---- the bad-configuration corpus through the real binary ---------------------------------
 
-struct BadConfig {
+// A file of a bad-file corpus (tests/data/<dir>), as <dir>/expected.txt lists it: the key its
+// error names ("-": none) and the line (0: none).
+struct BadFile {
   std::string file, key;
   int line = 0;
 };
 
-std::vector<BadConfig> Corpus() {
-  std::ifstream in(kDataDir / "bad-configs" / "expected.txt");
-  std::vector<BadConfig> corpus;
+std::vector<BadFile> Corpus(const std::string& dir) {
+  std::ifstream in(kDataDir / dir / "expected.txt");
+  std::vector<BadFile> corpus;
   std::string row;
   while (std::getline(in, row)) {
     if (row.empty() || row[0] == '#') continue;
     std::istringstream fields(row);
-    BadConfig bad;
+    BadFile bad;
     fields >> bad.file >> bad.key >> bad.line;
     corpus.push_back(bad);
   }
   return corpus;
 }
 
-TEST(BadConfigCorpus, EveryFileIsListedAndThereAreAtLeastThirty) {
-  const auto corpus = Corpus();
-  EXPECT_GE(corpus.size(), 30u);
+// Every file in tests/data/<dir> has its line in expected.txt, and every line its file.
+void ExpectEveryFileListed(const std::string& dir) {
+  SCOPED_TRACE(dir);
+  const auto corpus = Corpus(dir);
   std::size_t files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(kDataDir / "bad-configs")) {
+  for (const auto& entry : std::filesystem::directory_iterator(kDataDir / dir)) {
     if (entry.path().filename() == "expected.txt") continue;
     ++files;
     const auto name = entry.path().filename().string();
-    EXPECT_TRUE(std::any_of(corpus.begin(), corpus.end(),
-                            [&](const BadConfig& b) { return b.file == name; }))
+    EXPECT_TRUE(
+        std::any_of(corpus.begin(), corpus.end(), [&](const BadFile& b) { return b.file == name; }))
         << name << " has no line in expected.txt";
   }
   EXPECT_EQ(files, corpus.size());
 }
 
+TEST(BadConfigCorpus, EveryFileIsListedAndThereAreAtLeastThirty) {
+  EXPECT_GE(Corpus("bad-configs").size(), 30u);
+  ExpectEveryFileListed("bad-configs");
+}
+
 TEST(BadConfigCorpus, CheckConfigRejectsEachWithExit78NamingKeyAndLine) {
-  for (const BadConfig& bad : Corpus()) {
+  for (const BadFile& bad : Corpus("bad-configs")) {
     const std::string path = (kDataDir / "bad-configs" / bad.file).string();
     const RunResult r = RunXferd({"check-config", path});
     EXPECT_EQ(r.exit_code, 78) << bad.file << "\n" << r.err;
@@ -809,37 +817,8 @@ TEST_F(WebConfigTest, LoadConfigReadsTheWebConfigAndCheckConfigReportsIt) {
 
 // ---- the bad web-config corpus: TLS material, bcrypt costs, NUL, nesting ---------------------
 
-struct BadWebConfig {
-  std::string file, key;
-  int line = 0;
-};
-
-std::vector<BadWebConfig> WebCorpus() {
-  std::ifstream in(kDataDir / "bad-web-configs" / "expected.txt");
-  std::vector<BadWebConfig> corpus;
-  std::string row;
-  while (std::getline(in, row)) {
-    if (row.empty() || row[0] == '#') continue;
-    std::istringstream fields(row);
-    BadWebConfig bad;
-    fields >> bad.file >> bad.key >> bad.line;
-    corpus.push_back(bad);
-  }
-  return corpus;
-}
-
 TEST(BadWebConfigCorpus, EveryFileIsListed) {
-  const auto corpus = WebCorpus();
-  std::size_t files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(kDataDir / "bad-web-configs")) {
-    if (entry.path().filename() == "expected.txt") continue;
-    ++files;
-    const auto name = entry.path().filename().string();
-    EXPECT_TRUE(std::any_of(corpus.begin(), corpus.end(),
-                            [&](const BadWebConfig& b) { return b.file == name; }))
-        << name << " has no line in expected.txt";
-  }
-  EXPECT_EQ(files, corpus.size());
+  ExpectEveryFileListed("bad-web-configs");
 }
 
 // check-config and run load the web config with the same function: both exit 78 with the
@@ -847,7 +826,7 @@ TEST(BadWebConfigCorpus, EveryFileIsListed) {
 // make run exit 71).
 TEST(BadWebConfigCorpus, CheckConfigAndRunBothExit78NamingTheYamlLine) {
   TempDir dir;
-  for (const BadWebConfig& bad : WebCorpus()) {
+  for (const BadFile& bad : Corpus("bad-web-configs")) {
     const auto yaml = std::filesystem::canonical(kDataDir / "bad-web-configs" / bad.file);
     const auto toml = dir.Write("xferd.toml", "[web]\nconfig_file = \"" + yaml.string() + "\"\n");
     std::string where = yaml.string() + ":" + std::to_string(bad.line) + ": ";
