@@ -44,24 +44,8 @@ using namespace std::chrono_literals;
 constexpr const char* kTestHash = "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi";
 constexpr const char* kTestPassword = "test-password";
 
-int Connect(std::uint16_t port, std::chrono::seconds timeout) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  timeval tv{static_cast<time_t>(timeout.count()), 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// A connection from `source` (another loopback address stands for another host).
+// A connection to the loopback `port`, from the address `source` when one is given
+// (another loopback address stands for another host); -1 when it fails.
 int ConnectFrom(std::uint16_t port, const char* source, std::chrono::seconds timeout) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
@@ -81,6 +65,10 @@ int ConnectFrom(std::uint16_t port, const char* source, std::chrono::seconds tim
     return -1;
   }
   return fd;
+}
+
+int Connect(std::uint16_t port, std::chrono::seconds timeout) {
+  return ConnectFrom(port, nullptr, timeout);
 }
 
 struct RawResponse {
@@ -213,6 +201,16 @@ struct Exporter {
   std::uint16_t port() const { return server->port(); }
 };
 
+// `r` is a 200 of `content_type` whose body holds each of `parts`.
+void ExpectServed(const RawResponse& r, const std::string& content_type,
+                  const std::vector<std::string>& parts) {
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-type"), content_type);
+  for (const std::string& part : parts) {
+    EXPECT_NE(r.body.find(part), std::string::npos) << part << " not in:\n" << r.body;
+  }
+}
+
 TEST(ListenAddress, AcceptsNodeExporterForms) {
   EXPECT_EQ(ParseListenAddress(":9742").host, "");
   EXPECT_EQ(ParseListenAddress(":9742").port, 9742);
@@ -249,11 +247,9 @@ TEST(PasswordHash, VerifiesBcrypt) {
 
 TEST(HttpServer, ServesMetricsWithTheExpositionContentType) {
   Exporter exporter;
-  const RawResponse r = Get(exporter.port(), "/metrics");
-  EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.header("content-type"), "text/plain; version=0.0.4; charset=utf-8");
-  EXPECT_NE(r.body.find("# TYPE xferd_test_scrapes_total counter"), std::string::npos);
-  EXPECT_NE(r.body.find("xferd_test_scrapes_total{gpu=\"0\"} 3"), std::string::npos) << r.body;
+  ExpectServed(
+      Get(exporter.port(), "/metrics"), "text/plain; version=0.0.4; charset=utf-8",
+      {"# TYPE xferd_test_scrapes_total counter", "xferd_test_scrapes_total{gpu=\"0\"} 3"});
 }
 
 TEST(HttpServer, HeadSendsHeadersWithoutBody) {
@@ -298,13 +294,9 @@ TEST(HttpServer, QueryStringDoesNotChangeTheRoute) {
 
 TEST(HttpServer, LandingPageLinksMetricsAndHealthAndEscapesStatus) {
   Exporter exporter;
-  const RawResponse r = Get(exporter.port(), "/");
-  EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.header("content-type"), "text/html; charset=utf-8");
-  EXPECT_NE(r.body.find("href=\"/metrics\""), std::string::npos);
-  EXPECT_NE(r.body.find("href=\"/healthz\""), std::string::npos);
-  EXPECT_NE(r.body.find("9.9.9-test"), std::string::npos);
-  EXPECT_NE(r.body.find("gpu0: &lt;ok&gt; &amp; steady"), std::string::npos) << r.body;
+  ExpectServed(
+      Get(exporter.port(), "/"), "text/html; charset=utf-8",
+      {"href=\"/metrics\"", "href=\"/healthz\"", "9.9.9-test", "gpu0: &lt;ok&gt; &amp; steady"});
 }
 
 TEST(HttpServer, HealthzFollowsTheDaemonsVerdict) {
