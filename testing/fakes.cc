@@ -152,4 +152,15 @@ probes::ProbeSpec PinnedSpec(probes::Direction direction) {
   return spec;
 }
 
+probes::SimOptions SwitchedSimHost(int devices, int gpus_per_switch, int uplink_gen,
+                                   int uplink_width) {
+  probes::SimOptions o;
+  o.time_scale = 0;
+  o.devices = devices;
+  o.gpus_per_switch = gpus_per_switch;
+  o.uplink_gen = uplink_gen;
+  o.uplink_width = uplink_width;
+  return o;
+}
+
 }  // namespace xferd::fakes

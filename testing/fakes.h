@@ -22,6 +22,7 @@
 #include "platform/systemd_notifier.h"
 #include "xferd/probes/backend.h"
 #include "xferd/probes/gpu_load.h"
+#include "xferd/probes/sim_backend.h"
 
 namespace xferd::fakes {
 
@@ -137,5 +138,11 @@ class FakeSignals final : public platform::SignalSource {
 
 // A pinned probe of the default size (64 MiB) in `direction`: the spec most tests run.
 probes::ProbeSpec PinnedSpec(probes::Direction direction = probes::Direction::kH2D);
+
+// The simulated device's built-in host at time_scale 0 (simulated durations, no sleeping):
+// `devices` GPUs, `gpus_per_switch` behind each PCIe switch, whose uplink trained to Gen
+// `uplink_gen` x `uplink_width`.
+probes::SimOptions SwitchedSimHost(int devices, int gpus_per_switch, int uplink_gen,
+                                   int uplink_width);
 
 }  // namespace xferd::fakes
