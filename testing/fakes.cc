@@ -145,6 +145,21 @@ platform::Signal FakeSignals::Wait(std::chrono::milliseconds timeout) {
   return {kind, kind == platform::Signal::Kind::kStop ? "SIGTERM (test)" : "SIGHUP (test)"};
 }
 
+Flood::Flood(int threads, std::function<void(int, int)> attempt) : attempt_(std::move(attempt)) {
+  for (int t = 0; t < threads; ++t) {
+    threads_.emplace_back([this, t] {
+      for (int n = 0; !stop_; ++n) attempt_(t, n);
+    });
+  }
+}
+
+void Flood::Stop() {
+  stop_ = true;
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
 probes::ProbeSpec PinnedSpec(probes::Direction direction) {
   probes::ProbeSpec spec;
   spec.mode = probes::TransferMode::kPinned;

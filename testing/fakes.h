@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -134,6 +135,23 @@ class FakeSignals final : public platform::SignalSource {
   std::mutex mutex_;
   std::condition_variable sent_;
   std::deque<platform::Signal::Kind> queue_;
+};
+
+// `threads` clients, each calling attempt(its number, n) for n = 0, 1, ... until Stop() or
+// the destructor: a flood of requests (guesses, scrapes) against the code under test.
+class Flood {
+ public:
+  Flood(int threads, std::function<void(int thread, int n)> attempt);
+  ~Flood() { Stop(); }
+  Flood(const Flood&) = delete;
+  Flood& operator=(const Flood&) = delete;
+  // Returns once every client has finished its last attempt.
+  void Stop();
+
+ private:
+  const std::function<void(int, int)> attempt_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
 };
 
 // A pinned probe of the default size (64 MiB) in `direction`: the spec most tests run.

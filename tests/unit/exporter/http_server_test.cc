@@ -27,6 +27,7 @@
 
 #include "exporter/routes.h"
 #include "platform/files.h"
+#include "testing/fakes.h"
 #include "web/basic_auth.h"
 #include "web/listen_address.h"
 #include "web/paths.h"
@@ -483,33 +484,26 @@ TEST(HttpServer, PasswordGuessingFloodDoesNotStarveVerifiedScrapes) {
   const std::string good = BasicAuth("prometheus", kTestPassword);
   ASSERT_EQ(Get(port, "/metrics", "GET", good).status, 200);  // now cached
 
-  std::atomic<bool> stop{false};
   std::atomic<int> denied{0}, busy{0}, limited{0}, other{0};
-  std::vector<std::thread> attackers;
-  for (int i = 0; i < 4; ++i) {
-    attackers.emplace_back([&, i] {
-      for (int n = 0; !stop; ++n) {
-        const int status = Get(port, "/metrics", "GET",
-                               BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
-                               .status;
-        if (status == 401)
-          ++denied;
-        else if (status == 503)
-          ++busy;
-        else if (status == 429)
-          ++limited;
-        else
-          ++other;
-      }
-    });
-  }
+  fakes::Flood attackers(4, [&](int i, int n) {
+    const int status = Get(port, "/metrics", "GET",
+                           BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
+                           .status;
+    if (status == 401)
+      ++denied;
+    else if (status == 503)
+      ++busy;
+    else if (status == 429)
+      ++limited;
+    else
+      ++other;
+  });
   std::vector<int> scrapes;
   for (int i = 0; i < 10; ++i) {
     scrapes.push_back(Get(port, "/metrics", "GET", good).status);
     std::this_thread::sleep_for(100ms);
   }
-  stop = true;
-  for (auto& t : attackers) t.join();
+  attackers.Stop();
   EXPECT_EQ(std::count(scrapes.begin(), scrapes.end(), 200), 10);
   EXPECT_GT(denied, 0);          // guesses are checked, a few at a time
   EXPECT_GT(busy + limited, 0);  // and the rest told to come back instead of queueing
@@ -769,28 +763,20 @@ TEST(HttpServer, ACorrectLoginGetsThroughAPasswordFloodFromAnotherAddress) {
   options.web.basic_auth_users["prometheus"] = kTestHash;
   Exporter exporter(options);
   const auto port = exporter.port();
-  std::atomic<bool> stop{false};
   std::atomic<int> denied{0}, pushed_back{0}, other{0};
-  std::vector<std::thread> guessers;
-  for (int i = 0; i < 4; ++i) {
-    guessers.emplace_back([&, i] {
-      for (int n = 0; !stop; ++n) {
-        const int status =
-            GetFrom("127.0.0.2", port,
-                    BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
-                .status;
-        (status == 401 ? denied : status == 503 || status == 429 ? pushed_back : other)++;
-      }
-    });
-  }
+  fakes::Flood guessers(4, [&](int i, int n) {
+    const int status = GetFrom("127.0.0.2", port,
+                               BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
+                           .status;
+    (status == 401 ? denied : status == 503 || status == 429 ? pushed_back : other)++;
+  });
   std::this_thread::sleep_for(300ms);
   std::vector<int> scrapes;
   for (int i = 0; i < 5; ++i) {
     exporter.server->SetBasicAuthUsers({{"prometheus", kTestHash}});  // forget the cache
     scrapes.push_back(GetFrom("127.0.0.1", port, BasicAuth("prometheus", kTestPassword)).status);
   }
-  stop = true;
-  for (auto& t : guessers) t.join();
+  guessers.Stop();
   EXPECT_EQ(std::count(scrapes.begin(), scrapes.end(), 200), 5);
   EXPECT_GT(denied, 0);
   EXPECT_GT(pushed_back, 0);
