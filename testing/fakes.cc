@@ -1,5 +1,9 @@
 #include "testing/fakes.h"
 
+#include <stdlib.h>
+
+#include <fstream>
+#include <stdexcept>
 #include <thread>
 
 namespace xferd::fakes {
@@ -143,6 +147,18 @@ platform::Signal FakeSignals::Wait(std::chrono::milliseconds timeout) {
   const platform::Signal::Kind kind = queue_.front();
   queue_.pop_front();
   return {kind, kind == platform::Signal::Kind::kStop ? "SIGTERM (test)" : "SIGHUP (test)"};
+}
+
+TempDir::TempDir(const std::string& name) {
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / ("xferd-" + name + "-XXXXXX")).string();
+  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+std::filesystem::path TempDir::Write(const std::string& file, const std::string& text) const {
+  std::ofstream(path_ / file, std::ios::binary) << text;
+  return path_ / file;
 }
 
 Flood::Flood(int threads, std::function<void(int, int)> attempt) : attempt_(std::move(attempt)) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -135,6 +136,22 @@ class FakeSignals final : public platform::SignalSource {
   std::mutex mutex_;
   std::condition_variable sent_;
   std::deque<platform::Signal::Kind> queue_;
+};
+
+// A fresh directory "xferd-NAME-XXXXXX" in the system's temp dir, removed with all it
+// holds at the end.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name);
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  // Writes `text` to path()/file as it is (binary); that path.
+  std::filesystem::path Write(const std::string& file, const std::string& text) const;
+
+ private:
+  std::filesystem::path path_;
 };
 
 // `threads` clients, each calling attempt(its number, n) for n = 0, 1, ... until Stop() or

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "config/toml_workarounds.h"
+#include "testing/fakes.h"
 
 namespace xferd::config {
 
@@ -31,27 +32,14 @@ const std::filesystem::path kExample = kDataDir / ".." / ".." / "deploy" / "xfer
 // A syntactically valid bcrypt hash (of "secret", cost 4).
 constexpr const char* kHash = "$2b$04$aHyav/PGMFasSu1k8usBye249LsIcGIogrG34pf.Tv/ttTDmuphaK";
 
-class TempDir {
+class TempDir : public fakes::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "xferd-config-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
+  TempDir() : fakes::TempDir("config") {
     // Traversable by the unprivileged user the unreadable-file test runs as.
-    std::filesystem::permissions(path_, std::filesystem::perms::owner_all |
-                                            std::filesystem::perms::group_exec |
-                                            std::filesystem::perms::others_exec);
+    std::filesystem::permissions(path(), std::filesystem::perms::owner_all |
+                                             std::filesystem::perms::group_exec |
+                                             std::filesystem::perms::others_exec);
   }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path Write(const std::string& name, const std::string& text) const {
-    const auto file = path_ / name;
-    std::ofstream(file, std::ios::binary) << text;
-    return file;
-  }
-
- private:
-  std::filesystem::path path_;
 };
 
 std::string ReadAll(const std::filesystem::path& path) {

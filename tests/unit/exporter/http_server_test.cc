@@ -55,12 +55,12 @@ int ConnectFrom(std::uint16_t port, const char* source, std::chrono::seconds tim
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   sockaddr_in local{};
   local.sin_family = AF_INET;
-  inet_pton(AF_INET, source, &local.sin_addr);
+  if (source != nullptr) inet_pton(AF_INET, source, &local.sin_addr);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+  if ((source != nullptr && bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) ||
       connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
     return -1;
@@ -158,19 +158,6 @@ std::string Base64(const std::string& in) {
 std::string BasicAuth(const std::string& user, const std::string& password) {
   return "Authorization: Basic " + Base64(user + ":" + password) + "\r\n";
 }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "xferd-http-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 void WriteFile(const std::filesystem::path& path, const std::string& text) {
   std::ofstream(path) << text;
@@ -405,7 +392,7 @@ TEST(HttpServer, AddressNotOnThisHostIsAClearError) {
 }
 
 TEST(HttpServer, BadTlsFilesAreClearErrors) {
-  TempDir dir;
+  fakes::TempDir dir("http");
   const auto cert = dir.path() / "cert.pem";
   const auto key = dir.path() / "key.pem";
   WriteFile(cert, "this is not a certificate\n");
@@ -629,7 +616,7 @@ TEST(HttpServer, ServesTlsWithAGeneratedCertificate) {
   if (std::system("command -v openssl >/dev/null && command -v curl >/dev/null") != 0) {
     GTEST_SKIP() << "openssl or curl not installed";
   }
-  TempDir dir;
+  fakes::TempDir dir("http");
   const auto cert = dir.path() / "cert.pem";
   const auto key = dir.path() / "key.pem";
   const std::string make_cert =
