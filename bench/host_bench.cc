@@ -145,6 +145,21 @@ std::size_t CountSeries(std::string_view text) {
 // Enough warm cycles for every baseline to be learned (kMinBaselineCycles) and exported.
 constexpr int kWarmCycles = kMinBaselineCycles + 2;
 
+// The GPU counts each benchmark of a fleet runs with, timed in microseconds.
+void OverGpus(benchmark::internal::Benchmark* b) {
+  b->Arg(1)->Arg(8)->Arg(64)->ArgName("gpus")->Unit(benchmark::kMicrosecond);
+}
+
+// Renders `collectables` as the exposition text on every iteration; the last text.
+std::string RenderEachIteration(benchmark::State& state, const Collectables& collectables) {
+  std::string body;
+  for (auto _ : state) {
+    body = RenderExposition(collectables);
+    benchmark::DoNotOptimize(body.data());
+  }
+  return body;
+}
+
 void BM_RecordCycle(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(0));
   SimulatedFleet fleet(gpus, kWarmCycles);
@@ -153,7 +168,7 @@ void BM_RecordCycle(benchmark::State& state) {
   state.counters["observations"] = static_cast<double>(fleet.DurationsPerCycle());
   state.counters["cycles/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_RecordCycle)->Arg(1)->Arg(8)->Arg(64)->ArgName("gpus")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RecordCycle)->Apply(OverGpus);
 
 void BM_HealthCycle(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(0));
@@ -161,18 +176,13 @@ void BM_HealthCycle(benchmark::State& state) {
   for (auto _ : state) fleet.ObserveHealth();
   state.counters["samples"] = static_cast<double>(fleet.SamplesPerCycle());
 }
-BENCHMARK(BM_HealthCycle)->Arg(1)->Arg(8)->Arg(64)->ArgName("gpus")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_HealthCycle)->Apply(OverGpus);
 
 // One scrape's body, as the /metrics handler renders it (registry + process metrics).
 void BM_RenderMetrics(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(0));
   SimulatedFleet fleet(gpus, kWarmCycles);
-  const Collectables served = fleet.Served();
-  std::string body;
-  for (auto _ : state) {
-    body = RenderExposition(served);
-    benchmark::DoNotOptimize(body.data());
-  }
+  const std::string body = RenderEachIteration(state, fleet.Served());
   const auto series = static_cast<double>(CountSeries(body));
   state.counters["bytes"] = static_cast<double>(body.size());
   state.counters["series"] = series;
@@ -181,12 +191,7 @@ void BM_RenderMetrics(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
                           static_cast<std::int64_t>(body.size()));
 }
-BENCHMARK(BM_RenderMetrics)
-    ->Arg(1)
-    ->Arg(8)
-    ->Arg(64)
-    ->ArgName("gpus")
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RenderMetrics)->Apply(OverGpus);
 
 // A scrape as `xferd run` answers it between cycles: the /metrics handler with the
 // registry's text cached and process_* read fresh (no HTTP; that is http_compare.sh's).
@@ -205,32 +210,17 @@ void BM_MetricsHandler(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
                           static_cast<std::int64_t>(bytes));
 }
-BENCHMARK(BM_MetricsHandler)
-    ->Arg(1)
-    ->Arg(8)
-    ->Arg(64)
-    ->ArgName("gpus")
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MetricsHandler)->Apply(OverGpus);
 
 // The registry alone: what the cache saves on every scrape between changes.
 void BM_RenderRegistry(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(0));
   SimulatedFleet fleet(gpus, kWarmCycles);
-  const Collectables registry = fleet.RegistryOnly();
-  std::string body;
-  for (auto _ : state) {
-    body = RenderExposition(registry);
-    benchmark::DoNotOptimize(body.data());
-  }
+  const std::string body = RenderEachIteration(state, fleet.RegistryOnly());
   state.counters["bytes"] = static_cast<double>(body.size());
   state.counters["series"] = static_cast<double>(CountSeries(body));
 }
-BENCHMARK(BM_RenderRegistry)
-    ->Arg(1)
-    ->Arg(8)
-    ->Arg(64)
-    ->ArgName("gpus")
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RenderRegistry)->Apply(OverGpus);
 
 // procfs reads of the process_* metrics: paid on every scrape, independent of GPUs.
 void BM_ProcessMetrics(benchmark::State& state) {

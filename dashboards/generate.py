@@ -144,6 +144,14 @@ def table(title, description, targets, unit="none", steps=(("green", None),), hi
     return panel
 
 
+def worst_table(title, description, expr, steps, link):
+    """The 10 lowest of the ratio `expr` (percent), lowest first, each cell coloured by steps;
+    its instance cells open `link`."""
+    return table(title, description,
+                 [target("bottomk(10, %s)" % expr, instant=True, fmt="table")],
+                 unit="percentunit", steps=steps, links=[link], sort_by="Value")
+
+
 def datasource_variable():
     return {"name": "datasource", "label": "Data source", "type": "datasource",
             "query": "prometheus", "current": {}, "hide": 0, "includeAll": False,
@@ -478,12 +486,10 @@ def fleet_dashboard():
         12, 9)
 
     lay.row("Worst devices")
-    lay.add(table(
+    lay.add(worst_table(
         "Worst 10 GPUs (slowest link-bound mode / band lower bound)",
         "bottomk over the fleet; red below 100%. Click an instance for its device dashboard.",
-        [target("bottomk(10, min by (instance, gpu) (%s))" % ratio, instant=True, fmt="table")],
-        unit="percentunit", steps=(("red", None), ("green", 1.0)), links=[device_link],
-        sort_by="Value"),
+        "min by (instance, gpu) (%s)" % ratio, (("red", None), ("green", 1.0)), device_link),
         12, 9)
     lay.add(bargauge(
         "Worst 10 by drift from own baseline",
@@ -510,16 +516,14 @@ def fleet_dashboard():
         links=[device_link], sort_by=None),
         12, 9)
     lay.row("Fleet peers")
-    lay.add(table(
+    lay.add(worst_table(
         "Slowest 10 against their fleet peers (bandwidth / peer median)",
         "Each GPU's slowest link-bound (mode, direction, size) over the median of its peer "
         "group: the same GPU model on the same narrowest link, at least 3 peers. Red under "
         "90%: XferdBandwidthBelowFleetPeers after 30 minutes, unless the reading is below the "
         "band (then XferdBandwidthBelowExpected says more).",
-        [target("bottomk(10, min by (instance, gpu, peer_group) (%s))" % peer_ratio,
-                instant=True, fmt="table")],
-        unit="percentunit", steps=(("red", None), ("green", 0.9)), links=[device_link],
-        sort_by="Value"),
+        "min by (instance, gpu, peer_group) (%s)" % peer_ratio, (("red", None), ("green", 0.9)),
+        device_link),
         12, 9)
     lay.add(timeseries(
         "Slowest GPU of each peer group, against the group's median",
@@ -531,23 +535,19 @@ def fleet_dashboard():
         12, 9)
 
     lay.row("Host aggregates")
-    lay.add(table(
+    lay.add(worst_table(
         "Concurrent groups, worst 10 (aggregate / expected lower bound)",
         "What the GPUs of a group moved together over the lower bound of their shared path's "
         "band, h2d and d2h. Red under 100%: XferdHostAggregateBelowExpected after 30 minutes.",
-        [target("bottomk(10, %s)" % aggregate_ratio, instant=True, fmt="table")],
-        unit="percentunit", steps=(("red", None), ("green", 1.0)), links=[host_link],
-        sort_by="Value"),
+        aggregate_ratio, (("red", None), ("green", 1.0)), host_link),
         12, 9)
-    lay.add(table(
+    lay.add(worst_table(
         "GPUs losing most to their neighbours (concurrent / solo), worst 10",
         "What a GPU got while its group moved data at once, over what it gets alone. GPUs "
         "behind one shared uplink get their share of it by design; the device dashboard "
         "shows the groups and their links.",
-        [target("bottomk(10, instance_gpu_direction_group:xferd_concurrent_over_solo:ratio{%s})" % FLEET,
-                instant=True, fmt="table")],
-        unit="percentunit", steps=(("red", None), ("orange", 0.5), ("green", 0.8)),
-        links=[device_link], sort_by="Value"),
+        "instance_gpu_direction_group:xferd_concurrent_over_solo:ratio{%s}" % FLEET,
+        (("red", None), ("orange", 0.5), ("green", 0.8)), device_link),
         12, 9)
 
     lay.row("Alerts")

@@ -1,5 +1,9 @@
 #include "testing/fakes.h"
 
+#include <stdlib.h>
+
+#include <fstream>
+#include <stdexcept>
 #include <thread>
 
 namespace xferd::fakes {
@@ -145,11 +149,49 @@ platform::Signal FakeSignals::Wait(std::chrono::milliseconds timeout) {
   return {kind, kind == platform::Signal::Kind::kStop ? "SIGTERM (test)" : "SIGHUP (test)"};
 }
 
+TempDir::TempDir(const std::string& name) {
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / ("xferd-" + name + "-XXXXXX")).string();
+  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+std::filesystem::path TempDir::Write(const std::string& file, const std::string& text) const {
+  std::ofstream(path_ / file, std::ios::binary) << text;
+  return path_ / file;
+}
+
+Flood::Flood(int threads, std::function<void(int, int)> attempt) : attempt_(std::move(attempt)) {
+  for (int t = 0; t < threads; ++t) {
+    threads_.emplace_back([this, t] {
+      for (int n = 0; !stop_; ++n) attempt_(t, n);
+    });
+  }
+}
+
+void Flood::Stop() {
+  stop_ = true;
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
 probes::ProbeSpec PinnedSpec(probes::Direction direction) {
   probes::ProbeSpec spec;
   spec.mode = probes::TransferMode::kPinned;
   spec.direction = direction;
   return spec;
+}
+
+probes::SimOptions SwitchedSimHost(int devices, int gpus_per_switch, int uplink_gen,
+                                   int uplink_width) {
+  probes::SimOptions o;
+  o.time_scale = 0;
+  o.devices = devices;
+  o.gpus_per_switch = gpus_per_switch;
+  o.uplink_gen = uplink_gen;
+  o.uplink_width = uplink_width;
+  return o;
 }
 
 }  // namespace xferd::fakes

@@ -8,11 +8,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "platform/systemd_notifier.h"
 #include "xferd/probes/backend.h"
 #include "xferd/probes/gpu_load.h"
+#include "xferd/probes/sim_backend.h"
 
 namespace xferd::fakes {
 
@@ -135,7 +138,46 @@ class FakeSignals final : public platform::SignalSource {
   std::deque<platform::Signal::Kind> queue_;
 };
 
+// A fresh directory "xferd-NAME-XXXXXX" in the system's temp dir, removed with all it
+// holds at the end.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name);
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  // Writes `text` to path()/file as it is (binary); that path.
+  std::filesystem::path Write(const std::string& file, const std::string& text) const;
+
+ private:
+  std::filesystem::path path_;
+};
+
+// `threads` clients, each calling attempt(its number, n) for n = 0, 1, ... until Stop() or
+// the destructor: a flood of requests (guesses, scrapes) against the code under test.
+class Flood {
+ public:
+  Flood(int threads, std::function<void(int thread, int n)> attempt);
+  ~Flood() { Stop(); }
+  Flood(const Flood&) = delete;
+  Flood& operator=(const Flood&) = delete;
+  // Returns once every client has finished its last attempt.
+  void Stop();
+
+ private:
+  const std::function<void(int, int)> attempt_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
 // A pinned probe of the default size (64 MiB) in `direction`: the spec most tests run.
 probes::ProbeSpec PinnedSpec(probes::Direction direction = probes::Direction::kH2D);
+
+// The simulated device's built-in host at time_scale 0 (simulated durations, no sleeping):
+// `devices` GPUs, `gpus_per_switch` behind each PCIe switch, whose uplink trained to Gen
+// `uplink_gen` x `uplink_width`.
+probes::SimOptions SwitchedSimHost(int devices, int gpus_per_switch, int uplink_gen,
+                                   int uplink_width);
 
 }  // namespace xferd::fakes

@@ -32,13 +32,21 @@ ABSENT = "absent"
 
 # ---- inputs ---------------------------------------------------------------------------
 
-def read_workload(path):
-    """(slots, summary) of an xferd_workload --out file; (None, None) when missing."""
+def read_lines(path, errors=None):
+    """The lines of a text file; None when it is missing."""
     path = Path(path)
     if not path.exists():
+        return None
+    return path.read_text(errors=errors).splitlines()
+
+
+def read_workload(path):
+    """(slots, summary) of an xferd_workload --out file; (None, None) when missing."""
+    lines = read_lines(path)
+    if lines is None:
         return None, None
     slots, summary = [], None
-    for line in path.read_text().splitlines():
+    for line in lines:
         if not line.strip():
             continue
         try:
@@ -58,11 +66,8 @@ SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\d+)?$')
 
 def read_scrapes(path):
     """[(time, [(name, labels, value)])] from the '# scrape_time T' separated file."""
-    path = Path(path)
-    if not path.exists():
-        return []
     scrapes = []
-    for line in path.read_text().splitlines():
+    for line in read_lines(path) or []:
         if line.startswith("# scrape_time "):
             scrapes.append((float(line.split()[2]), []))
             continue
@@ -86,11 +91,8 @@ CYCLE = re.compile(r"\bcycle (\d+): ([^;]*);(?:.*?([\d.]+) s wall)?")
 
 def read_log(path):
     """[(time, level, message)] of an xferd log on stderr."""
-    path = Path(path)
-    if not path.exists():
-        return []
     lines = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in read_lines(path, errors="replace") or []:
         m = LOG_TIME.match(line)
         if m:
             t = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()

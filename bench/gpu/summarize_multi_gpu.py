@@ -248,25 +248,31 @@ def check_run(work, gpus, report):
     report.add("run SIGTERM exit", "PASS" if code == "0" else "FAIL", f"exit {code or '?'}")
 
 
+def check_step(work, stem, check, report, not_run, judge):
+    """A row for the step that left STEM.exit and STEM.log in work: SKIP (not_run) without
+    an exit status, else PASS or FAIL as judge(exit status, log) -> (ok, detail) says."""
+    code = (read(f"{work}/{stem}.exit") or "").strip()
+    if not code:
+        report.add(check, "SKIP", not_run)
+        return
+    ok, detail = judge(code, read(f"{work}/{stem}.log") or "")
+    report.add(check, "PASS" if ok else "FAIL", detail)
+
+
 def check_tests(work, gpus, report):
-    for g in gpus:
-        code = (read(f"{work}/gpu_tests_gpu{g}.exit") or "").strip()
-        log = read(f"{work}/gpu_tests_gpu{g}.log") or ""
+    def gpu_tests(code, log):
         passed = re.findall(r"\[  PASSED  \] (\d+) tests?", log)
-        if not code:
-            report.add(f"gpu_tests gpu{g}", "SKIP", "not run")
-        else:
-            report.add(f"gpu_tests gpu{g}", "PASS" if code == "0" else "FAIL",
-                       f"exit {code}" + (f", {passed[-1]} passed" if passed else ""))
-        mcode = (read(f"{work}/memcheck_gpu{g}.exit") or "").strip()
-        mlog = read(f"{work}/memcheck_gpu{g}.log") or ""
-        summary = re.findall(r"ERROR SUMMARY: (\d+) errors?", mlog)
-        if not mcode:
-            report.add(f"memcheck gpu{g}", "SKIP", "compute-sanitizer not run")
-        else:
-            ok = mcode == "0" and all(s == "0" for s in summary)
-            report.add(f"memcheck gpu{g}", "PASS" if ok else "FAIL",
-                       f"exit {mcode}, error summary {', '.join(summary) or 'none'}")
+        return code == "0", f"exit {code}" + (f", {passed[-1]} passed" if passed else "")
+
+    def memcheck(code, log):
+        summary = re.findall(r"ERROR SUMMARY: (\d+) errors?", log)
+        return (code == "0" and all(s == "0" for s in summary),
+                f"exit {code}, error summary {', '.join(summary) or 'none'}")
+
+    for g in gpus:
+        check_step(work, f"gpu_tests_gpu{g}", f"gpu_tests gpu{g}", report, "not run", gpu_tests)
+        check_step(work, f"memcheck_gpu{g}", f"memcheck gpu{g}", report,
+                   "compute-sanitizer not run", memcheck)
 
 
 def summarize(work):

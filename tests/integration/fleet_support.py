@@ -3,6 +3,7 @@ Debian with the shipped rules (test_fleet.py, test_two_tier.py): daemon configs,
 with shortened `for:`, processes that are always torn down, the HTTP API, polling."""
 import json
 import re
+import shutil
 import subprocess
 import time
 import urllib.parse
@@ -11,7 +12,7 @@ import urllib.request
 import pytest
 import yaml
 
-from deploy_support import RULES_FILE, free_port
+from deploy_support import RULES_FILE, free_port, require_binary, require_tool
 
 # What every `for:` of the shipped rules becomes: minutes would not fit a test.
 TEST_FOR = "4s"
@@ -174,6 +175,25 @@ def start_prometheus(procs, name, prometheus, config, *flags):
     procs.start(name, [prometheus, f"--config.file={path}",
                        f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn", *flags])
     return Prometheus(port)
+
+
+def serve(make, up, what, data_dirs):
+    """A module fixture's body for a setup of daemons and Prometheus servers. make() builds it
+    (an object with .tmp, .procs, .targets and start(binary, prometheus)) once the built xferd
+    and Debian's prometheus are found; it is started and handed to the tests once up(setup)
+    counts every target up (waiting for `what`). Its processes are stopped and its Prometheus
+    data_dirs (under .tmp) removed at the end, however it went."""
+    binary = require_binary()
+    prometheus = require_tool("prometheus")
+    setup = make()
+    try:
+        setup.start(binary, prometheus)
+        wait_until(what, lambda: up(setup) == len(setup.targets), 60)
+        yield setup
+    finally:
+        setup.procs.stop()
+        for d in data_dirs:
+            shutil.rmtree(setup.tmp / d, ignore_errors=True)
 
 
 def firing(alerts, by_instance):

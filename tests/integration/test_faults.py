@@ -45,12 +45,20 @@ def assert_kept(d, baseline):
     assert saved_baselines(d), "the state file lost its baselines"
 
 
-def test_probe_error(daemon):
+def counted_after_learning(daemon, fault, result, at_least, what):
+    """A daemon that learned a baseline, then got `fault` and counted at least `at_least`
+    probe runs ending in `result` (waiting for `what`); returns it and the baseline."""
     d = daemon(sim_config()).start().wait_ready()
     baseline = learned(d)
-    inject(d, faults=[{"kind": "error_every", "every": 3}])
+    inject(d, faults=[fault])
     d.wait_for(lambda: d.value("xferd_probe_runs_total", sum_all=True, gpu="0",
-                               result="error") >= 3, 20, "the error counter to move")
+                               result=result) >= at_least, 20, what)
+    return d, baseline
+
+
+def test_probe_error(daemon):
+    d, baseline = counted_after_learning(daemon, {"kind": "error_every", "every": 3}, "error", 3,
+                                         "the error counter to move")
     assert "probe error" in d.log()
     assert d.value("xferd_cycles_total", result="partial") >= 1
     assert_kept(d, baseline)
@@ -67,21 +75,15 @@ def test_hang_past_deadline(daemon):
 
 
 def test_device_lost_mid_cycle(daemon):
-    d = daemon(sim_config()).start().wait_ready()
-    baseline = learned(d)
-    inject(d, faults=[{"kind": "lost"}])
-    d.wait_for(lambda: d.value("xferd_probe_runs_total", sum_all=True, gpu="0",
-                               result="error") >= 13, 20, "every probe to fail")
+    d, baseline = counted_after_learning(daemon, {"kind": "lost"}, "error", 13,
+                                         "every probe to fail")
     assert "device lost" in d.log()
     assert_kept(d, baseline)
 
 
 def test_slow_device_times_out(daemon):
-    d = daemon(sim_config()).start().wait_ready()
-    baseline = learned(d)
-    inject(d, faults=[{"kind": "slow", "factor": 1000.0}])
-    d.wait_for(lambda: d.value("xferd_probe_runs_total", sum_all=True, gpu="0",
-                               result="timeout") >= 3, 20, "the timeout counter to move")
+    d, baseline = counted_after_learning(daemon, {"kind": "slow", "factor": 1000.0}, "timeout", 3,
+                                         "the timeout counter to move")
     assert "probe timed out" in d.log()
     assert_kept(d, baseline)
 

@@ -8,15 +8,13 @@ fit a test); every expression is the shipped one, unchanged.
 """
 import json
 import re
-import shutil
 import time
 
 import pytest
 
 from dashboard_queries import DASHBOARDS, load, query_data_report
-from deploy_support import require_binary, require_tool
-from fleet_support import (Processes, firing, shortened_rules, start_daemons, start_prometheus,
-                           wait_until)
+from fleet_support import (Processes, firing, serve, shortened_rules, start_daemons,
+                           start_prometheus, wait_until)
 
 FAULT = "[[simulate.fault]]\n"
 # name -> (daemon_config options, the alerts it must raise); the rest are healthy.
@@ -81,23 +79,11 @@ class Fleet:
     def alerts(self):
         return self.prom.alerts()
 
-    def stop(self):
-        self.procs.stop()
-
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    binary = require_binary()
-    prometheus = require_tool("prometheus")
-    f = Fleet(tmp_path_factory.mktemp("fleet"))
-    try:
-        f.start(binary, prometheus)
-        wait_until("every target up", lambda: len(f.query('up{job="xferd"} == 1')) ==
-                   len(f.targets), 60)
-        yield f
-    finally:
-        f.stop()
-        shutil.rmtree(f.tmp / "tsdb", ignore_errors=True)
+    yield from serve(lambda: Fleet(tmp_path_factory.mktemp("fleet")),
+                     lambda f: len(f.query('up{job="xferd"} == 1')), "every target up", ["tsdb"])
 
 
 def firing_by_host(fleet):

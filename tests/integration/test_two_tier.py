@@ -11,7 +11,6 @@ although neither site alone has enough GPUs for it. The rules are the shipped fi
 down at the end.
 """
 import re
-import shutil
 import subprocess
 import time
 import urllib.error
@@ -19,8 +18,8 @@ import urllib.error
 import pytest
 
 from dashboard_queries import DASHBOARDS, load, query_data_report
-from deploy_support import RULES_FILE, SOURCE_DIR, require_binary, require_tool
-from fleet_support import (Processes, firing, get_json, shortened_rules, start_daemons,
+from deploy_support import RULES_FILE, SOURCE_DIR, require_tool
+from fleet_support import (Processes, firing, get_json, serve, shortened_rules, start_daemons,
                            start_prometheus, wait_until)
 
 FAULT = "[[simulate.fault]]\n"
@@ -76,19 +75,13 @@ class TwoTier:
 
 @pytest.fixture(scope="module")
 def tiers(tmp_path_factory):
-    binary = require_binary()
-    prometheus = require_tool("prometheus")
-    t = TwoTier(tmp_path_factory.mktemp("two-tier"))
-    try:
-        t.start(binary, prometheus)
-        wait_until("every host up at the central Prometheus",
-                   lambda: (t.procs.check_alive() or True) and len(
-                       t.central.query('up{job="xferd"} == 1')) == len(t.targets), 60)
-        yield t
-    finally:
-        t.procs.stop()
-        for d in ("central", *(f"agent-{s}" for s in SITES)):
-            shutil.rmtree(t.tmp / d, ignore_errors=True)
+    def hosts_up(t):
+        t.procs.check_alive()
+        return len(t.central.query('up{job="xferd"} == 1'))
+
+    yield from serve(lambda: TwoTier(tmp_path_factory.mktemp("two-tier")), hosts_up,
+                     "every host up at the central Prometheus",
+                     ["central", *(f"agent-{s}" for s in SITES)])
 
 
 def test_the_central_prometheus_holds_every_site_without_scraping(tiers):
@@ -125,26 +118,27 @@ def test_injected_faults_alert_centrally(tiers):
         assert "Check:" in a["annotations"]["description"]
 
 
-def test_recording_rules_are_evaluated_centrally(tiers):
-    def band_ratios():
-        r = tiers.central.query(
-            'instance_gpu_mode_direction:xferd_bandwidth_over_expected_lower:ratio'
-            '{mode="pinned",direction="h2d"}')
-        return r if len(r) == 6 else None
+def pinned_h2d_ratios(tiers, what, rule, count):
+    """The central Prometheus's pinned h2d series of a recording rule, once there are count."""
+    def ratios():
+        r = tiers.central.query(rule + '{mode="pinned",direction="h2d"}')
+        return r if len(r) == count else None
 
-    ratios = wait_until("the band ratio of every GPU", band_ratios, 30)
+    return wait_until(what, ratios, 30)
+
+
+def test_recording_rules_are_evaluated_centrally(tiers):
+    ratios = pinned_h2d_ratios(
+        tiers, "the band ratio of every GPU",
+        "instance_gpu_mode_direction:xferd_bandwidth_over_expected_lower:ratio", 6)
     low = {r["metric"]["instance"] for r in ratios if float(r["value"][1]) < 1}
     assert low == {tiers.targets["b-2"]}, low
 
     # One peer group of five across both sites: neither agent's site has the 4 GPUs a
     # median needs, the central Prometheus has.
-    def peer_ratios():
-        r = tiers.central.query(
-            'instance_gpu_mode_direction_size:xferd_bandwidth_over_fleet_peer_median:ratio'
-            '{mode="pinned",direction="h2d"}')
-        return r if len(r) == 5 else None
-
-    peers = wait_until("the fleet-peer ratio of every GPU", peer_ratios, 30)
+    peers = pinned_h2d_ratios(
+        tiers, "the fleet-peer ratio of every GPU",
+        "instance_gpu_mode_direction_size:xferd_bandwidth_over_fleet_peer_median:ratio", 5)
     site_of = {t: tiers.site_of[h] for h, t in tiers.targets.items()}
     assert {site_of[r["metric"]["instance"]] for r in peers} == set(SITES)
     print("pinned h2d / peer median:", sorted(

@@ -63,6 +63,22 @@ class ProbeCommand : public ::testing::Test {
     return WriteFile(name, before + "[simulate]\ntime_scale = 0\n[[simulate.fault]]\n" + fault);
   }
 
+  // The fake sysfs tree tests/data/sysfs/<name>.
+  static std::string SysfsTree(const std::string& name) {
+    return std::string(XFERD_TEST_DATA_DIR) + "/sysfs/" + name;
+  }
+
+  // `xferd probe --simulate --json FLAGS` on the fake 8-GPU node (sysfs tree hgx-8gpu): its
+  // document in `doc`; it must exit 0 and show all 8 GPUs. Call it in
+  // ASSERT_NO_FATAL_FAILURE.
+  void ProbeEightGpuNode(const std::string& flags, nlohmann::json& doc) {
+    const Result r =
+        Xferd("probe --simulate --json " + flags + " --sysfs-root '" + SysfsTree("hgx-8gpu") + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    doc = nlohmann::json::parse(r.out);
+    ASSERT_EQ(doc.at("devices").size(), 8u);
+  }
+
   fs::path dir_;
 };
 
@@ -306,12 +322,8 @@ TEST_F(ProbeCommand, BadConfigExits78NamingTheLine) {
 
 // The simulated GPUs of a fake sysfs tree, from the flag or from the config file.
 TEST_F(ProbeCommand, SimulatedHostFromASysfsTree) {
-  const std::string tree = std::string(XFERD_TEST_DATA_DIR) + "/sysfs/hgx-8gpu";
-  const Result r =
-      Xferd("probe --simulate --json --mode pinned --iterations 5 --sysfs-root '" + tree + "'");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto doc = nlohmann::json::parse(r.out);
-  ASSERT_EQ(doc.at("devices").size(), 8u);
+  nlohmann::json doc;
+  ASSERT_NO_FATAL_FAILURE(ProbeEightGpuNode("--mode pinned --iterations 5", doc));
   EXPECT_EQ(doc.at("devices")[7].at("pci_bus_id"), "0000:bb:00.0");
   EXPECT_EQ(doc.at("devices")[7].at("link_path").at("numa_node"), 1);
   EXPECT_NEAR(
@@ -341,12 +353,8 @@ TEST_F(ProbeCommand, SimulatedHostFromASysfsTree) {
 // `xferd probe --concurrent` on the fake 8-GPU node: every GPU alone, then each group at
 // once; GPUs behind one switch share its uplink and each gets half, which is diagnosed.
 TEST_F(ProbeCommand, ConcurrentOnAnEightGpuNode) {
-  const std::string tree = std::string(XFERD_TEST_DATA_DIR) + "/sysfs/hgx-8gpu";
-  const Result r =
-      Xferd("probe --simulate --concurrent --json --iterations 5 --sysfs-root '" + tree + "'");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto doc = nlohmann::json::parse(r.out);
-  ASSERT_EQ(doc.at("devices").size(), 8u);
+  nlohmann::json doc;
+  ASSERT_NO_FATAL_FAILURE(ProbeEightGpuNode("--concurrent --iterations 5", doc));
   EXPECT_EQ(doc.at("devices")[4].at("numa_node"), 1);
   const auto& groups = doc.at("groups");
   ASSERT_EQ(groups.size(), 5u);
@@ -377,7 +385,8 @@ TEST_F(ProbeCommand, ConcurrentOnAnEightGpuNode) {
 
   // The table says the same.
   const Result table =
-      Xferd("probe --simulate --concurrent --iterations 5 --gpu 2,3 --sysfs-root '" + tree + "'");
+      Xferd("probe --simulate --concurrent --iterations 5 --gpu 2,3 --sysfs-root '" +
+            SysfsTree("hgx-8gpu") + "'");
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(
       table.out.find("group uplink_0000:38:00.0: GPUs 2,3, shared link 0000:38:00.0 Gen5 x16"),

@@ -31,20 +31,6 @@ using ::testing::HasSubstr;
 using Kind = platform::Signal::Kind;
 using Messages = std::vector<std::string>;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "xferd-service-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 // Fast cycles of one small pinned probe pair on one fake GPU.
 config::Config FastConfig(const std::filesystem::path& state_dir) {
   config::Config c;
@@ -73,7 +59,7 @@ int Find(const Messages& m, const std::string& what, int from = 0) {
 }
 
 struct Harness {
-  TempDir dir;
+  fakes::TempDir dir{"service"};
   fakes::FakeBackend backend{nullptr, 1};
   fakes::FakeNotifier notifier;
   fakes::FakeSignals signals;
@@ -292,7 +278,7 @@ double Sum(const std::string& text, const std::string& name, const std::string& 
 // 0.1, every mode at 64 MiB, max_duty_cycle 0.0025, consecutive_bad 3, burst_reserve 0.5 s):
 // the simulated device (Gen4 x16) with no sleeping and its timeline on the paced clock.
 struct SimulatedService {
-  TempDir dir;
+  fakes::TempDir dir{"service"};
   PacedClock clock;
   fakes::FakeNotifier notifier;
   fakes::FakeSignals signals;

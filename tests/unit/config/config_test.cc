@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "config/toml_workarounds.h"
+#include "testing/fakes.h"
 
 namespace xferd::config {
 
@@ -31,27 +32,14 @@ const std::filesystem::path kExample = kDataDir / ".." / ".." / "deploy" / "xfer
 // A syntactically valid bcrypt hash (of "secret", cost 4).
 constexpr const char* kHash = "$2b$04$aHyav/PGMFasSu1k8usBye249LsIcGIogrG34pf.Tv/ttTDmuphaK";
 
-class TempDir {
+class TempDir : public fakes::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "xferd-config-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
+  TempDir() : fakes::TempDir("config") {
     // Traversable by the unprivileged user the unreadable-file test runs as.
-    std::filesystem::permissions(path_, std::filesystem::perms::owner_all |
-                                            std::filesystem::perms::group_exec |
-                                            std::filesystem::perms::others_exec);
+    std::filesystem::permissions(path(), std::filesystem::perms::owner_all |
+                                             std::filesystem::perms::group_exec |
+                                             std::filesystem::perms::others_exec);
   }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path Write(const std::string& name, const std::string& text) const {
-    const auto file = path_ / name;
-    std::ofstream(file, std::ios::binary) << text;
-    return file;
-  }
-
- private:
-  std::filesystem::path path_;
 };
 
 std::string ReadAll(const std::filesystem::path& path) {
@@ -626,42 +614,50 @@ TEST(ConfigValidation, UnreadableFileGivesErrnoText) {
 
 // ---- the bad-configuration corpus through the real binary ---------------------------------
 
-struct BadConfig {
+// A file of a bad-file corpus (tests/data/<dir>), as <dir>/expected.txt lists it: the key its
+// error names ("-": none) and the line (0: none).
+struct BadFile {
   std::string file, key;
   int line = 0;
 };
 
-std::vector<BadConfig> Corpus() {
-  std::ifstream in(kDataDir / "bad-configs" / "expected.txt");
-  std::vector<BadConfig> corpus;
+std::vector<BadFile> Corpus(const std::string& dir) {
+  std::ifstream in(kDataDir / dir / "expected.txt");
+  std::vector<BadFile> corpus;
   std::string row;
   while (std::getline(in, row)) {
     if (row.empty() || row[0] == '#') continue;
     std::istringstream fields(row);
-    BadConfig bad;
+    BadFile bad;
     fields >> bad.file >> bad.key >> bad.line;
     corpus.push_back(bad);
   }
   return corpus;
 }
 
-TEST(BadConfigCorpus, EveryFileIsListedAndThereAreAtLeastThirty) {
-  const auto corpus = Corpus();
-  EXPECT_GE(corpus.size(), 30u);
+// Every file in tests/data/<dir> has its line in expected.txt, and every line its file.
+void ExpectEveryFileListed(const std::string& dir) {
+  SCOPED_TRACE(dir);
+  const auto corpus = Corpus(dir);
   std::size_t files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(kDataDir / "bad-configs")) {
+  for (const auto& entry : std::filesystem::directory_iterator(kDataDir / dir)) {
     if (entry.path().filename() == "expected.txt") continue;
     ++files;
     const auto name = entry.path().filename().string();
-    EXPECT_TRUE(std::any_of(corpus.begin(), corpus.end(),
-                            [&](const BadConfig& b) { return b.file == name; }))
+    EXPECT_TRUE(
+        std::any_of(corpus.begin(), corpus.end(), [&](const BadFile& b) { return b.file == name; }))
         << name << " has no line in expected.txt";
   }
   EXPECT_EQ(files, corpus.size());
 }
 
+TEST(BadConfigCorpus, EveryFileIsListedAndThereAreAtLeastThirty) {
+  EXPECT_GE(Corpus("bad-configs").size(), 30u);
+  ExpectEveryFileListed("bad-configs");
+}
+
 TEST(BadConfigCorpus, CheckConfigRejectsEachWithExit78NamingKeyAndLine) {
-  for (const BadConfig& bad : Corpus()) {
+  for (const BadFile& bad : Corpus("bad-configs")) {
     const std::string path = (kDataDir / "bad-configs" / bad.file).string();
     const RunResult r = RunXferd({"check-config", path});
     EXPECT_EQ(r.exit_code, 78) << bad.file << "\n" << r.err;
@@ -809,37 +805,8 @@ TEST_F(WebConfigTest, LoadConfigReadsTheWebConfigAndCheckConfigReportsIt) {
 
 // ---- the bad web-config corpus: TLS material, bcrypt costs, NUL, nesting ---------------------
 
-struct BadWebConfig {
-  std::string file, key;
-  int line = 0;
-};
-
-std::vector<BadWebConfig> WebCorpus() {
-  std::ifstream in(kDataDir / "bad-web-configs" / "expected.txt");
-  std::vector<BadWebConfig> corpus;
-  std::string row;
-  while (std::getline(in, row)) {
-    if (row.empty() || row[0] == '#') continue;
-    std::istringstream fields(row);
-    BadWebConfig bad;
-    fields >> bad.file >> bad.key >> bad.line;
-    corpus.push_back(bad);
-  }
-  return corpus;
-}
-
 TEST(BadWebConfigCorpus, EveryFileIsListed) {
-  const auto corpus = WebCorpus();
-  std::size_t files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(kDataDir / "bad-web-configs")) {
-    if (entry.path().filename() == "expected.txt") continue;
-    ++files;
-    const auto name = entry.path().filename().string();
-    EXPECT_TRUE(std::any_of(corpus.begin(), corpus.end(),
-                            [&](const BadWebConfig& b) { return b.file == name; }))
-        << name << " has no line in expected.txt";
-  }
-  EXPECT_EQ(files, corpus.size());
+  ExpectEveryFileListed("bad-web-configs");
 }
 
 // check-config and run load the web config with the same function: both exit 78 with the
@@ -847,7 +814,7 @@ TEST(BadWebConfigCorpus, EveryFileIsListed) {
 // make run exit 71).
 TEST(BadWebConfigCorpus, CheckConfigAndRunBothExit78NamingTheYamlLine) {
   TempDir dir;
-  for (const BadWebConfig& bad : WebCorpus()) {
+  for (const BadFile& bad : Corpus("bad-web-configs")) {
     const auto yaml = std::filesystem::canonical(kDataDir / "bad-web-configs" / bad.file);
     const auto toml = dir.Write("xferd.toml", "[web]\nconfig_file = \"" + yaml.string() + "\"\n");
     std::string where = yaml.string() + ":" + std::to_string(bad.line) + ": ";

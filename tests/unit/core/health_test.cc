@@ -470,6 +470,12 @@ probes::LinkPath PairedPath(int gpu_max_gen, int gpu_max_width, int slot_max_gen
   return p;
 }
 
+// What a fresh tracker makes of one pinned h2d reading of `gbps` GB/s over `path`.
+DeviceHealth FirstPinnedReading(double gbps, const probes::LinkPath& path) {
+  HealthTracker h(TestConfig());
+  return h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, gbps)}, path));
+}
+
 probes::ProbeSample Contended(probes::ProbeSample s, double foreign_gbps) {
   s.contention.state = probes::ContentionState::kContended;
   s.contention.foreign_h2d_bytes_per_s = foreign_gbps * 1e9;
@@ -478,10 +484,8 @@ probes::ProbeSample Contended(probes::ProbeSample s, double foreign_gbps) {
 }
 
 TEST(Diagnosis, AGpuFasterThanItsSlotIsACapabilityMismatchNotADowntrain) {
-  HealthTracker h(TestConfig());
   // Gen5 GPU in a Gen4 slot, trained at Gen4 x16: all it can be.
-  const DeviceHealth r = h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 24.0)},
-                                         PairedPath(5, 16, 4, 16, 4, 16)));
+  const DeviceHealth r = FirstPinnedReading(24.0, PairedPath(5, 16, 4, 16, 4, 16));
   EXPECT_FALSE(r.Has(DiagnosisCause::kLinkDowntrained));
   ASSERT_TRUE(r.Has(DiagnosisCause::kCapabilityMismatch));
   for (const auto& d : r.diagnoses) {
@@ -496,9 +500,7 @@ TEST(Diagnosis, AGpuFasterThanItsSlotIsACapabilityMismatchNotADowntrain) {
 }
 
 TEST(Diagnosis, DowntrainedBelowBothEndsIsNamedOnceWithTheLinksMaximum) {
-  HealthTracker h(TestConfig());
-  const DeviceHealth r = h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 10.0)},
-                                         PairedPath(4, 16, 4, 16, 4, 8)));
+  const DeviceHealth r = FirstPinnedReading(10.0, PairedPath(4, 16, 4, 16, 4, 8));
   ASSERT_TRUE(r.Has(DiagnosisCause::kLinkDowntrained));
   EXPECT_FALSE(r.Has(DiagnosisCause::kCapabilityMismatch));
   for (const auto& d : r.diagnoses) {

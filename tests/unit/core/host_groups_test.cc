@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/health_tracker.h"
+#include "testing/fakes.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::core {
@@ -83,12 +84,7 @@ TEST(FindGroups, OneGpuIsAGroupOnlyWhenAskedFor) {
 }
 
 TEST(FindGroups, BuiltInSwitchesAndIntegratedGpus) {
-  probes::SimOptions o;
-  o.time_scale = 0;
-  o.devices = 4;
-  o.gpus_per_switch = 2;
-  o.uplink_gen = 4;
-  o.uplink_width = 16;
+  probes::SimOptions o = fakes::SwitchedSimHost(4, 2, 4, 16);
   o.link_gen = 5;
   probes::SimBackend sim(o);
   const auto groups = FindGroups(sim.Devices(), Paths(sim));

@@ -159,10 +159,15 @@ probes::LinkPath Gen5x16() {
   return path;
 }
 
+// The fake GPUs as H200s (SetH200Costs) on a Gen5 x16 link.
+void SetH200sOnGen5x16(FakeBackend& b) {
+  SetH200Costs(b);
+  b.link_path = Gen5x16();
+}
+
 TEST(Scheduler, HeadlineEveryIntervalFromTheStartAndEveryModeLearnedInBoundedTime) {
   Harness h;
-  SetH200Costs(h.backend);
-  h.backend.link_path = Gen5x16();
+  SetH200sOnGen5x16(h.backend);
   h.stop_after = 120;
   h.Run(H200Config());
   ASSERT_EQ(h.reports.size(), 120u);
@@ -210,8 +215,7 @@ TEST(Scheduler, HeadlineEveryIntervalFromTheStartAndEveryModeLearnedInBoundedTim
 
 TEST(Scheduler, UnmeasuredProbeCostIsEstimatedFromItsBytesAtTheLink) {
   Harness h;
-  SetH200Costs(h.backend);
-  h.backend.link_path = Gen5x16();
+  SetH200sOnGen5x16(h.backend);
   h.stop_after = 1;
   h.Run(H200Config());
   // managed h2d: 22 x 64 MiB at 0.04 of 63 GB/s = 0.59 s, more than one interval buys:
@@ -225,8 +229,7 @@ TEST(Scheduler, DeviceTimeStaysWithinTheDutyCycleOverALongSpan) {
   for (bool reload_every_cycle : {false, true}) {
     SCOPED_TRACE(reload_every_cycle ? "with a reload every cycle" : "no reloads");
     Harness h;
-    SetH200Costs(h.backend);
-    h.backend.link_path = Gen5x16();
+    SetH200sOnGen5x16(h.backend);
     h.stop_after = 60;
     const Settings c = H200Config();
     const SteadyTime t0 = h.clock.Now();
@@ -274,8 +277,7 @@ TEST(Scheduler, HeadlineOverdrawSpacesCyclesToKeepTheCap) {
 
 TEST(Scheduler, AProbeDearerThanEstimatedNeverDelaysTheNextCycle) {
   Harness h;
-  SetH200Costs(h.backend);
-  h.backend.link_path = Gen5x16();
+  SetH200sOnGen5x16(h.backend);
   // pageable h2d (the stalest rotating probe: first in the plan), estimated at ~0.34 s,
   // takes 2 s: the rotation runs into debt.
   using M = probes::TransferMode;
@@ -463,8 +465,7 @@ struct Watched {
   SteadyTime until{};
 
   Watched() {
-    SetH200Costs(backend);
-    backend.link_path = Gen5x16();
+    SetH200sOnGen5x16(backend);
     SetBandwidth(1.0);
   }
   // H200 figures x `factor`: pinned 55 GB/s, pageable 6.4, both ways 100, ...

@@ -27,6 +27,7 @@
 
 #include "exporter/routes.h"
 #include "platform/files.h"
+#include "testing/fakes.h"
 #include "web/basic_auth.h"
 #include "web/listen_address.h"
 #include "web/paths.h"
@@ -44,24 +45,8 @@ using namespace std::chrono_literals;
 constexpr const char* kTestHash = "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi";
 constexpr const char* kTestPassword = "test-password";
 
-int Connect(std::uint16_t port, std::chrono::seconds timeout) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  timeval tv{static_cast<time_t>(timeout.count()), 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// A connection from `source` (another loopback address stands for another host).
+// A connection to the loopback `port`, from the address `source` when one is given
+// (another loopback address stands for another host); -1 when it fails.
 int ConnectFrom(std::uint16_t port, const char* source, std::chrono::seconds timeout) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
@@ -70,17 +55,21 @@ int ConnectFrom(std::uint16_t port, const char* source, std::chrono::seconds tim
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   sockaddr_in local{};
   local.sin_family = AF_INET;
-  inet_pton(AF_INET, source, &local.sin_addr);
+  if (source != nullptr) inet_pton(AF_INET, source, &local.sin_addr);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+  if ((source != nullptr && bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) ||
       connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
     return -1;
   }
   return fd;
+}
+
+int Connect(std::uint16_t port, std::chrono::seconds timeout) {
+  return ConnectFrom(port, nullptr, timeout);
 }
 
 struct RawResponse {
@@ -170,19 +159,6 @@ std::string BasicAuth(const std::string& user, const std::string& password) {
   return "Authorization: Basic " + Base64(user + ":" + password) + "\r\n";
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "xferd-http-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 void WriteFile(const std::filesystem::path& path, const std::string& text) {
   std::ofstream(path) << text;
 }
@@ -212,6 +188,16 @@ struct Exporter {
   }
   std::uint16_t port() const { return server->port(); }
 };
+
+// `r` is a 200 of `content_type` whose body holds each of `parts`.
+void ExpectServed(const RawResponse& r, const std::string& content_type,
+                  const std::vector<std::string>& parts) {
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-type"), content_type);
+  for (const std::string& part : parts) {
+    EXPECT_NE(r.body.find(part), std::string::npos) << part << " not in:\n" << r.body;
+  }
+}
 
 TEST(ListenAddress, AcceptsNodeExporterForms) {
   EXPECT_EQ(ParseListenAddress(":9742").host, "");
@@ -249,11 +235,9 @@ TEST(PasswordHash, VerifiesBcrypt) {
 
 TEST(HttpServer, ServesMetricsWithTheExpositionContentType) {
   Exporter exporter;
-  const RawResponse r = Get(exporter.port(), "/metrics");
-  EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.header("content-type"), "text/plain; version=0.0.4; charset=utf-8");
-  EXPECT_NE(r.body.find("# TYPE xferd_test_scrapes_total counter"), std::string::npos);
-  EXPECT_NE(r.body.find("xferd_test_scrapes_total{gpu=\"0\"} 3"), std::string::npos) << r.body;
+  ExpectServed(
+      Get(exporter.port(), "/metrics"), "text/plain; version=0.0.4; charset=utf-8",
+      {"# TYPE xferd_test_scrapes_total counter", "xferd_test_scrapes_total{gpu=\"0\"} 3"});
 }
 
 TEST(HttpServer, HeadSendsHeadersWithoutBody) {
@@ -298,13 +282,9 @@ TEST(HttpServer, QueryStringDoesNotChangeTheRoute) {
 
 TEST(HttpServer, LandingPageLinksMetricsAndHealthAndEscapesStatus) {
   Exporter exporter;
-  const RawResponse r = Get(exporter.port(), "/");
-  EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.header("content-type"), "text/html; charset=utf-8");
-  EXPECT_NE(r.body.find("href=\"/metrics\""), std::string::npos);
-  EXPECT_NE(r.body.find("href=\"/healthz\""), std::string::npos);
-  EXPECT_NE(r.body.find("9.9.9-test"), std::string::npos);
-  EXPECT_NE(r.body.find("gpu0: &lt;ok&gt; &amp; steady"), std::string::npos) << r.body;
+  ExpectServed(
+      Get(exporter.port(), "/"), "text/html; charset=utf-8",
+      {"href=\"/metrics\"", "href=\"/healthz\"", "9.9.9-test", "gpu0: &lt;ok&gt; &amp; steady"});
 }
 
 TEST(HttpServer, HealthzFollowsTheDaemonsVerdict) {
@@ -412,7 +392,7 @@ TEST(HttpServer, AddressNotOnThisHostIsAClearError) {
 }
 
 TEST(HttpServer, BadTlsFilesAreClearErrors) {
-  TempDir dir;
+  fakes::TempDir dir("http");
   const auto cert = dir.path() / "cert.pem";
   const auto key = dir.path() / "key.pem";
   WriteFile(cert, "this is not a certificate\n");
@@ -491,33 +471,26 @@ TEST(HttpServer, PasswordGuessingFloodDoesNotStarveVerifiedScrapes) {
   const std::string good = BasicAuth("prometheus", kTestPassword);
   ASSERT_EQ(Get(port, "/metrics", "GET", good).status, 200);  // now cached
 
-  std::atomic<bool> stop{false};
   std::atomic<int> denied{0}, busy{0}, limited{0}, other{0};
-  std::vector<std::thread> attackers;
-  for (int i = 0; i < 4; ++i) {
-    attackers.emplace_back([&, i] {
-      for (int n = 0; !stop; ++n) {
-        const int status = Get(port, "/metrics", "GET",
-                               BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
-                               .status;
-        if (status == 401)
-          ++denied;
-        else if (status == 503)
-          ++busy;
-        else if (status == 429)
-          ++limited;
-        else
-          ++other;
-      }
-    });
-  }
+  fakes::Flood attackers(4, [&](int i, int n) {
+    const int status = Get(port, "/metrics", "GET",
+                           BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
+                           .status;
+    if (status == 401)
+      ++denied;
+    else if (status == 503)
+      ++busy;
+    else if (status == 429)
+      ++limited;
+    else
+      ++other;
+  });
   std::vector<int> scrapes;
   for (int i = 0; i < 10; ++i) {
     scrapes.push_back(Get(port, "/metrics", "GET", good).status);
     std::this_thread::sleep_for(100ms);
   }
-  stop = true;
-  for (auto& t : attackers) t.join();
+  attackers.Stop();
   EXPECT_EQ(std::count(scrapes.begin(), scrapes.end(), 200), 10);
   EXPECT_GT(denied, 0);          // guesses are checked, a few at a time
   EXPECT_GT(busy + limited, 0);  // and the rest told to come back instead of queueing
@@ -643,7 +616,7 @@ TEST(HttpServer, ServesTlsWithAGeneratedCertificate) {
   if (std::system("command -v openssl >/dev/null && command -v curl >/dev/null") != 0) {
     GTEST_SKIP() << "openssl or curl not installed";
   }
-  TempDir dir;
+  fakes::TempDir dir("http");
   const auto cert = dir.path() / "cert.pem";
   const auto key = dir.path() / "key.pem";
   const std::string make_cert =
@@ -777,28 +750,20 @@ TEST(HttpServer, ACorrectLoginGetsThroughAPasswordFloodFromAnotherAddress) {
   options.web.basic_auth_users["prometheus"] = kTestHash;
   Exporter exporter(options);
   const auto port = exporter.port();
-  std::atomic<bool> stop{false};
   std::atomic<int> denied{0}, pushed_back{0}, other{0};
-  std::vector<std::thread> guessers;
-  for (int i = 0; i < 4; ++i) {
-    guessers.emplace_back([&, i] {
-      for (int n = 0; !stop; ++n) {
-        const int status =
-            GetFrom("127.0.0.2", port,
-                    BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
-                .status;
-        (status == 401 ? denied : status == 503 || status == 429 ? pushed_back : other)++;
-      }
-    });
-  }
+  fakes::Flood guessers(4, [&](int i, int n) {
+    const int status = GetFrom("127.0.0.2", port,
+                               BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
+                           .status;
+    (status == 401 ? denied : status == 503 || status == 429 ? pushed_back : other)++;
+  });
   std::this_thread::sleep_for(300ms);
   std::vector<int> scrapes;
   for (int i = 0; i < 5; ++i) {
     exporter.server->SetBasicAuthUsers({{"prometheus", kTestHash}});  // forget the cache
     scrapes.push_back(GetFrom("127.0.0.1", port, BasicAuth("prometheus", kTestPassword)).status);
   }
-  stop = true;
-  for (auto& t : guessers) t.join();
+  guessers.Stop();
   EXPECT_EQ(std::count(scrapes.begin(), scrapes.end(), 200), 5);
   EXPECT_GT(denied, 0);
   EXPECT_GT(pushed_back, 0);

@@ -12,25 +12,13 @@
 #include <string>
 
 #include "platform/files.h"
+#include "testing/fakes.h"
 
 namespace xferd::exporter {
 
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "xferd-textfile-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 std::string Read(const fs::path& path) {
   std::ifstream in(path);
@@ -55,7 +43,7 @@ std::string ErrorOf(const fs::path& path, const std::string& content) {
 }
 
 TEST(Textfile, WritesAndReplacesReadableByOthers) {
-  TempDir dir;
+  fakes::TempDir dir("textfile");
   const fs::path path = dir.path() / "xferd.prom";
   WriteTextfile(path, "xferd_up 1\n");
   EXPECT_EQ(Read(path), "xferd_up 1\n");
@@ -68,14 +56,14 @@ TEST(Textfile, WritesAndReplacesReadableByOthers) {
 }
 
 TEST(Textfile, RejectsNamesNodeExporterIgnores) {
-  TempDir dir;
+  fakes::TempDir dir("textfile");
   const std::string error = ErrorOf(dir.path() / "xferd.txt", "x 1\n");
   EXPECT_NE(error.find("does not end in .prom"), std::string::npos) << error;
   EXPECT_EQ(EntryCount(dir.path()), 0);
 }
 
 TEST(Textfile, MissingDirectoryNamesTheFix) {
-  TempDir dir;
+  fakes::TempDir dir("textfile");
   const std::string error = ErrorOf(dir.path() / "nope" / "xferd.prom", "x 1\n");
   EXPECT_NE(error.find("create the directory"), std::string::npos) << error;
   EXPECT_NE(error.find("previous file is kept"), std::string::npos) << error;
@@ -84,7 +72,7 @@ TEST(Textfile, MissingDirectoryNamesTheFix) {
 // A full disk, simulated with the file-size limit: the write fails part-way, and the old
 // file and directory are exactly as before.
 TEST(Textfile, FailedWriteKeepsTheOldFileAndLeavesNoTemporary) {
-  TempDir dir;
+  fakes::TempDir dir("textfile");
   const fs::path path = dir.path() / "xferd.prom";
   WriteTextfile(path, "xferd_up 1\n");
 
@@ -105,7 +93,7 @@ TEST(Textfile, FailedWriteKeepsTheOldFileAndLeavesNoTemporary) {
 }
 
 TEST(Textfile, PathThatIsADirectoryIsAnError) {
-  TempDir dir;
+  fakes::TempDir dir("textfile");
   fs::create_directory(dir.path() / "taken.prom");
   const std::string error = ErrorOf(dir.path() / "taken.prom", "x 1\n");
   EXPECT_NE(error.find("cannot write textfile"), std::string::npos) << error;

@@ -14,29 +14,12 @@
 #include <string>
 
 #include "platform/printable.h"
+#include "testing/fakes.h"
 
 namespace xferd::platform {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "xferd-files-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  fs::path Write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-    return path_ / name;
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 FileError ErrorOf(const fs::path& path, std::size_t max_bytes) {
   try {
@@ -49,7 +32,7 @@ FileError ErrorOf(const fs::path& path, std::size_t max_bytes) {
 }
 
 TEST(ReadFileBounded, ReadsARegularFileUpToItsCap) {
-  TempDir dir;
+  fakes::TempDir dir("files");
   EXPECT_EQ(ReadFileBounded(dir.Write("a", "12345"), 5, "test file"), "12345");
   const FileError e = ErrorOf(dir.Write("b", "123456"), 5);
   EXPECT_EQ(e.cause(), "it is larger than 5 bytes, the most this file may hold");
@@ -60,7 +43,7 @@ TEST(ReadFileBounded, ReadsARegularFileUpToItsCap) {
 // A FIFO with no writer used to block open() for ever (at start and on SIGHUP, with
 // SIGTERM ignored meanwhile); it is refused before it is opened.
 TEST(ReadFileBounded, RefusesFifosSocketsDevicesAndDirectoriesAtOnce) {
-  TempDir dir;
+  fakes::TempDir dir("files");
   const fs::path fifo = dir.path() / "fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   EXPECT_EQ(ErrorOf(fifo, 1024).cause(), "it is a FIFO, not a regular file");
@@ -88,7 +71,7 @@ TEST(ReadFileBounded, RefusesFifosSocketsDevicesAndDirectoriesAtOnce) {
 // Refused from the size the file reports, before a byte is read: a sparse 1 GiB file
 // costs nothing.
 TEST(ReadFileBounded, RefusesAFileOverItsCapFromItsSize) {
-  TempDir dir;
+  fakes::TempDir dir("files");
   const fs::path big = dir.path() / "sparse";
   { std::ofstream(big) << ""; }
   fs::resize_file(big, 1ull << 30);
@@ -97,7 +80,7 @@ TEST(ReadFileBounded, RefusesAFileOverItsCapFromItsSize) {
 }
 
 TEST(BoundedFile, ReadsPieceByPieceAndStopsAFileThatGrowsPastItsCap) {
-  TempDir dir;
+  fakes::TempDir dir("files");
   const fs::path path = dir.Write("grows", std::string(100, 'a'));
   BoundedFile file(path, 150, "test file");
   char buffer[64];

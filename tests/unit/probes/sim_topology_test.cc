@@ -154,12 +154,7 @@ TEST(SimTopology, DowntrainFaultLowersTheGpusOwnLinkInATree) {
 }
 
 TEST(SimTopology, BuiltInHostPutsGpusBehindSwitchesOverNumaNodes) {
-  SimOptions o;
-  o.time_scale = 0;
-  o.devices = 6;
-  o.gpus_per_switch = 2;
-  o.uplink_gen = 4;
-  o.uplink_width = 8;
+  SimOptions o = fakes::SwitchedSimHost(6, 2, 4, 8);
   o.numa_nodes = 2;
   SimBackend sim(o);
   const auto devices = sim.Devices();

@@ -63,6 +63,22 @@ class FakeSysfs {
   fs::path root_;
 };
 
+// The path of the last device of `chain` (the GPU), read from a fake sysfs holding `chain`.
+LinkPath ReadChain(const std::vector<FakeDevice>& chain) {
+  FakeSysfs sysfs;
+  sysfs.AddChain(chain);
+  return ReadLinkPath(sysfs.root(), chain.back().bdf);
+}
+
+// A Gen5 x16 GPU (0000:03:00.0) on a switch's Gen5 x16 downstream port (0000:02:00.0), the
+// switch's upstream port `upstream` (0000:01:00.0) on `root_port` (0000:00:01.0).
+LinkPath ReadGen5GpuBehindASwitch(const FakeDevice& root_port, const FakeDevice& upstream) {
+  return ReadChain({root_port,
+                    upstream,
+                    {"0000:02:00.0", "32.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"},
+                    {"0000:03:00.0", "32.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"}});
+}
+
 constexpr double kGen4x16 = 31.5077e9;  // 16 GT/s x 16 x 128/130 / 8
 constexpr double kGen4x8 = kGen4x16 / 2;
 
@@ -100,10 +116,9 @@ TEST(FormatLink, NamesGenerationAndWidth) {
 }
 
 TEST(ReadLinkPath, Gen4x16GpuOnARootPort) {
-  FakeSysfs sysfs;
-  sysfs.AddChain({{"0000:00:01.0", "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16"},
-                  {"0000:01:00.0", "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16"}});
-  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:01:00.0");
+  const LinkPath path =
+      ReadChain({{"0000:00:01.0", "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16"},
+                 {"0000:01:00.0", "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16"}});
   EXPECT_TRUE(path.pcie);
   ASSERT_EQ(path.links.size(), 2u);
   EXPECT_EQ(path.links[0].bdf, "0000:01:00.0");  // the GPU's own link first
@@ -124,13 +139,10 @@ TEST(ReadLinkPath, Gen4x16GpuOnARootPort) {
 }
 
 TEST(ReadLinkPath, NarrowestLinkBehindASwitchWins) {
-  FakeSysfs sysfs;
   // Root port and switch upstream port trained at Gen4 x8; the GPU's own slot is Gen5 x16.
-  sysfs.AddChain({{"0000:00:01.0", "16.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"},
-                  {"0000:01:00.0", "16.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"},
-                  {"0000:02:00.0", "32.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"},
-                  {"0000:03:00.0", "32.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"}});
-  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:03:00.0");
+  const LinkPath path =
+      ReadGen5GpuBehindASwitch({"0000:00:01.0", "16.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"},
+                               {"0000:01:00.0", "16.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"});
   ASSERT_EQ(path.links.size(), 4u);
   EXPECT_EQ(path.links[0].current_gen, 5);
   const PcieLink* narrowest = path.Narrowest();
@@ -145,10 +157,9 @@ TEST(ReadLinkPath, NarrowestLinkBehindASwitchWins) {
 }
 
 TEST(ReadLinkPath, DowntrainedLinkIsSeenAndNarrowsTheBand) {
-  FakeSysfs sysfs;
-  sysfs.AddChain({{"0000:00:01.0", "16.0 GT/s PCIe", "8", "16.0 GT/s PCIe", "16"},
-                  {"0000:01:00.0", "16.0 GT/s PCIe", "8", "16.0 GT/s PCIe", "16"}});
-  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:01:00.0");
+  const LinkPath path =
+      ReadChain({{"0000:00:01.0", "16.0 GT/s PCIe", "8", "16.0 GT/s PCIe", "16"},
+                 {"0000:01:00.0", "16.0 GT/s PCIe", "8", "16.0 GT/s PCIe", "16"}});
   ASSERT_FALSE(path.links.empty());
   EXPECT_TRUE(path.links[0].Downtrained());
   EXPECT_EQ(path.links[0].current_width, 8);
@@ -158,10 +169,8 @@ TEST(ReadLinkPath, DowntrainedLinkIsSeenAndNarrowsTheBand) {
 }
 
 TEST(ReadLinkPath, MissingLinkFilesLeaveTheLinkUnknownWithANote) {
-  FakeSysfs sysfs;
   // A VM's GPU straight on the root bus, with no link attributes at all.
-  sysfs.AddChain({{"0000:00:06.0", "", "", "", ""}});
-  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:00:06.0");
+  const LinkPath path = ReadChain({{"0000:00:06.0", "", "", "", ""}});
   EXPECT_TRUE(path.pcie);
   ASSERT_EQ(path.links.size(), 1u);
   EXPECT_EQ(path.links[0].current_gen, 0);
@@ -173,10 +182,8 @@ TEST(ReadLinkPath, MissingLinkFilesLeaveTheLinkUnknownWithANote) {
 }
 
 TEST(ReadLinkPath, UnknownSpeedFallsBackToTheKnownLinks) {
-  FakeSysfs sysfs;
-  sysfs.AddChain({{"0000:00:01.0", "8.0 GT/s PCIe", "16", "8.0 GT/s PCIe", "16"},
-                  {"0000:01:00.0", "Unknown", "16", "Unknown", "16"}});
-  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:01:00.0");
+  const LinkPath path = ReadChain({{"0000:00:01.0", "8.0 GT/s PCIe", "16", "8.0 GT/s PCIe", "16"},
+                                   {"0000:01:00.0", "Unknown", "16", "Unknown", "16"}});
   ASSERT_EQ(path.links.size(), 2u);
   EXPECT_EQ(path.links[0].current_gen, 0);
   EXPECT_EQ(path.links[0].current_width, 16);
@@ -261,10 +268,9 @@ namespace {
 // A link is downtrained only below what both of its ends can do; an end that can do more
 // than the other is capped by it, which is no fault.
 TEST(ReadLinkPath, Gen5GpuInAGen4SlotIsCappedNotDowntrained) {
-  FakeSysfs sysfs;
-  sysfs.AddChain({{"0000:00:01.0", "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16"},
-                  {"0000:01:00.0", "16.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"}});
-  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:01:00.0");
+  const LinkPath path =
+      ReadChain({{"0000:00:01.0", "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16"},
+                 {"0000:01:00.0", "16.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"}});
   ASSERT_EQ(path.links.size(), 2u);
   const PcieLink& gpu = path.links[0];
   EXPECT_EQ(gpu.other_end_bdf, "0000:00:01.0");
@@ -281,14 +287,11 @@ TEST(ReadLinkPath, Gen5GpuInAGen4SlotIsCappedNotDowntrained) {
 }
 
 TEST(ReadLinkPath, AnX16RootPortLinkedToAnX8SwitchIsNotDowntrained) {
-  FakeSysfs sysfs;
   // Root port Gen5 x16 capable; the switch's upstream port x8: their link trains to x8.
   // Below the switch the GPU's own link is Gen5 x16 at both ends.
-  sysfs.AddChain({{"0000:00:01.0", "32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"},
-                  {"0000:01:00.0", "32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "8"},
-                  {"0000:02:00.0", "32.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"},
-                  {"0000:03:00.0", "32.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"}});
-  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:03:00.0");
+  const LinkPath path =
+      ReadGen5GpuBehindASwitch({"0000:00:01.0", "32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"},
+                               {"0000:01:00.0", "32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "8"});
   ASSERT_EQ(path.links.size(), 4u);
   for (const PcieLink& link : path.links) EXPECT_FALSE(link.Downtrained()) << link.bdf;
   // The root port can do more than the switch allows.
@@ -302,10 +305,9 @@ TEST(ReadLinkPath, AnX16RootPortLinkedToAnX8SwitchIsNotDowntrained) {
 }
 
 TEST(ReadLinkPath, BelowBothEndsIsDowntrainedSeenFromEitherEnd) {
-  FakeSysfs sysfs;
-  sysfs.AddChain({{"0000:00:01.0", "32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"},
-                  {"0000:01:00.0", "32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"}});
-  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:01:00.0");
+  const LinkPath path =
+      ReadChain({{"0000:00:01.0", "32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"},
+                 {"0000:01:00.0", "32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16"}});
   ASSERT_EQ(path.links.size(), 2u);
   EXPECT_TRUE(path.links[0].Downtrained());
   EXPECT_TRUE(path.links[1].Downtrained());
@@ -314,9 +316,8 @@ TEST(ReadLinkPath, BelowBothEndsIsDowntrainedSeenFromEitherEnd) {
 
 TEST(ReadLinkPath, AGpuWithNoPortAboveKeepsItsOwnMaximum) {
   // A virtual machine's root bus: the GPU alone on the path, its other end unknown.
-  FakeSysfs sysfs;
-  sysfs.AddChain({{"0000:00:06.0", "16.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"}});
-  const LinkPath path = ReadLinkPath(sysfs.root(), "0000:00:06.0");
+  const LinkPath path =
+      ReadChain({{"0000:00:06.0", "16.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"}});
   ASSERT_EQ(path.links.size(), 1u);
   EXPECT_TRUE(path.links[0].other_end_bdf.empty());
   EXPECT_EQ(path.links[0].LinkMaxGen(), 5);

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "testing/fakes.h"
 #include "web/basic_auth.h"
 
 namespace xferd::web {
@@ -85,29 +86,22 @@ TEST(PasswordVerifier, AllowsTheRightPasswordAndCachesIt) {
 TEST(PasswordVerifier, ACorrectLoginGetsThroughAFloodOfGuessesFromAnotherAddress) {
   PasswordVerifier verifier;
   verifier.SetUsers({{"prometheus", kCost8}});
-  std::atomic<bool> stop{false};
   std::atomic<int> guesses{0}, denied{0}, pushed_back{0};
-  std::vector<std::thread> guessers;
-  for (int t = 0; t < 6; ++t) {
-    guessers.emplace_back([&, t] {
-      for (int n = 0; !stop; ++n) {
-        ++guesses;
-        const LoginVerdict v = CheckOnce(verifier, "192.0.2.66", "prometheus",
-                                         "guess-" + std::to_string(t) + "-" + std::to_string(n));
-        if (v == LoginVerdict::kDenied) ++denied;
-        if (v == LoginVerdict::kBusy || v == LoginVerdict::kRateLimited) ++pushed_back;
-        EXPECT_NE(v, LoginVerdict::kAllowed);
-      }
-    });
-  }
+  fakes::Flood guessers(6, [&](int t, int n) {
+    ++guesses;
+    const LoginVerdict v = CheckOnce(verifier, "192.0.2.66", "prometheus",
+                                     "guess-" + std::to_string(t) + "-" + std::to_string(n));
+    if (v == LoginVerdict::kDenied) ++denied;
+    if (v == LoginVerdict::kBusy || v == LoginVerdict::kRateLimited) ++pushed_back;
+    EXPECT_NE(v, LoginVerdict::kAllowed);
+  });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   std::vector<LoginVerdict> scrapes;
   for (int i = 0; i < 10; ++i) {
     verifier.SetUsers({{"prometheus", kCost8}});  // a restart: nothing cached
     scrapes.push_back(CheckOnce(verifier, "10.0.0.1", "prometheus", "test-password"));
   }
-  stop = true;
-  for (auto& t : guessers) t.join();
+  guessers.Stop();
   for (const LoginVerdict v : scrapes) EXPECT_EQ(v, LoginVerdict::kAllowed);
   EXPECT_GT(denied, 0);       // guesses are still checked, one at a time for that address
   EXPECT_GT(pushed_back, 0);  // and the rest told to come back, costing no bcrypt
