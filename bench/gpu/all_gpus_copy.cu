@@ -36,12 +36,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include "cli_common.h"
 
 namespace {
 
@@ -49,7 +46,14 @@ using Clock = std::chrono::steady_clock;
 constexpr unsigned long long kReleaseTimeoutNs = 10'000'000'000ull;
 
 void Check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) bench_cli::ExitOnCudaError("xferd_all_gpus_copy", e, what);
+  if (e == cudaSuccess) return;
+  if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) {
+    std::fprintf(stderr, "xferd_all_gpus_copy: no NVIDIA driver/GPU (%s: %s)\n", what,
+                 cudaGetErrorString(e));
+    std::exit(69);
+  }
+  std::fprintf(stderr, "xferd_all_gpus_copy: %s failed: %s\n", what, cudaGetErrorString(e));
+  std::exit(70);
 }
 
 __device__ unsigned long long GlobalTimerNs() {
@@ -148,11 +152,6 @@ struct Options {
   int iterations = 20, warmup = 2, trials = 3;
   std::vector<std::string> directions{"h2d", "d2h", "bidir"};
 };
-
-// The flags, as the usage line shows them.
-constexpr char kUsageFlags[] =
-    "[--gpus 0,1,..] [--size 64MiB] [--iterations 20] [--warmup 2] [--trials 3] "
-    "[--direction h2d,d2h,bidir]";
 
 std::vector<Lane> LanesOf(const std::string& direction) {
   if (direction == "h2d") return {kH2D};
@@ -267,6 +266,22 @@ std::string JsonString(const std::string& text) {
   return out + "\"";
 }
 
+// "64MiB", "1GiB", "67108864"; 0 when malformed.
+std::size_t ParseSize(const char* text) {
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (end == text || !(v > 0)) return 0;
+  const std::string unit = end;
+  double scale = unit.empty() || unit == "B" ? 1
+                 : unit == "KiB"             ? 1024.0
+                 : unit == "MiB"             ? 1024.0 * 1024
+                 : unit == "GiB"             ? 1024.0 * 1024 * 1024
+                                             : 0;
+  const double bytes = v * scale;
+  if (!(bytes >= 1) || bytes > 16.0 * 1024 * 1024 * 1024 || bytes != std::floor(bytes)) return 0;
+  return static_cast<std::size_t>(bytes);
+}
+
 std::vector<std::string> Split(const std::string& text) {
   std::vector<std::string> parts;
   std::stringstream s(text);
@@ -274,12 +289,23 @@ std::vector<std::string> Split(const std::string& text) {
   return parts;
 }
 
+int Usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--gpus 0,1,..] [--size 64MiB] [--iterations 20] [--warmup 2] "
+               "[--trials 3] [--direction h2d,d2h,bidir]\n",
+               argv0);
+  return 64;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
   std::string gpus_arg;
-  const auto parse = [&](const std::string& flag, const char* v) -> std::optional<bool> {
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return Usage(argv[0]);
+    const char* v = argv[i + 1];
     char* end = nullptr;
     bool ok = true;
     if (flag == "--gpus") {
@@ -291,7 +317,7 @@ int main(int argc, char** argv) {
       }
       ok = ok && !o.gpus.empty();
     } else if (flag == "--size") {
-      o.size = bench_cli::ParseSize(v, 16.0 * 1024 * 1024 * 1024);
+      o.size = ParseSize(v);
       ok = o.size > 0;
     } else if (flag == "--iterations") {
       o.iterations = static_cast<int>(std::strtol(v, &end, 10));
@@ -308,15 +334,20 @@ int main(int argc, char** argv) {
         ok = ok && (d == "h2d" || d == "d2h" || d == "bidir");
       ok = ok && !o.directions.empty();
     } else {
-      return std::nullopt;
+      return Usage(argv[0]);
     }
-    return ok;
-  };
-  if (!bench_cli::ParseFlagPairs(argc, argv, "xferd_all_gpus_copy", parse))
-    return bench_cli::Usage(argv[0], kUsageFlags);
+    if (!ok) {
+      std::fprintf(stderr, "xferd_all_gpus_copy: bad value for %s: '%s'\n", flag.c_str(), v);
+      return Usage(argv[0]);
+    }
+  }
 
-  const int count = bench_cli::DeviceCount("xferd_all_gpus_copy");
-  if (count == 0) return 69;
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "xferd_all_gpus_copy: no NVIDIA driver/GPU (%s)\n",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none");
+    return 69;
+  }
   if (o.gpus.empty()) {
     for (int i = 0; i < count; ++i) o.gpus.push_back(i);
   }

@@ -39,13 +39,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "cli_common.h"
 
 namespace {
 
@@ -60,10 +57,37 @@ void OnSignal(int) {
 std::mutex g_error_mu;
 void Fail(cudaError_t e, const char* what) {
   std::lock_guard<std::mutex> lock(g_error_mu);
-  bench_cli::ExitOnCudaError("xferd_workload", e, what);
+  if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) {
+    std::fprintf(stderr, "xferd_workload: no NVIDIA driver/GPU (%s: %s)\n", what,
+                 cudaGetErrorString(e));
+    std::exit(69);
+  }
+  std::fprintf(stderr, "xferd_workload: %s failed: %s\n", what, cudaGetErrorString(e));
+  std::exit(70);
 }
 void Check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) Fail(e, what);
+}
+
+// "67108864", "64MiB", "1GiB", "512KiB"; 0 when malformed.
+std::uint64_t ParseSize(const char* text) {
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (end == text || !(v > 0)) return 0;
+  const std::string unit = end;
+  double scale = 0;
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "KiB")
+    scale = 1024.0;
+  else if (unit == "MiB")
+    scale = 1024.0 * 1024;
+  else if (unit == "GiB")
+    scale = 1024.0 * 1024 * 1024;
+  if (scale == 0) return 0;
+  const double bytes = v * scale;
+  if (bytes < 1 || bytes > 64.0 * 1024 * 1024 * 1024 || bytes != std::floor(bytes)) return 0;
+  return static_cast<std::uint64_t>(bytes);
 }
 
 // "0.5-8" -> {0.5, 8}; false when malformed or not 0 < min <= max.
@@ -89,11 +113,6 @@ struct Options {
   double on_min = 0.5, on_max = 8, off_min = 2, off_max = 40;
   int depth = 0;  // 0: 256 MiB in flight, at least 4
 };
-
-// The flags, as the usage line shows them.
-constexpr char kUsageFlags[] =
-    "--out FILE [--mode steady|bursts] [--direction h2d|d2h|bidir] [--duration S] [--gpu N] "
-    "[--size 64MiB] [--seed N] [--on MIN-MAX] [--off MIN-MAX] [--depth N]";
 
 std::vector<Period> Schedule(const Options& o) {
   std::vector<Period> periods;
@@ -329,11 +348,23 @@ class Run {
   bool stopped_early_ = false;
 };
 
+int Usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s --out FILE [--mode steady|bursts] [--direction h2d|d2h|bidir] "
+               "[--duration S] [--gpu N] [--size 64MiB] [--seed N] [--on MIN-MAX] "
+               "[--off MIN-MAX] [--depth N]\n",
+               argv0);
+  return 64;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  const auto parse = [&](const std::string& flag, const char* v) -> std::optional<bool> {
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return Usage(argv[0]);
+    const char* v = argv[i + 1];
     char* end = nullptr;
     bool ok = true;
     if (flag == "--out") {
@@ -351,7 +382,7 @@ int main(int argc, char** argv) {
       o.gpu = static_cast<int>(std::strtol(v, &end, 10));
       ok = *end == '\0' && o.gpu >= 0;
     } else if (flag == "--size") {
-      o.size = bench_cli::ParseSize(v, 64.0 * 1024 * 1024 * 1024);
+      o.size = ParseSize(v);
       ok = o.size > 0;
     } else if (flag == "--seed") {
       o.seed = std::strtoull(v, &end, 10);
@@ -364,18 +395,23 @@ int main(int argc, char** argv) {
       o.depth = static_cast<int>(std::strtol(v, &end, 10));
       ok = *end == '\0' && o.depth >= 2 && o.depth <= 4096;
     } else {
-      return std::nullopt;
+      return Usage(argv[0]);
     }
-    return ok;
-  };
-  if (!bench_cli::ParseFlagPairs(argc, argv, "xferd_workload", parse))
-    return bench_cli::Usage(argv[0], kUsageFlags);
+    if (!ok) {
+      std::fprintf(stderr, "xferd_workload: bad value for %s: '%s'\n", flag.c_str(), v);
+      return Usage(argv[0]);
+    }
+  }
   if (o.out.empty()) {
     std::fprintf(stderr, "xferd_workload: --out FILE is required (the per-slot record)\n");
-    return bench_cli::Usage(argv[0], kUsageFlags);
+    return Usage(argv[0]);
   }
-  const int count = bench_cli::DeviceCount("xferd_workload");
-  if (count == 0) return 69;
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "xferd_workload: no NVIDIA driver/GPU (%s)\n",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none");
+    return 69;
+  }
   if (o.gpu >= count) {
     std::fprintf(stderr, "xferd_workload: --gpu %d, but there are %d GPU(s): 0..%d\n", o.gpu, count,
                  count - 1);
