@@ -318,8 +318,6 @@ TEST_F(ProbeCommand, BadConfigExits78NamingTheLine) {
   EXPECT_NE(r.err.find("bad.toml:2"), std::string::npos) << r.err;
 }
 
-}  // namespace
-
 // The simulated GPUs of a fake sysfs tree, from the flag or from the config file.
 TEST_F(ProbeCommand, SimulatedHostFromASysfsTree) {
   nlohmann::json doc;
@@ -412,3 +410,5 @@ TEST_F(ProbeCommand, ConcurrentGroupOfOneIsTheSoloFigure) {
   }
   EXPECT_TRUE(doc.at("diagnoses").empty());
 }
+
+}  // namespace
