@@ -60,6 +60,15 @@ Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
         std::string("not valid TOML: invalid UTF-8 (byte ") + byte + "); is this a binary file?",
         "save the file as UTF-8 text; start from deploy/xferd.toml");
   }
+  if (const int line = FirstControlCharacterLine(text, &bad_byte)) {
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02x", bad_byte);
+    throw ConfigError(file, line, KeyAtLine(text, line),
+                      std::string("not valid TOML: a control character (byte ") + byte +
+                          "); is this a binary file?",
+                      "remove the character: TOML allows none but tab, even in strings and "
+                      "comments (write a NUL inside a string as \\u0000 if you must)");
+  }
   if (const int line = FirstNonAsciiOutsideStrings(text)) {
     throw ConfigError(file, line, KeyAtLine(text, line),
                       "not valid TOML: a non-ASCII character outside a string or comment",

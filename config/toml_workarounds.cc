@@ -249,4 +249,18 @@ int FirstNonAsciiOutsideStrings(std::string_view text) {
   return 0;
 }
 
+int FirstControlCharacterLine(std::string_view text, unsigned* byte) {
+  int line = 1;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\n') {
+      ++line;
+    } else if ((c < 0x20 && c != '\t' && c != '\r') || c == 0x7f) {
+      *byte = c;
+      return line;
+    }
+  }
+  return 0;
+}
+
 }  // namespace xferd::config

@@ -34,6 +34,10 @@ struct NestingProblem {
 // nullopt when it does not. A cheap pass over the bytes: no recursion, no allocation.
 std::optional<NestingProblem> FindTooDeepNesting(std::string_view text);
 
+// The 1-based line of the first raw control character (other than tab, line feed and
+// carriage return), or 0; the byte in *byte. TOML allows none anywhere, and toml++ 3.3,
+// reading on past one, reaches __builtin_unreachable() (found by fuzz/config_fuzzer).
+int FirstControlCharacterLine(std::string_view text, unsigned* byte);
 // The 1-based line of the first non-ASCII character outside a string or comment, or 0.
 // toml++ 3.3 reaches __builtin_unreachable() on some of them (found by fuzz/config_fuzzer).
 int FirstNonAsciiOutsideStrings(std::string_view text);

@@ -907,6 +907,19 @@ TEST(ConfigValidation, NulInAnyStringIsRefusedWithItsLine) {
   }
 }
 
+TEST(ConfigText, RawControlCharactersAreRefusedBeforeTheParserSeesThem) {
+  // The fuzzer's find: toml++ read on past the NUL bytes into a non-ASCII character and
+  // reached __builtin_unreachable(). TOML allows no raw control character but tab.
+  const std::string found("[web]\nlreess = 93\0\0\0=[\"\xcc\xbd\0\0seed42rade\"<\n", 41);
+  for (const std::string& text :
+       {found, std::string("[probe]\n# a \x01 in a comment\n"),
+        std::string("[probe]\ninterval = \"6\x7f" "0s\"\n")}) {
+    const ConfigError e = ErrorOf(text);
+    EXPECT_EQ(e.line(), 2) << text;
+    EXPECT_THAT(e.problem(), HasSubstr("control character")) << text;
+  }
+}
+
 TEST(ConfigBudget, DefaultsMatchTheDocumentedSeriesAndLimitsAreReported) {
   const SeriesEstimate defaults = EstimateSeries(Settings{});
   EXPECT_EQ(defaults.probes, 13u);
