@@ -9,7 +9,7 @@
 #   bench/gpu/run.sh [OUT_DIR]      from the repository root; OUT_DIR defaults to $OUT
 #
 # It runs the programs of a bundle made on the build machine (XFERD_BUNDLE, default
-# .devbundle: ../shared/device/bundle.sh build-cuda .devbundle). Writes at most 8 files.
+# .devbundle, laid out as bench/gpu/README.md says). Writes at most 8 files.
 # The other GPU programs and scripts (the co-located workload and contention run, the
 # every-GPU-at-once reference) are listed in bench/gpu/README.md.
 set -uo pipefail
