@@ -52,20 +52,18 @@ Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
         "check that this is the xferd configuration (start from deploy/xferd.toml)");
   }
   unsigned bad_byte = 0;
-  if (const int line = FirstInvalidUtf8Line(text, &bad_byte)) {
+  // "not valid TOML: WHAT (byte 0x00); is this a binary file?"
+  const auto binary = [&bad_byte](const char* what) {
     char byte[8];
     std::snprintf(byte, sizeof byte, "0x%02x", bad_byte);
-    throw ConfigError(
-        file, line, KeyAtLine(text, line),
-        std::string("not valid TOML: invalid UTF-8 (byte ") + byte + "); is this a binary file?",
-        "save the file as UTF-8 text; start from deploy/xferd.toml");
+    return std::string("not valid TOML: ") + what + " (byte " + byte + "); is this a binary file?";
+  };
+  if (const int line = FirstInvalidUtf8Line(text, &bad_byte)) {
+    throw ConfigError(file, line, KeyAtLine(text, line), binary("invalid UTF-8"),
+                      "save the file as UTF-8 text; start from deploy/xferd.toml");
   }
   if (const int line = FirstControlCharacterLine(text, &bad_byte)) {
-    char byte[8];
-    std::snprintf(byte, sizeof byte, "0x%02x", bad_byte);
-    throw ConfigError(file, line, KeyAtLine(text, line),
-                      std::string("not valid TOML: a control character (byte ") + byte +
-                          "); is this a binary file?",
+    throw ConfigError(file, line, KeyAtLine(text, line), binary("a control character"),
                       "remove the character: TOML allows none but tab, even in strings and "
                       "comments (write a NUL inside a string as \\u0000 if you must)");
   }
