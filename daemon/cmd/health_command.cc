@@ -127,18 +127,20 @@ web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeO
     judge.cause = *options.cause;
   }
 
-  // The daemon's config, as `xferd run` reads it, for what the flags leave out.
+  // The daemon's config, as `xferd run` reads it, for what the flags leave out. Its web
+  // config is read only where no flag names another: a user who may not read the daemon's
+  // can give the one to use.
   config::Config config;
   std::error_code ec;
   const std::string file = options.config_file.value_or(
       std::filesystem::exists(kDefaultConfig, ec) ? kDefaultConfig : "");
-  if (!file.empty()) config = config::LoadConfig(file, config::WebConfigUse::kAsk);
+  if (!file.empty()) config = config::ParseConfig(config::ReadConfigFile(file), file);
   if (options.listen_address) config.listen_address = *options.listen_address;
-  if (options.web_config_file) {
-    config.web = options.web_config_file->empty()
-                     ? web::WebConfig{}
-                     : config::LoadWebConfig(*options.web_config_file, config::WebConfigUse::kAsk);
-  }
+  const std::filesystem::path web_file =
+      options.web_config_file ? std::filesystem::path(*options.web_config_file)
+                              : config.web_config_file;
+  config.web = web_file.empty() ? web::WebConfig{}
+                                : config::LoadWebConfig(web_file, config::WebConfigUse::kAsk);
   if (options.url) {
     try {
       request.url = web::ParseHttpUrl(*options.url);

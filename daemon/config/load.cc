@@ -119,12 +119,12 @@ Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
   return config;
 }
 
-Config LoadConfig(const std::filesystem::path& path, WebConfigUse use) {
+Config LoadConfig(const std::filesystem::path& path) {
   const std::string text = ReadConfigFile(path);
   Config config = ParseConfig(text, path);
   if (config.web_config_file.empty()) return config;
   try {
-    config.web = LoadWebConfig(config.web_config_file, use);
+    config.web = LoadWebConfig(config.web_config_file);
   } catch (const ConfigError& e) {
     // A YAML file that cannot be read at all is a mistake in this file's web.config_file.
     if (e.line() != 0 || e.file() != config.web_config_file.string()) throw;
