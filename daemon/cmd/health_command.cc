@@ -136,9 +136,9 @@ web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeO
       std::filesystem::exists(kDefaultConfig, ec) ? kDefaultConfig : "");
   if (!file.empty()) config = config::ParseConfig(config::ReadConfigFile(file), file);
   if (options.listen_address) config.listen_address = *options.listen_address;
-  const std::filesystem::path web_file =
-      options.web_config_file ? std::filesystem::path(*options.web_config_file)
-                              : config.web_config_file;
+  const std::filesystem::path web_file = options.web_config_file
+                                             ? std::filesystem::path(*options.web_config_file)
+                                             : config.web_config_file;
   config.web = web_file.empty() ? web::WebConfig{}
                                 : config::LoadWebConfig(web_file, config::WebConfigUse::kAsk);
   if (options.url) {
@@ -149,8 +149,9 @@ web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeO
     }
     if (request.url.path != "/") {
       throw UsageError("--url \"" + platform::Printable(*options.url, 200) +
-                       "\": give the daemon's address only (scheme, host, port); xferd health "
-                       "asks for " + std::string(web::kStatusPath) + " itself");
+                       "\": give the daemon's address only (scheme, host, port); xferd "
+                       "health asks for " +
+                       std::string(web::kStatusPath) + " itself");
     }
   } else {
     try {
@@ -178,11 +179,11 @@ web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeO
   if (user.empty() && users.size() == 1) user = users.begin()->first;
   if (options.password_file) {
     if (user.empty()) {
-      throw UsageError(users.empty() ? "--basic-auth.password-file needs --basic-auth.username "
-                                       "(the daemon's web config names no user)"
-                                     : "the daemon's web config names " +
-                                           std::to_string(users.size()) +
-                                           " users: say which with --basic-auth.username");
+      throw UsageError(users.empty()
+                           ? "--basic-auth.password-file needs --basic-auth.username "
+                             "(the daemon's web config names no user)"
+                           : "the daemon's web config names " + std::to_string(users.size()) +
+                                 " users: say which with --basic-auth.username");
     }
     request.basic_auth = std::make_pair(user, ReadPassword(*options.password_file));
   } else if (!users.empty() || options.username) {
@@ -206,16 +207,16 @@ HealthReport Ask(const web::HttpClientRequest& request, const HealthJudgeOptions
     case 200: return JudgeStatus(response.body, judge);
     case 401:
       return {HealthState::kUnknown,
-              "UNKNOWN: " + where + " refused the login (401): check --basic-auth.username and "
-              "the password file"};
+              "UNKNOWN: " + where +
+                  " refused the login (401): check --basic-auth.username and the password file"};
     case 404:
       return {HealthState::kUnknown, "UNKNOWN: " + where +
                                          " has no status API (404): is it an older xferd, or "
                                          "another service on that port?"};
     default:
-      return {HealthState::kUnknown,
-              "UNKNOWN: " + where + " answered " + std::to_string(response.status) + ": " +
-                  platform::Printable(response.body.substr(0, 200), 200)};
+      return {HealthState::kUnknown, "UNKNOWN: " + where + " answered " +
+                                         std::to_string(response.status) + ": " +
+                                         platform::Printable(response.body.substr(0, 200), 200)};
   }
 }
 
@@ -235,8 +236,7 @@ int HealthCommand(const HealthCommandOptions& options) {
   } catch (const platform::Error& e) {
     // A plugin runner sees only the line and the status: a mistake here is "unknown",
     // said on the line a person will read.
-    return print({HealthState::kUnknown,
-                  "UNKNOWN: " + platform::Printable(e.what(), 1000)});
+    return print({HealthState::kUnknown, "UNKNOWN: " + platform::Printable(e.what(), 1000)});
   }
   ArmWatchdog(request.timeout, options.nagios);
   return print(Ask(request, judge));

@@ -131,9 +131,10 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
   const auto version = Num(doc, "version");
   if (!version) return Unknown("the daemon's answer has no \"version\"");
   if (*version != kReadsStatusVersion) {
-    return Unknown(fmt::format("status document version {:.0f}; this xferd reads version {}: "
-                               "use the xferd that runs the daemon",
-                               *version, kReadsStatusVersion));
+    return Unknown(
+        fmt::format("status document version {:.0f}; this xferd reads version {}: "
+                    "use the xferd that runs the daemon",
+                    *version, kReadsStatusVersion));
   }
   const json daemon = doc.contains("daemon") ? doc["daemon"] : json(nullptr);
   if (!daemon.is_object()) return Unknown("the status document has no \"daemon\"");
@@ -146,9 +147,10 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
   const double stale = options.stale_after_s ? *options.stale_after_s
                                              : Num(daemon, "stale_after_seconds").value_or(0);
   if (stale > 0 && *age > stale) {
-    return Unknown(fmt::format("verdict stale: the last probe cycle ended {:.0f} s ago (stale "
-                               "after {:.0f} s); is the probe loop stuck?",
-                               *age, stale));
+    return Unknown(
+        fmt::format("verdict stale: the last probe cycle ended {:.0f} s ago (stale "
+                    "after {:.0f} s); is the probe loop stuck?",
+                    *age, stale));
   }
 
   const json gpus = doc.contains("gpus") ? doc["gpus"] : json(nullptr);
@@ -173,8 +175,8 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
     } else if (verdict == "pending") {
       pending.push_back(&gpu);
     } else if (verdict != "ok") {
-      return Unknown("GPU verdict \"" + platform::Printable(verdict, 40) + "\" is not one "
-                     "this xferd knows");
+      return Unknown("GPU verdict \"" + platform::Printable(verdict, 40) +
+                     "\" is not one this xferd knows");
     }
   }
   HealthReport report;

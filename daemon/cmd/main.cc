@@ -66,8 +66,9 @@ int main(int argc, char** argv) {
 
   HealthCommandOptions health;
   auto* health_cmd = app.add_subcommand(
-      "health", "Ask the running daemon for its verdict: one line; exit 0 ok, 1 a GPU degraded, "
-                "2 unknown (node-problem-detector's plugin protocol)");
+      "health",
+      "Ask the running daemon for its verdict: one line; exit 0 ok, 1 a GPU degraded, "
+      "2 unknown (node-problem-detector's plugin protocol)");
   health_cmd->add_option("-c,--config", health.config_file,
                          "The daemon's TOML config (default /etc/xferd/xferd.toml when present)");
   health_cmd->add_option("--web.listen-address", health.listen_address,

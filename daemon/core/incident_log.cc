@@ -152,7 +152,8 @@ std::vector<Incident> IncidentLog::Incidents() const {
 nlohmann::json IncidentToJson(const Incident& incident) {
   nlohmann::json series = nlohmann::json::array();
   for (const auto& [mode, direction] : incident.pairs) {
-    series.push_back({{"mode", probes::ToString(mode)}, {"direction", probes::ToString(direction)}});
+    series.push_back(
+        {{"mode", probes::ToString(mode)}, {"direction", probes::ToString(direction)}});
   }
   nlohmann::json causes = nlohmann::json::array();
   for (const Incident::Cause& c : incident.causes) {

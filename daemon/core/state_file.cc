@@ -99,7 +99,9 @@ class BaselineReader {
     if (v.size() > kMaxIncidentStringBytes) v.resize(kMaxIncidentStringBytes);
     return Capture(std::move(v));
   }
-  bool binary(json::binary_t&) { return capture_.empty() ? Scalar("binary data") : Capture(nullptr); }
+  bool binary(json::binary_t&) {
+    return capture_.empty() ? Scalar("binary data") : Capture(nullptr);
+  }
 
   bool start_object(std::size_t) { return Open(true); }
   bool start_array(std::size_t) { return Open(false); }
@@ -337,11 +339,11 @@ void ReadIncidents(const BaselineReader& reader, const std::filesystem::path& pa
     out.incidents.clear();
   }
   if (problem.empty()) return;
-  out.incidents_message = "state file " + platform::Printable(path.string(), 512) +
-                          ": incident log: " + platform::Printable(problem, 300) +
-                          (out.incidents.empty() ? "; starting an empty one"
-                                                 : "; that entry is left out") +
-                          " (baselines are unaffected)";
+  out.incidents_message =
+      "state file " + platform::Printable(path.string(), 512) +
+      ": incident log: " + platform::Printable(problem, 300) +
+      (out.incidents.empty() ? "; starting an empty one" : "; that entry is left out") +
+      " (baselines are unaffected)";
 }
 
 }  // namespace

@@ -56,12 +56,12 @@ std::string LandingPage(const ExporterRoutes& routes) {
   page += "<p>Health: " +
           EscapeHtml(health.healthy ? std::string("ok") : "unhealthy: " + health.reason) + "</p>\n";
   if (!status.empty()) page += "<p>Status: " + EscapeHtml(status) + "</p>\n";
-  page += "<ul>\n<li><a href=\"" + EscapeHtml(routes.telemetry_path) + "\">Metrics</a></li>\n" +
-          "<li><a href=\"" + std::string(kHealthPath) + "\">Health check</a></li>\n" +
-          (routes.status ? "<li><a href=\"" + std::string(kStatusPath) + "\">Status (JSON)</a></li>\n"
-                         : std::string()) +
-          "</ul>\n" +
-          "</body>\n</html>\n";
+  page +=
+      "<ul>\n<li><a href=\"" + EscapeHtml(routes.telemetry_path) + "\">Metrics</a></li>\n" +
+      "<li><a href=\"" + std::string(kHealthPath) + "\">Health check</a></li>\n" +
+      (routes.status ? "<li><a href=\"" + std::string(kStatusPath) + "\">Status (JSON)</a></li>\n"
+                     : std::string()) +
+      "</ul>\n" + "</body>\n</html>\n";
   return page;
 }
 

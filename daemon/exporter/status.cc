@@ -136,7 +136,8 @@ void StatusBoard::RecordLinkPath(int gpu, const probes::LinkPath& path) {
   devices_[gpu].path = path;
 }
 
-void StatusBoard::RecordSample(const probes::DeviceInfo& device, const probes::ProbeSample& sample) {
+void StatusBoard::RecordSample(const probes::DeviceInfo& device,
+                               const probes::ProbeSample& sample) {
   const auto now = system_clock::now();
   std::lock_guard lock(mutex_);
   Device& d = devices_[device.index];
@@ -220,12 +221,12 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
       g["headline"] = d.health ? Headline(*d.health) : json(nullptr);
       g["causes"] = std::move(causes);
 
-      json link = {{"host_link", probes::ToString(probes::HostLinkOf(d.info))},
-                   {"read", d.path.has_value()},
-                   {"pcie", d.path ? PcieOf(*d.path) : json(nullptr)},
-                   {"numa_node", d.path && d.path->numa_node >= 0 ? json(d.path->numa_node)
-                                                                  : json(nullptr)},
-                   {"iommu", d.path ? json(Text(d.path->iommu_type)) : json(nullptr)}};
+      json link = {
+          {"host_link", probes::ToString(probes::HostLinkOf(d.info))},
+          {"read", d.path.has_value()},
+          {"pcie", d.path ? PcieOf(*d.path) : json(nullptr)},
+          {"numa_node", d.path && d.path->numa_node >= 0 ? json(d.path->numa_node) : json(nullptr)},
+          {"iommu", d.path ? json(Text(d.path->iommu_type)) : json(nullptr)}};
       link["errors"] = Errors(d.link_errors);
       g["link"] = std::move(link);
 
@@ -264,27 +265,27 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
 
   json incidents = json::array();
   const std::vector<core::Incident> log = incidents_.Incidents();
-  for (auto it = log.rbegin(); it != log.rend(); ++it) incidents.push_back(core::IncidentToJson(*it));
+  for (auto it = log.rbegin(); it != log.rend(); ++it)
+    incidents.push_back(core::IncidentToJson(*it));
 
-  json doc = {
-      {"version", kStatusVersion},
-      {"xferd_version", kVersion},
-      {"time", core::FormatUtcTime(now)},
-      {"verdict", any_degraded  ? "degraded"
-                  : any_pending ? "pending"
-                                : "ok"},
-      {"summary", Text(daemon.summary)},
-      {"daemon",
-       {{"healthy", daemon.healthy},
-        {"reason", Text(daemon.reason)},
-        {"cycles", daemon.cycles},
-        {"last_cycle_age_seconds",
-         daemon.last_cycle_age_s ? json(*daemon.last_cycle_age_s) : json(nullptr)},
-        {"stale_after_seconds", daemon.stale_after_s},
-        {"interval_seconds", daemon.interval_s},
-        {"consecutive_bad", daemon.consecutive_bad}}},
-      {"gpus", std::move(gpus)},
-      {"incidents", std::move(incidents)}};
+  json doc = {{"version", kStatusVersion},
+              {"xferd_version", kVersion},
+              {"time", core::FormatUtcTime(now)},
+              {"verdict", any_degraded  ? "degraded"
+                          : any_pending ? "pending"
+                                        : "ok"},
+              {"summary", Text(daemon.summary)},
+              {"daemon",
+               {{"healthy", daemon.healthy},
+                {"reason", Text(daemon.reason)},
+                {"cycles", daemon.cycles},
+                {"last_cycle_age_seconds",
+                 daemon.last_cycle_age_s ? json(*daemon.last_cycle_age_s) : json(nullptr)},
+                {"stale_after_seconds", daemon.stale_after_s},
+                {"interval_seconds", daemon.interval_s},
+                {"consecutive_bad", daemon.consecutive_bad}}},
+              {"gpus", std::move(gpus)},
+              {"incidents", std::move(incidents)}};
   return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 

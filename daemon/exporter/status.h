@@ -39,7 +39,7 @@ inline constexpr int kStatusVersion = 1;
 // replay counter), as the reader that collects them hands it over each cycle. Until a
 // reader calls RecordLinkErrors for a GPU, its "link.errors" says the counters are not read.
 struct LinkErrorCounter {
-  std::string device;  // the PCI address on the path it was read from; "" for the GPU's own
+  std::string device;   // the PCI address on the path it was read from; "" for the GPU's own
   std::string counter;  // e.g. "aer_dev_correctable", "aer_dev_fatal", "nvml_pcie_replay"
   bool readable = false;
   double value = 0;    // the count (when readable)

@@ -88,17 +88,17 @@ class Exchange {
   [[noreturn]] void TimedOut(const char* while_doing) const {
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.1f", request_.timeout.count() / 1000.0);
-    throw HttpError(request_.url.Text() + ": no answer within " + seconds + " s while " +
-                        while_doing,
-                    "check that xferd runs and listens there (systemctl status xferd; its log "
-                    "says \"serving ...\"), or give a longer --timeout");
+    throw HttpError(
+        request_.url.Text() + ": no answer within " + seconds + " s while " + while_doing,
+        "check that xferd runs and listens there (systemctl status xferd; its log "
+        "says \"serving ...\"), or give a longer --timeout");
   }
 
   // Waits until `fd` is ready for `events`; throws at the deadline.
   void Wait(int fd, short events, const char* while_doing) const {
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ -
-                                                                             Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
       if (left.count() <= 0) TimedOut(while_doing);
       pollfd p{fd, events, 0};
       const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 60000)));
@@ -120,16 +120,15 @@ class Exchange {
     const int rc =
         ::getaddrinfo(url.host.c_str(), std::to_string(url.port).c_str(), &hints, &found);
     if (rc != 0) {
-      throw HttpError(url.Text() + ": cannot resolve " + Quoted(url.host) + ": " +
-                          gai_strerror(rc),
+      throw HttpError(url.Text() + ": cannot resolve " + Quoted(url.host) + ": " + gai_strerror(rc),
                       "give the address as an IP address (127.0.0.1, [::1]) or a name this "
                       "host resolves");
     }
     std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, ::freeaddrinfo);
     std::string last_error = "no address";
     for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
-      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                              a->ai_protocol);
+      const int fd =
+          ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
       if (fd < 0) {
         last_error = std::strerror(errno);
         continue;
@@ -172,8 +171,8 @@ class Exchange {
  private:
   std::string RequestText() const {
     const HttpUrl& url = request_.url;
-    const std::string host = url.host.find(':') != std::string::npos ? "[" + url.host + "]"
-                                                                     : url.host;
+    const std::string host =
+        url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host;
     std::string text = "GET " + url.path + " HTTP/1.1\r\nHost: " + host + ":" +
                        std::to_string(url.port) +
                        "\r\nUser-Agent: xferd-health\r\nAccept: application/json\r\n"
@@ -202,7 +201,8 @@ class Exchange {
       }
       gnutls_datum_t datum{reinterpret_cast<unsigned char*>(pem.data()),
                            static_cast<unsigned int>(pem.size())};
-      const int n = gnutls_certificate_set_x509_trust_mem(credentials_, &datum, GNUTLS_X509_FMT_PEM);
+      const int n =
+          gnutls_certificate_set_x509_trust_mem(credentials_, &datum, GNUTLS_X509_FMT_PEM);
       if (n <= 0) {
         throw HttpError("CA file " + platform::Printable(request_.ca_file.string(), 512) +
                             " holds no PEM certificate" +
@@ -267,9 +267,9 @@ class Exchange {
           continue;
         }
         if (n < 0) {
-          throw HttpError(request_.url.Text() + ": TLS send failed: " +
-                              gnutls_strerror(static_cast<int>(n)),
-                          "try again");
+          throw HttpError(
+              request_.url.Text() + ": TLS send failed: " + gnutls_strerror(static_cast<int>(n)),
+              "try again");
         }
       } else {
         n = ::send(fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
@@ -304,9 +304,9 @@ class Exchange {
         // A peer that closes without close_notify: the end; a short body shows it.
         if (n == GNUTLS_E_PREMATURE_TERMINATION) return false;
         if (n < 0) {
-          throw HttpError(request_.url.Text() + ": TLS receive failed: " +
-                              gnutls_strerror(static_cast<int>(n)),
-                          "try again");
+          throw HttpError(
+              request_.url.Text() + ": TLS receive failed: " + gnutls_strerror(static_cast<int>(n)),
+              "try again");
         }
       } else {
         n = ::recv(fd, buffer, sizeof buffer, 0);
@@ -388,9 +388,7 @@ class Exchange {
       }
     }
     const std::size_t cap = request_.max_body_bytes;
-    const auto too_large = [&] {
-      Bad("a body over " + std::to_string(cap) + " bytes");
-    };
+    const auto too_large = [&] { Bad("a body over " + std::to_string(cap) + " bytes"); };
     if (length && *length > cap) too_large();
     // Read to the end of the body: its length, or the end of the connection (we asked for
     // "Connection: close").
@@ -475,8 +473,9 @@ HttpUrl ParseHttpUrl(std::string_view text) {
     throw bad("the path may hold no query, fragment or spaces");
   }
   if (authority.find('@') != std::string_view::npos) {
-    throw bad("credentials do not belong in the URL (use --basic-auth.username and "
-              "--basic-auth.password-file)");
+    throw bad(
+        "credentials do not belong in the URL (use --basic-auth.username and "
+        "--basic-auth.password-file)");
   }
   std::string_view port;
   if (!authority.empty() && authority.front() == '[') {
@@ -495,9 +494,8 @@ HttpUrl ParseHttpUrl(std::string_view text) {
     url.host = std::string(authority.substr(0, colon));
     if (colon != std::string_view::npos) port = authority.substr(colon + 1);
     if (url.host.empty()) throw bad("no host");
-    if (!std::all_of(url.host.begin(), url.host.end(), [](unsigned char c) {
-          return std::isalnum(c) || c == '.' || c == '-';
-        })) {
+    if (!std::all_of(url.host.begin(), url.host.end(),
+                     [](unsigned char c) { return std::isalnum(c) || c == '.' || c == '-'; })) {
       throw bad("the host may hold only letters, digits, '.' and '-' (IPv6 in brackets)");
     }
   }

@@ -80,8 +80,8 @@ TEST(HealthReport, WithoutAnExplainingCauseItSaysWhatTheReadingIsBelow) {
 }
 
 TEST(HealthReport, SeveralDegradedGpusNameTheFirstAndCountTheRest) {
-  const HealthReport r = Judge(Doc({Degraded(0, json::array(), BelowBand()),
-                                    Degraded(3, json::array(), BelowBand())}));
+  const HealthReport r = Judge(
+      Doc({Degraded(0, json::array(), BelowBand()), Degraded(3, json::array(), BelowBand())}));
   EXPECT_EQ(r.state, HealthState::kProblem);
   EXPECT_EQ(r.line.rfind("DEGRADED gpu0 pinned h2d: below_band", 0), 0u) << r.line;
   EXPECT_NE(r.line.find("; +1 GPU"), std::string::npos) << r.line;

@@ -32,7 +32,8 @@ DeviceHealth Health(bool degraded, std::vector<DiagnosisCause> causes = {},
   h.uuid = std::move(uuid);
   h.verdicts.push_back({TransferMode::kPinned, Direction::kH2D, degraded, false});
   h.verdicts.push_back({TransferMode::kPinned, Direction::kD2H, false, false});
-  for (DiagnosisCause c : causes) h.diagnoses.push_back({c, "detail of " + std::string(ToString(c)), "advice"});
+  for (DiagnosisCause c : causes)
+    h.diagnoses.push_back({c, "detail of " + std::string(ToString(c)), "advice"});
   return h;
 }
 
@@ -148,8 +149,10 @@ TEST(IncidentLog, JsonRoundTrip) {
   i.uuid = "GPU-5b1c";
   i.from = DeviceVerdict::kOk;
   i.to = DeviceVerdict::kDegraded;
-  i.pairs = {{TransferMode::kManagedPrefetch, Direction::kH2D}, {TransferMode::kPinned, Direction::kBidirectional}};
-  i.causes = {{"link_downtrained", "0000:00:01.0 Gen4 x4, max Gen4 x16"}, {"a_cause_of_a_newer_xferd", ""}};
+  i.pairs = {{TransferMode::kManagedPrefetch, Direction::kH2D},
+             {TransferMode::kPinned, Direction::kBidirectional}};
+  i.causes = {{"link_downtrained", "0000:00:01.0 Gen4 x4, max Gen4 x16"},
+              {"a_cause_of_a_newer_xferd", ""}};
   const nlohmann::json j = IncidentToJson(i);
   EXPECT_EQ(j["time"], "2027-01-15T08:00:00.123Z");
   EXPECT_EQ(j["series"][0]["mode"], "managed_prefetch");
@@ -168,7 +171,8 @@ TEST(IncidentLog, JsonRoundTrip) {
 }
 
 TEST(IncidentLog, JsonThatIsNotAnIncidentIsRefusedWithTheReason) {
-  const nlohmann::json good = IncidentToJson(Incident{kT0, 0, "GPU-a", DeviceVerdict::kOk, DeviceVerdict::kDegraded, {}, {}});
+  const nlohmann::json good = IncidentToJson(
+      Incident{kT0, 0, "GPU-a", DeviceVerdict::kOk, DeviceVerdict::kDegraded, {}, {}});
   struct Case {
     const char* what;
     nlohmann::json value;
@@ -202,7 +206,8 @@ TEST(IncidentLog, JsonThatIsNotAnIncidentIsRefusedWithTheReason) {
   }
   // Entries of the lists that cannot be placed are left out; the incident stays.
   nlohmann::json odd = good;
-  odd["series"] = {{{"mode", "warp"}, {"direction", "h2d"}}, 7, {{"mode", "pinned"}, {"direction", "d2h"}}};
+  odd["series"] = {
+      {{"mode", "warp"}, {"direction", "h2d"}}, 7, {{"mode", "pinned"}, {"direction", "d2h"}}};
   odd["causes"] = {"text", {{"cause", "numa_remote"}}, {{"cause", std::string(5000, 'x')}}};
   std::string problem;
   const auto read = IncidentFromJson(odd, problem);
@@ -217,9 +222,9 @@ TEST(IncidentLog, UtcTimesAreParsedStrictly) {
   EXPECT_EQ(ParseUtcTime("2027-01-15T08:00:00Z"), kT0);
   EXPECT_EQ(ParseUtcTime("2027-01-15T08:00:00.5Z"), kT0 + std::chrono::milliseconds(500));
   EXPECT_EQ(FormatUtcTime(kT0 + std::chrono::milliseconds(7)), "2027-01-15T08:00:00.007Z");
-  for (const char* bad : {"", "2027-01-15", "2027-01-15T08:00:00", "2027-01-15T08:00:00.Z",
-                          "2027-01-15T08:00:00.1234567890Z", "2027-01-15T08:00:00Zjunk",
-                          "2027-13-45T99:99:99Z"}) {
+  for (const char* bad :
+       {"", "2027-01-15", "2027-01-15T08:00:00", "2027-01-15T08:00:00.Z",
+        "2027-01-15T08:00:00.1234567890Z", "2027-01-15T08:00:00Zjunk", "2027-13-45T99:99:99Z"}) {
     EXPECT_FALSE(ParseUtcTime(bad)) << bad;
   }
 }

@@ -71,8 +71,8 @@ core::DeviceHealth Degraded() {
   s.degraded = true;
   h.series.push_back(s);
   h.verdicts.push_back({TransferMode::kPinned, Direction::kH2D, true, true});
-  h.diagnoses.push_back({core::DiagnosisCause::kLinkDowntrained, "0000:01:00.0 Gen4 x4, max Gen4 x16",
-                         "reseat the GPU"});
+  h.diagnoses.push_back({core::DiagnosisCause::kLinkDowntrained,
+                         "0000:01:00.0 Gen4 x4, max Gen4 x16", "reseat the GPU"});
   return h;
 }
 

@@ -104,10 +104,10 @@ TEST(HttpUrl, ParsesWhatTheFlagTakesAndRefusesTheRest) {
   EXPECT_EQ(u.host, "node-7.example");
   EXPECT_EQ(u.path, "/api/v1/status");
   EXPECT_EQ(ParseHttpUrl("https://localhost").port, 443);
-  for (const char* bad : {"", "127.0.0.1:9742", "ftp://x", "http://", "http://:9742",
-                          "http://host:0", "http://host:99999", "http://host:12ab",
-                          "http://user:pw@host:1", "http://[::1", "http://[zz]:1",
-                          "http://host/a?b", "http://ho st:1", "http://host:"}) {
+  for (const char* bad :
+       {"", "127.0.0.1:9742", "ftp://x", "http://", "http://:9742", "http://host:0",
+        "http://host:99999", "http://host:12ab", "http://user:pw@host:1", "http://[::1",
+        "http://[zz]:1", "http://host/a?b", "http://ho st:1", "http://host:"}) {
     EXPECT_THROW(ParseHttpUrl(bad), HttpError) << bad;
   }
 }
@@ -122,7 +122,8 @@ TEST(HttpClient, GetsTheAnswerOfTheRealServer) {
     return response;
   });
   HttpClientRequest request;
-  request.url = ParseHttpUrl("http://127.0.0.1:" + std::to_string(server.port()) + "/api/v1/status");
+  request.url =
+      ParseHttpUrl("http://127.0.0.1:" + std::to_string(server.port()) + "/api/v1/status");
   const HttpClientResponse r = HttpGet(request);
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.content_type, "application/json");
@@ -293,7 +294,9 @@ TEST(HttpClient, AnswersThatAreNotHttpAreErrorsNotCrashes) {
 TEST(HttpClient, ReadsChunkedAndUnsizedBodies) {
   {
     RawServer server([](int fd) {
-      Write(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\n\r\n");
+      Write(fd,
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n "
+            "world\r\n0\r\n\r\n");
     });
     EXPECT_EQ(HttpGet(server.Request()).body, "hello world");
   }
