@@ -43,11 +43,11 @@ void OnAlarm(int) {
 }
 
 void ArmWatchdog(std::chrono::milliseconds timeout, bool nagios) {
-  const HealthReport report{HealthState::kUnknown,
+  const HealthReport report{HealthOutcome::kUnknown,
                             "UNKNOWN: no answer from xferd within the timeout"};
   const std::string line = (nagios ? NagiosLine(report) : report.line) + "\n";
   std::snprintf(alarm_line, sizeof alarm_line, "%s", line.c_str());
-  alarm_exit = HealthExitCode(HealthState::kUnknown, nagios);
+  alarm_exit = HealthExitCode(HealthOutcome::kUnknown, nagios);
   struct sigaction action {};
   action.sa_handler = OnAlarm;
   sigaction(SIGALRM, &action, nullptr);
@@ -200,21 +200,21 @@ HealthReport Ask(const web::HttpClientRequest& request, const HealthJudgeOptions
   try {
     response = web::HttpGet(request);
   } catch (const web::HttpError& e) {
-    return {HealthState::kUnknown, "UNKNOWN: xferd unreachable: " + std::string(e.what())};
+    return {HealthOutcome::kUnknown, "UNKNOWN: xferd unreachable: " + std::string(e.what())};
   }
   const std::string where = request.url.Text();
   switch (response.status) {
     case 200: return JudgeStatus(response.body, judge);
     case 401:
-      return {HealthState::kUnknown,
+      return {HealthOutcome::kUnknown,
               "UNKNOWN: " + where +
                   " refused the login (401): check --basic-auth.username and the password file"};
     case 404:
-      return {HealthState::kUnknown, "UNKNOWN: " + where +
+      return {HealthOutcome::kUnknown, "UNKNOWN: " + where +
                                          " has no status API (404): is it an older xferd, or "
                                          "another service on that port?"};
     default:
-      return {HealthState::kUnknown, "UNKNOWN: " + where + " answered " +
+      return {HealthOutcome::kUnknown, "UNKNOWN: " + where + " answered " +
                                          std::to_string(response.status) + ": " +
                                          platform::Printable(response.body.substr(0, 200), 200)};
   }
@@ -236,7 +236,7 @@ int HealthCommand(const HealthCommandOptions& options) {
   } catch (const platform::Error& e) {
     // A plugin runner sees only the line and the status: a mistake here is "unknown",
     // said on the line a person will read.
-    return print({HealthState::kUnknown, "UNKNOWN: " + platform::Printable(e.what(), 1000)});
+    return print({HealthOutcome::kUnknown, "UNKNOWN: " + platform::Printable(e.what(), 1000)});
   }
   ArmWatchdog(request.timeout, options.nagios);
   return print(Ask(request, judge));

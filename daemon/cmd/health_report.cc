@@ -22,7 +22,7 @@ constexpr int kReadsStatusVersion = 1;
 constexpr std::size_t kLineBytes = 300;
 
 HealthReport Unknown(const std::string& why) {
-  return {HealthState::kUnknown, "UNKNOWN: " + why};
+  return {HealthOutcome::kUnknown, "UNKNOWN: " + why};
 }
 
 // A string field, printable; "" when absent or not a string.
@@ -106,19 +106,19 @@ std::string Problem(const json& gpu, const std::optional<std::string>& wanted) {
 
 }  // namespace
 
-int HealthExitCode(HealthState state, bool nagios) {
+int HealthExitCode(HealthOutcome state, bool nagios) {
   if (!nagios) return static_cast<int>(state);
   switch (state) {
-    case HealthState::kOk: return 0;
-    case HealthState::kProblem: return 2;  // CRITICAL
-    case HealthState::kUnknown: return 3;
+    case HealthOutcome::kOk: return 0;
+    case HealthOutcome::kProblem: return 2;  // CRITICAL
+    case HealthOutcome::kUnknown: return 3;
   }
   return 3;
 }
 
 std::string NagiosLine(const HealthReport& report) {
-  const char* word = report.state == HealthState::kOk        ? "OK"
-                     : report.state == HealthState::kProblem ? "CRITICAL"
+  const char* word = report.state == HealthOutcome::kOk        ? "OK"
+                     : report.state == HealthOutcome::kProblem ? "CRITICAL"
                                                              : "UNKNOWN";
   return std::string("XFERD ") + word + " - " + report.line;
 }
@@ -181,7 +181,7 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
   }
   HealthReport report;
   if (!degraded.empty()) {
-    report.state = HealthState::kProblem;
+    report.state = HealthOutcome::kProblem;
     report.line = "DEGRADED " + Problem(*degraded.front(), options.cause);
     if (degraded.size() > 1) report.line += fmt::format("; +{} GPU", degraded.size() - 1);
   } else if (!pending.empty()) {
@@ -189,13 +189,13 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
     return Unknown(fmt::format("no verdict yet for gpu{} (re-judging after a restart)",
                                index ? fmt::format("{:.0f}", *index) : std::string("?")));
   } else if (options.cause) {
-    report.state = HealthState::kOk;
+    report.state = HealthOutcome::kOk;
     report.line = "OK: no GPU degraded with " + *options.cause;
     if (degraded_otherwise > 0) {
       report.line += fmt::format(" ({} degraded with other causes)", degraded_otherwise);
     }
   } else {
-    report.state = HealthState::kOk;
+    report.state = HealthOutcome::kOk;
     report.line = fmt::format("OK: {} GPU{} within band", gpus.size(), gpus.size() == 1 ? "" : "s");
   }
   report.line = platform::Printable(report.line, kLineBytes);

@@ -11,14 +11,14 @@
 namespace xferd::cmd {
 
 // node-problem-detector's custom-plugin protocol: 0 OK, 1 NonOK, anything else Unknown.
-enum class HealthState { kOk = 0, kProblem = 1, kUnknown = 2 };
+enum class HealthOutcome { kOk = 0, kProblem = 1, kUnknown = 2 };
 
 // The exit status: node-problem-detector's by default; with `nagios`, Nagios's plugin
 // convention (0 OK, 2 CRITICAL, 3 UNKNOWN).
-int HealthExitCode(HealthState state, bool nagios);
+int HealthExitCode(HealthOutcome state, bool nagios);
 
 struct HealthReport {
-  HealthState state = HealthState::kUnknown;
+  HealthOutcome state = HealthOutcome::kUnknown;
   // One line, the most telling words first (node-problem-detector keeps the first 80
   // bytes): "DEGRADED gpu0 pinned h2d: link_downtrained, 5.10 GB/s < 19.85 band".
   std::string line;

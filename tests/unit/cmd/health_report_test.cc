@@ -53,7 +53,7 @@ HealthReport Judge(const json& doc, HealthJudgeOptions options = {}) {
 
 TEST(HealthReport, OkWhenEveryGpuIsOk) {
   const HealthReport r = Judge(Doc({Gpu(0, "ok"), Gpu(1, "ok")}));
-  EXPECT_EQ(r.state, HealthState::kOk);
+  EXPECT_EQ(r.state, HealthOutcome::kOk);
   EXPECT_EQ(r.line, "OK: 2 GPUs within band");
 }
 
@@ -61,7 +61,7 @@ TEST(HealthReport, ADegradedGpuIsAProblemNamingGpuSeriesAndCauseFirst) {
   const json causes = {{{"cause", "below_band"}, {"detail", "x"}},
                        {{"cause", "link_downtrained"}, {"detail", "0000:00:01.0 Gen4 x4"}}};
   const HealthReport r = Judge(Doc({Gpu(0, "ok"), Degraded(1, causes, BelowBand())}));
-  EXPECT_EQ(r.state, HealthState::kProblem);
+  EXPECT_EQ(r.state, HealthOutcome::kProblem);
   // The explaining cause, not below_band, and the figures after it.
   EXPECT_EQ(r.line, "DEGRADED gpu1 pinned h2d: link_downtrained, 5.10 GB/s < 19.85 band");
   EXPECT_LE(r.line.find("link_downtrained"), 80u) << "within node-problem-detector's 80 bytes";
@@ -75,14 +75,14 @@ TEST(HealthReport, WithoutAnExplainingCauseItSaysWhatTheReadingIsBelow) {
       Judge(Doc({Degraded(0, {{{"cause", "below_baseline"}, {"detail", ""}}}, headline)}));
   EXPECT_EQ(r.line, "DEGRADED gpu0 pinned h2d: below_baseline, 5.10 GB/s < 25.20 baseline");
   const HealthReport none = Judge(Doc({Degraded(0, json::array(), nullptr)}));
-  EXPECT_EQ(none.state, HealthState::kProblem);
+  EXPECT_EQ(none.state, HealthOutcome::kProblem);
   EXPECT_EQ(none.line, "DEGRADED gpu0: cause not visible to xferd");
 }
 
 TEST(HealthReport, SeveralDegradedGpusNameTheFirstAndCountTheRest) {
   const HealthReport r = Judge(
       Doc({Degraded(0, json::array(), BelowBand()), Degraded(3, json::array(), BelowBand())}));
-  EXPECT_EQ(r.state, HealthState::kProblem);
+  EXPECT_EQ(r.state, HealthOutcome::kProblem);
   EXPECT_EQ(r.line.rfind("DEGRADED gpu0 pinned h2d: below_band", 0), 0u) << r.line;
   EXPECT_NE(r.line.find("; +1 GPU"), std::string::npos) << r.line;
 }
@@ -94,11 +94,11 @@ TEST(HealthReport, ACauseFilterCountsOnlyThatCause) {
   HealthJudgeOptions options;
   options.cause = "link_downtrained";
   HealthReport r = Judge(doc, options);
-  EXPECT_EQ(r.state, HealthState::kProblem);
+  EXPECT_EQ(r.state, HealthOutcome::kProblem);
   EXPECT_EQ(r.line.rfind("DEGRADED gpu1 pinned h2d: link_downtrained", 0), 0u) << r.line;
   options.cause = "iommu_translating";
   r = Judge(doc, options);
-  EXPECT_EQ(r.state, HealthState::kOk);
+  EXPECT_EQ(r.state, HealthOutcome::kOk);
   EXPECT_EQ(r.line, "OK: no GPU degraded with iommu_translating (2 degraded with other causes)");
 }
 
@@ -106,24 +106,24 @@ TEST(HealthReport, NoVerdictYetIsUnknown) {
   json first = Doc({Gpu(0, "pending")});
   first["daemon"]["last_cycle_age_seconds"] = nullptr;
   HealthReport r = Judge(first);
-  EXPECT_EQ(r.state, HealthState::kUnknown);
+  EXPECT_EQ(r.state, HealthOutcome::kUnknown);
   EXPECT_EQ(r.line, "UNKNOWN: no verdict yet: the first probe cycle is running");
   // Re-judging after a restart: unknown, unless another GPU is degraded.
   r = Judge(Doc({Gpu(0, "ok"), Gpu(1, "pending")}));
-  EXPECT_EQ(r.state, HealthState::kUnknown);
+  EXPECT_EQ(r.state, HealthOutcome::kUnknown);
   EXPECT_NE(r.line.find("gpu1"), std::string::npos) << r.line;
   r = Judge(Doc({Degraded(0, json::array(), BelowBand()), Gpu(1, "pending")}));
-  EXPECT_EQ(r.state, HealthState::kProblem);
+  EXPECT_EQ(r.state, HealthOutcome::kProblem);
 }
 
 TEST(HealthReport, AStaleVerdictIsUnknown) {
   HealthReport r = Judge(Doc({Degraded(0, json::array(), BelowBand())}, 400, 195));
-  EXPECT_EQ(r.state, HealthState::kUnknown);
+  EXPECT_EQ(r.state, HealthOutcome::kUnknown);
   EXPECT_NE(r.line.find("stale"), std::string::npos) << r.line;
   HealthJudgeOptions options;
   options.stale_after_s = 3;
   r = Judge(Doc({Gpu(0, "ok")}, 5, 195), options);
-  EXPECT_EQ(r.state, HealthState::kUnknown);
+  EXPECT_EQ(r.state, HealthOutcome::kUnknown);
   EXPECT_NE(r.line.find("stale after 3 s"), std::string::npos) << r.line;
 }
 
@@ -132,7 +132,7 @@ TEST(HealthReport, AnUnhealthyDaemonIsUnknownWithItsReason) {
   doc["daemon"]["healthy"] = false;
   doc["daemon"]["reason"] = "a probe is hung in a device call";
   const HealthReport r = Judge(doc);
-  EXPECT_EQ(r.state, HealthState::kUnknown);
+  EXPECT_EQ(r.state, HealthOutcome::kUnknown);
   EXPECT_EQ(r.line, "UNKNOWN: xferd unhealthy: a probe is hung in a device call");
 }
 
@@ -157,7 +157,7 @@ TEST(HealthReport, AnythingButAStatusDocumentIsUnknownNeverAThrow) {
   };
   for (const std::string& body : bodies) {
     const HealthReport r = JudgeStatus(body, {});
-    EXPECT_EQ(r.state, HealthState::kUnknown) << body.substr(0, 80) << " -> " << r.line;
+    EXPECT_EQ(r.state, HealthOutcome::kUnknown) << body.substr(0, 80) << " -> " << r.line;
     EXPECT_EQ(r.line.rfind("UNKNOWN: ", 0), 0u) << r.line;
     for (char c : r.line) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << "printable: " << r.line;
   }
@@ -167,18 +167,18 @@ TEST(HealthReport, AnythingButAStatusDocumentIsUnknownNeverAThrow) {
           "gpu": "zero", "headline": {"mode": 5, "reading_bytes_per_second": "fast"},
           "causes": [3, {"cause": null}, {"cause": "numa_remote"}]}]})",
       {});
-  EXPECT_EQ(odd.state, HealthState::kProblem);
+  EXPECT_EQ(odd.state, HealthOutcome::kProblem);
   EXPECT_EQ(odd.line, "DEGRADED gpu?: numa_remote") << odd.line;
 }
 
 TEST(HealthReport, ExitCodesFollowNodeProblemDetectorOrNagios) {
-  EXPECT_EQ(HealthExitCode(HealthState::kOk, false), 0);
-  EXPECT_EQ(HealthExitCode(HealthState::kProblem, false), 1);
-  EXPECT_EQ(HealthExitCode(HealthState::kUnknown, false), 2);
-  EXPECT_EQ(HealthExitCode(HealthState::kOk, true), 0);
-  EXPECT_EQ(HealthExitCode(HealthState::kProblem, true), 2);
-  EXPECT_EQ(HealthExitCode(HealthState::kUnknown, true), 3);
-  EXPECT_EQ(NagiosLine({HealthState::kProblem, "DEGRADED gpu0"}), "XFERD CRITICAL - DEGRADED gpu0");
+  EXPECT_EQ(HealthExitCode(HealthOutcome::kOk, false), 0);
+  EXPECT_EQ(HealthExitCode(HealthOutcome::kProblem, false), 1);
+  EXPECT_EQ(HealthExitCode(HealthOutcome::kUnknown, false), 2);
+  EXPECT_EQ(HealthExitCode(HealthOutcome::kOk, true), 0);
+  EXPECT_EQ(HealthExitCode(HealthOutcome::kProblem, true), 2);
+  EXPECT_EQ(HealthExitCode(HealthOutcome::kUnknown, true), 3);
+  EXPECT_EQ(NagiosLine({HealthOutcome::kProblem, "DEGRADED gpu0"}), "XFERD CRITICAL - DEGRADED gpu0");
 }
 
 }  // namespace
