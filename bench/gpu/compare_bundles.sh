@@ -62,18 +62,17 @@ for rep in range(1, pairs + 1):
     a, b = rows(out / f"a_{rep}.json"), rows(out / f"b_{rep}.json")
     if not a or not b:
         failures.append(f"pair {rep}: a build printed no results")
-    for key in sorted(set(a) | set(b)):
+    for key in list(a) + [k for k in b if k not in a]:  # in the order the probes ran
         ra, rb = a.get(key, {}), b.get(key, {})
         if ra.get("status") != "ok" or rb.get("status") != "ok":
-            failures.append(f"pair {rep} {' '.join(key)}: A {ra.get('status')} "
-                            f"({ra.get('message')}), B {rb.get('status')} ({rb.get('message')})")
+            failures.append(f"pair {rep} {' '.join(key)}: A {ra.get('status', 'missing')} "
+                            f"({ra.get('message')}), B {rb.get('status', 'missing')} ({rb.get('message')})")
             continue
         ratios.setdefault(key, []).append(rb["median_bytes_per_s"] / ra["median_bytes_per_s"])
         judged[key] = rb.get("verdict") != "n/a (not link-bound)"
 print(f"B / A, median of {pairs} alternating pairs (64 MiB, 20 transfers); link-bound "
       f"results must be within {100 * tolerance:g} %:")
-for key in sorted(ratios):
-    r = ratios[key]
+for key, r in ratios.items():
     median = statistics.median(r)
     ok = abs(median - 1) <= tolerance
     verdict = ("PASS" if ok else "FAIL") if judged[key] else "not judged (not link-bound)"
