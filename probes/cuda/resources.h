@@ -1,6 +1,7 @@
 // Owners of CUDA resources: each frees what it holds when it goes, so no path of the
 // backend frees by hand. Leak() gives a resource up without touching the device: for a GPU
-// that does not answer, where a free could hang the shutdown.
+// that does not answer, where a free could hang the shutdown. Names CUDA runtime types:
+// private to probes/cuda.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -136,7 +136,44 @@ TEST_F(CudaBackendTest, EveryModeAndDirectionGivesAResult) {
     } else {
       EXPECT_FALSE(s.overlap_ratio.has_value()) << Describe(s);
     }
+    // The device time spans each transfer with its preparation and check, the warm-up
+    // too: never less than the timed sections alone.
+    double timed_s = 0;
+    for (double d : s.durations_s) timed_s += d;
+    EXPECT_GE(s.device_time_s, timed_s) << Describe(s);
+    // What crossed the link: the warm-up and the 5 timed transfers, pinned_async's 3
+    // pipelined copies of the overlap measurement; managed pages move both ways.
+    const std::uint64_t moved = (mode == TransferMode::kPinnedAsync ? 9 : 6) * 16 * kMiB;
+    const bool both = direction == Direction::kBidirectional || mode == TransferMode::kManaged ||
+                      mode == TransferMode::kManagedPrefetch;
+    EXPECT_EQ(s.link_h2d_bytes, both || direction == Direction::kH2D ? moved : 0) << Describe(s);
+    EXPECT_EQ(s.link_d2h_bytes, both || direction == Direction::kD2H ? moved : 0) << Describe(s);
   }
+}
+
+// The probes of a GPU share its buffers: the pinned buffer is the source of pinned h2d and
+// the destination of pinned d2h and of pinned_async's overlap kernels, the device buffers
+// likewise. Whichever probe ran before, and at whatever smaller size, the next must find
+// its source holding the pattern and check out.
+TEST_F(CudaBackendTest, EveryProbeChecksOutAfterEveryOther) {
+  CudaOptions options;
+  options.max_size_bytes = kMiB;
+  MAKE_OR_SKIP(backend, options);
+  const Capabilities caps = backend->GetCapabilities(TestGpu());
+  int pairs = 0;
+  for (const auto& [first_mode, first_direction] : AllModeDirections()) {
+    if (!caps.Supports(first_mode)) continue;
+    for (const auto& [mode, direction] : AllModeDirections()) {
+      if (!caps.Supports(mode)) continue;
+      const ProbeSample first =
+          backend->Run(TestGpu(), Spec(first_mode, first_direction, 100 * 1024 + 3, 1));
+      ASSERT_EQ(first.status, ProbeStatus::kOk) << Describe(first);
+      const ProbeSample then = backend->Run(TestGpu(), Spec(mode, direction, 768 * 1024, 1));
+      ASSERT_EQ(then.status, ProbeStatus::kOk) << Describe(then) << ", after " << Describe(first);
+      ++pairs;
+    }
+  }
+  std::printf("%d ordered pairs of probes checked out\n", pairs);
 }
 
 TEST_F(CudaBackendTest, OddSizesAreCopiedAndChecked) {
@@ -192,6 +229,20 @@ TEST_F(CudaBackendTest, BandwidthOfLinkBoundModesFitsTheLink) {
   }
 }
 
+// What each mode's probe checks after its transfer: the destination that the transfer
+// wrote, on the side that received it.
+std::string CheckedDestination(TransferMode mode, Direction direction) {
+  const bool h2d = direction == Direction::kH2D;
+  switch (mode) {
+    case TransferMode::kZeroCopy: return h2d ? "what the kernel read" : "what the kernel wrote";
+    case TransferMode::kManaged:
+    case TransferMode::kManagedPrefetch: return h2d ? "what the kernel read" : "what the CPU read";
+    default: break;
+  }
+  if (direction == Direction::kBidirectional) return "the device copy (host->device half)";
+  return h2d ? "the device copy" : "the host copy";
+}
+
 TEST_F(CudaBackendTest, CorruptedTransfersAreErrorsNotResults) {
   CudaOptions options;
   options.corrupt_transfers = true;
@@ -202,6 +253,11 @@ TEST_F(CudaBackendTest, CorruptedTransfersAreErrorsNotResults) {
     const ProbeSample s = backend->Run(TestGpu(), Spec(mode, direction, 4 * kMiB, 3));
     EXPECT_EQ(s.status, ProbeStatus::kError) << Describe(s);
     EXPECT_NE(s.message.find("corrupted transfer"), std::string::npos) << Describe(s);
+    // Each mode's probe caught it in the destination it verifies.
+    EXPECT_NE(s.message.find("corrupted transfer: " + CheckedDestination(mode, direction) +
+                             " of transfer "),
+              std::string::npos)
+        << Describe(s);
   }
 }
 

@@ -1,16 +1,24 @@
 // The host-side parts of the CUDA backend, which need no GPU: the pattern and checksum the
-// device must agree with, the sparse poison check, device naming, NUMA placement. Built
-// only where the CUDA backend is (they live in probes/cuda), run everywhere.
+// device must agree with, the sparse poison check, device naming, NUMA placement, the skip
+// reasons and link paths of discovery, and the loop every probe object runs in. Built only
+// where the CUDA backend is (they live in probes/cuda), run everywhere.
 #if defined(XFERD_HAVE_CUDA)
 #include <gtest/gtest.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
+#include <functional>
+#include <stop_token>
+#include <string>
 #include <vector>
 
 #include "../../probes/cuda/device_identity.h"
+#include "../../probes/cuda/discovery.h"
 #include "../../probes/cuda/host_memory.h"
+#include "../../probes/cuda/probe_abort.h"
+#include "../../probes/cuda/transfer_probe.h"
 
 namespace xferd::probes::cuda {
 namespace {
@@ -96,6 +104,169 @@ TEST(CudaHostSide, MemoryPolicyIsSetForTheScopeAndRestored) {
 
 TEST(CudaHostSide, MemlockLimitIsNamed) {
   EXPECT_EQ(MemlockLimitText().rfind("RLIMIT_MEMLOCK is ", 0), 0u) << MemlockLimitText();
+}
+
+TEST(CudaDiscovery, ModesTheDeviceCannotDoAreSkippedWithTheReason) {
+  const CudaOptions options;
+  EXPECT_TRUE(CapabilitiesOf({}, options).unsupported.empty());
+
+  const Capabilities no_map = CapabilitiesOf({.can_map_host_memory = false}, options);
+  ASSERT_EQ(no_map.unsupported.size(), 1u);
+  EXPECT_NE(no_map.unsupported.at(TransferMode::kZeroCopy).find("canMapHostMemory = 0"),
+            std::string::npos);
+
+  // Managed memory without page-fault migration (concurrentManagedAccess = 0: Windows, older
+  // Jetson modules).
+  const Capabilities whole = CapabilitiesOf({.concurrent_managed_access = false}, options);
+  ASSERT_EQ(whole.unsupported.size(), 2u);
+  for (TransferMode mode : {TransferMode::kManaged, TransferMode::kManagedPrefetch})
+    EXPECT_NE(whole.unsupported.at(mode).find("concurrentManagedAccess"), std::string::npos);
+  EXPECT_TRUE(whole.Supports(TransferMode::kPinned));
+  const Capabilities none =
+      CapabilitiesOf({.managed_memory = false, .concurrent_managed_access = false}, options);
+  EXPECT_NE(none.unsupported.at(TransferMode::kManaged).find("managedMemory = 0"),
+            std::string::npos)
+      << "the first missing feature is the reason";
+
+  CudaOptions hidden;
+  hidden.hide_can_map_host_memory = true;
+  hidden.hide_concurrent_managed_access = true;
+  EXPECT_EQ(CapabilitiesOf({}, hidden).unsupported.size(), 3u);
+}
+
+TEST(CudaDiscovery, AGpuWithoutAPcieLinkSaysWhy) {
+  DeviceInfo integrated;
+  integrated.integrated = true;
+  integrated.pci_bus_id = "0000:00:00.0";
+  LinkPath path = LinkPathOf(integrated, "/nonexistent");
+  EXPECT_FALSE(path.pcie);
+  EXPECT_TRUE(path.links.empty());
+  EXPECT_NE(path.note.find("integrated GPU"), std::string::npos) << path.note;
+
+  DeviceInfo no_bus;
+  path = LinkPathOf(no_bus, "/nonexistent");
+  EXPECT_FALSE(path.pcie);
+  EXPECT_NE(path.note.find("no PCI bus id"), std::string::npos) << path.note;
+
+  // A discrete GPU's path comes from sysfs; NVLink-C2C is carried over from discovery.
+  DeviceInfo grace_hopper;
+  grace_hopper.pci_bus_id = "0009:01:00.0";
+  grace_hopper.c2c = true;
+  const std::filesystem::path empty_sysfs = testing::TempDir() + "/xferd-empty-sysfs";
+  std::filesystem::create_directories(empty_sysfs);
+  path = LinkPathOf(grace_hopper, empty_sysfs);
+  EXPECT_TRUE(path.pcie);
+  EXPECT_TRUE(path.c2c);
+  EXPECT_NE(path.note.find("no PCI device 0009:01:00.0"), std::string::npos) << path.note;
+  grace_hopper.c2c = false;
+  EXPECT_FALSE(LinkPathOf(grace_hopper, empty_sysfs).c2c);
+}
+
+// The loop every probe object runs in, on a probe that records what it was asked to do.
+class RecordingProbe final : public TransferProbe {
+ public:
+  void Prepare(Round round) override { Step("prepare", round); }
+  void Timed(Round round) override { Step("timed", round); }
+  double Verify(Round round) override {
+    Step("verify", round);
+    if (on_verify) on_verify(round);
+    return round.index + 1.0;  // seconds
+  }
+  int Finish(ProbeSample& sample) override {
+    steps.push_back("finish");
+    sample.overlap_ratio = 0.5;
+    return extra_copies;
+  }
+
+  std::vector<std::string> steps;
+  std::vector<int> last_rounds;  // the rounds marked last
+  std::function<void(Round)> on_verify;
+  int extra_copies = 0;
+
+ private:
+  void Step(const char* what, Round round) {
+    steps.push_back(std::string(what) + " " + std::to_string(round.index));
+    if (round.last && std::string(what) == "prepare") last_rounds.push_back(round.index);
+  }
+};
+
+ProbeSpec LoopSpec(TransferMode mode, Direction direction, int warmup, int iterations) {
+  ProbeSpec spec;
+  spec.mode = mode;
+  spec.direction = direction;
+  spec.size_bytes = 1000;
+  spec.warmup = warmup;
+  spec.iterations = iterations;
+  return spec;
+}
+
+TEST(TransferLoop, WarmUpsComeFirstAndOnlyTheTimedTransfersAreKept) {
+  RecordingProbe probe;
+  Progress progress;
+  ProbeSample sample;
+  RunTransfers(probe, LoopSpec(TransferMode::kPinned, Direction::kH2D, 2, 3), {}, progress, sample);
+  const std::vector<std::string> expected = {"prepare 0", "timed 0",   "verify 0",  "prepare 1",
+                                             "timed 1",   "verify 1",  "prepare 2", "timed 2",
+                                             "verify 2",  "prepare 3", "timed 3",   "verify 3",
+                                             "prepare 4", "timed 4",   "verify 4",  "finish"};
+  EXPECT_EQ(probe.steps, expected);
+  EXPECT_EQ(probe.last_rounds, std::vector<int>{4}) << "only the last is checked in full";
+  EXPECT_EQ(sample.durations_s, (std::vector<double>{3, 4, 5}));
+  EXPECT_EQ(progress.done, 5);
+  EXPECT_EQ(sample.overlap_ratio, 0.5) << "what Finish measured stays in the sample";
+}
+
+TEST(TransferLoop, LinkBytesCountEveryCopyOverTheLinkEachWay) {
+  for (const auto& [mode, direction] : AllModeDirections()) {
+    RecordingProbe probe;
+    probe.extra_copies = mode == TransferMode::kPinnedAsync ? 3 : 0;
+    Progress progress;
+    ProbeSample sample;
+    RunTransfers(probe, LoopSpec(mode, direction, 2, 5), {}, progress, sample);
+    const std::uint64_t all = 1000 * (7 + probe.extra_copies);
+    // Managed memory migrates its pages both ways each transfer: home first, then across.
+    const bool both = direction == Direction::kBidirectional || mode == TransferMode::kManaged ||
+                      mode == TransferMode::kManagedPrefetch;
+    const std::string what = std::string(ToString(mode)) + " " + std::string(ToString(direction));
+    EXPECT_EQ(sample.link_h2d_bytes, both || direction == Direction::kH2D ? all : 0) << what;
+    EXPECT_EQ(sample.link_d2h_bytes, both || direction == Direction::kD2H ? all : 0) << what;
+  }
+}
+
+TEST(TransferLoop, AStopRequestEndsTheProbeBeforeItsNextTransfer) {
+  std::stop_source source;
+  RecordingProbe probe;
+  probe.on_verify = [&](Round round) {
+    if (round.index == 1) source.request_stop();
+  };
+  Progress progress;
+  ProbeSample sample;
+  try {
+    RunTransfers(probe, LoopSpec(TransferMode::kPinned, Direction::kD2H, 1, 10), source.get_token(),
+                 progress, sample);
+    FAIL() << "a stop request must end the probe";
+  } catch (const ProbeAbort& abort) {
+    EXPECT_EQ(abort.status, ProbeStatus::kError);
+    EXPECT_EQ(abort.message, "cancelled");
+  }
+  EXPECT_EQ(progress.done, 2);
+  EXPECT_EQ(probe.steps.back(), "verify 1");
+  EXPECT_EQ(sample.durations_s.size(), 1u);
+}
+
+TEST(TransferLoop, AFailedCheckEndsTheProbeWithoutCountingTheTransfer) {
+  RecordingProbe probe;
+  probe.on_verify = [](Round round) {
+    if (round.index == 1) throw ProbeAbort{ProbeStatus::kError, "corrupted transfer: test"};
+  };
+  Progress progress;
+  ProbeSample sample;
+  EXPECT_THROW(RunTransfers(probe, LoopSpec(TransferMode::kZeroCopy, Direction::kH2D, 0, 5), {},
+                            progress, sample),
+               ProbeAbort);
+  EXPECT_EQ(progress.done, 1);
+  EXPECT_EQ(sample.durations_s, std::vector<double>{1});
+  EXPECT_EQ(probe.steps.back(), "verify 1") << "no finish after a failed transfer";
 }
 
 }  // namespace
