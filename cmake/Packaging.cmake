@@ -1,7 +1,8 @@
 # The .deb: `cpack -G DEB` in a build directory (after building). Contents:
 #   /usr/bin/xferd, /usr/lib/systemd/system/xferd.service,
 #   /etc/xferd/xferd.toml (a conffile: local edits survive upgrades),
-#   /usr/share/xferd/{dashboards,prometheus,grafana,kubernetes}, /usr/share/doc/xferd/*.md
+#   /usr/share/xferd/{dashboards,prometheus,grafana,kubernetes}, /usr/share/doc/xferd/*.md,
+#   /usr/libexec/xferd/xferd-slurm-health-check
 # The service runs as a DynamicUser, so the package creates no user.
 
 set(XFERD_UNIT_DIR "lib/systemd/system" CACHE STRING
@@ -21,6 +22,9 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/deploy/prometheus/targets DESTINATION sh
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/deploy/grafana/provisioning DESTINATION share/xferd/grafana)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/deploy/kubernetes/ DESTINATION share/xferd/kubernetes
         FILES_MATCHING PATTERN "*.yaml")
+# slurmd's HealthCheckProgram (docs/operations.md, "Slurm").
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/deploy/slurm/xferd-slurm-health-check
+        DESTINATION libexec/xferd)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION share/doc/xferd
         FILES_MATCHING PATTERN "*.md")
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION share/doc/xferd OPTIONAL)

@@ -63,6 +63,26 @@ struct CheckConfigOptions {
 };
 int CheckConfigCommand(const CheckConfigOptions& options);
 
+// `xferd health`: asks the daemon for its verdict (/api/v1/status), prints one line and
+// exits 0 (ok), 1 (a GPU degraded) or 2 (unknown: unreachable, no verdict yet, stale); with
+// `nagios`, 0, 2 and 3. Never throws for a daemon's answer or a bad setting: those are
+// unknown, said on the line.
+struct HealthCommandOptions {
+  std::optional<std::string> config_file;      // -c/--config; default /etc/xferd/xferd.toml
+  std::optional<std::string> listen_address;   // --web.listen-address
+  std::optional<std::string> web_config_file;  // --web.config.file ("" = none)
+  std::optional<std::string> url;              // --url: scheme, host and port
+  std::optional<std::string> ca_file;          // --tls.ca-file
+  std::optional<std::string> server_name;      // --tls.server-name
+  std::optional<std::string> username;         // --basic-auth.username
+  std::optional<std::string> password_file;    // --basic-auth.password-file
+  std::string timeout = "5s";                  // --timeout
+  std::optional<std::string> stale_after;      // --stale-after
+  std::optional<std::string> cause;            // --cause
+  bool nagios = false;                         // --nagios
+};
+int HealthCommand(const HealthCommandOptions& options);
+
 // `xferd version`.
 int VersionCommand(bool json);
 

@@ -1,4 +1,4 @@
-// xferd run | probe | check-config | version
+// xferd run | probe | check-config | health | version
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -64,6 +64,39 @@ int main(int argc, char** argv) {
   check_cmd->add_flag("--simulate", check.simulate,
                       "With --json: resolve the GPUs and bands on the simulated device");
 
+  HealthCommandOptions health;
+  auto* health_cmd = app.add_subcommand(
+      "health",
+      "Ask the running daemon for its verdict: one line; exit 0 ok, 1 a GPU degraded, "
+      "2 unknown (node-problem-detector's plugin protocol)");
+  health_cmd->add_option("-c,--config", health.config_file,
+                         "The daemon's TOML config (default /etc/xferd/xferd.toml when present)");
+  health_cmd->add_option("--web.listen-address", health.listen_address,
+                         "The daemon's listen address, instead of the config's");
+  health_cmd->add_option("--web.config.file", health.web_config_file,
+                         "The daemon's web config (TLS, basic auth), instead of the config's");
+  health_cmd->add_option("--url", health.url,
+                         "Where the daemon serves, e.g. https://127.0.0.1:9742 (overrides the "
+                         "address and TLS the config says)");
+  health_cmd->add_option("--tls.ca-file", health.ca_file,
+                         "CA certificate(s) to verify the daemon's certificate with (default: "
+                         "the daemon's own cert_file)");
+  health_cmd->add_option("--tls.server-name", health.server_name,
+                         "The name the daemon's certificate must carry (default: the host)");
+  health_cmd->add_option("--basic-auth.username", health.username,
+                         "Basic-auth user (default: the only user of the web config)");
+  health_cmd->add_option("--basic-auth.password-file", health.password_file,
+                         "File holding that user's password (one line)");
+  health_cmd->add_option("--timeout", health.timeout, "Give up after this long (default 5s)");
+  health_cmd->add_option("--stale-after", health.stale_after,
+                         "A verdict older than this is unknown (default: the daemon's limit, 3 "
+                         "intervals + the cycle budget)");
+  health_cmd->add_option("--cause", health.cause,
+                         "Only a GPU degraded with this cause is a problem, e.g. "
+                         "link_downtrained");
+  health_cmd->add_flag("--nagios", health.nagios,
+                       "Nagios plugin form: XFERD OK/CRITICAL/UNKNOWN, exit 0, 2, 3");
+
   bool version_json = false;
   auto* version_cmd = app.add_subcommand("version", "Print the version and build");
   version_cmd->add_flag("--json", version_json, "Print JSON");
@@ -88,6 +121,7 @@ int main(int argc, char** argv) {
     if (*run_cmd) return RunDaemonCommand(run);
     if (*probe_cmd) return RunProbeCommand(probe);
     if (*check_cmd) return CheckConfigCommand(check);
+    if (*health_cmd) return HealthCommand(health);
     if (*version_cmd) return VersionCommand(version_json);
   } catch (const xferd::platform::Error& e) {
     // Escaped and capped however the message was made: it may quote a flag, a file or a

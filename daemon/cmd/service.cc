@@ -19,6 +19,7 @@
 #include "platform/exit_codes.h"
 #include "platform/logging.h"
 #include "platform/printable.h"
+#include "web/paths.h"
 
 namespace xferd::cmd {
 
@@ -92,6 +93,7 @@ Service::Service(Config config, probes::TransferBackend& backend,
       process_metrics_(std::make_shared<ProcessMetrics>()),
       metrics_(*registry_),
       health_(*config_),
+      status_board_(incidents_),
       state_(config_->state_dir),
       started_(seams_.clock->Now()) {}
 
@@ -119,6 +121,23 @@ HealthState Service::Healthz() const {
                         duration<double>(stale_after).count())};
   }
   return {true, last ? "ok" : "starting: first probe cycle running"};
+}
+
+std::string Service::StatusDocument() const {
+  const auto config = CurrentConfig();
+  const HealthState health = Healthz();
+  DaemonStatus daemon;
+  daemon.healthy = health.healthy;
+  daemon.reason = health.reason;
+  daemon.cycles = scheduler_->CyclesCompleted();
+  if (const auto last = scheduler_->LastCycleEnd()) {
+    daemon.last_cycle_age_s = duration<double>(seams_.clock->Now() - *last).count();
+  }
+  daemon.stale_after_s = duration<double>(3 * config->interval + config->cycle_budget).count();
+  daemon.interval_s = duration<double>(config->interval).count();
+  daemon.consecutive_bad = config->consecutive_bad;
+  daemon.summary = health_.Summary();
+  return status_board_.Render(daemon, std::chrono::system_clock::now());
 }
 
 // One line per (mode, direction) whose verdict flipped: the figures that made it flip and
@@ -169,12 +188,16 @@ void Service::OnCycle(const CycleReport& report) {
     obs.busy = dc.skipped_busy;
     const DeviceHealth health = health_.Observe(obs);
     metrics_.RecordHealth(health);
+    status_board_.RecordHealth(health,
+                               incidents_.Observe(health, obs.busy, config->consecutive_bad,
+                                                  std::chrono::system_clock::now()),
+                               obs.busy);
     LogVerdictChanges(health);
   }
   // A confirmation round is no cycle: the cycle counters and timings stay the cycles'.
   if (!report.confirmation) metrics_.RecordCycle(report.wall_s, ResultOfCycle(report));
 
-  const StateWrite w = state_.Save(health_.Snapshot());
+  const StateWrite w = state_.Save(health_.Snapshot(), incidents_.Incidents());
   if (!w.skipped) {
     metrics_.RecordStateWrite(w.ok);
     // Said when it starts and stops failing, not every cycle (intervals can be short).
@@ -262,6 +285,7 @@ void Service::CheckStall() {
     const auto& s = stall->spec;
     ScopedLogFields fields(std::to_string(stall->device), std::string(probes::ToString(s.mode)));
     metrics_.RecordSkipped(stall->device, s.mode, ProbeResult::kTimeout);
+    status_board_.RecordSkipped(stall->device, s, ProbeResult::kTimeout);
     spdlog::error(
         "gpu {} {} {} {}: probe hung: no answer after {:.1f} s (deadline {:.1f} s); watchdog "
         "pings stop so systemd restarts xferd; check the GPU (nvidia-smi, dmesg for Xid)",
@@ -370,6 +394,7 @@ void Service::StartServing(const Config& config) {
   routes.collectables = {process_metrics_};
   routes.health = [this] { return Healthz(); };
   routes.status_line = [this] { return health_.Summary(); };
+  routes.status = [this] { return StatusDocument(); };
   routes.version = kVersion;
   HttpServerOptions http_options;
   http_options.listen_address = config.listen_address;
@@ -381,12 +406,16 @@ void Service::StartServing(const Config& config) {
     throw platform::Error(platform::Failure::kOsError,
                           "cannot serve metrics: " + std::string(e.what()));
   }
-  spdlog::info("serving {}{} (and /, /healthz)", http_->url(), config.telemetry_path);
+  spdlog::info("serving {}{} (and /, /healthz, {})", http_->url(), config.telemetry_path,
+               kStatusPath);
 }
 
 void Service::Prepare(const Config& config) {
   metrics_.SetBuildInfo();
-  for (const auto& d : devices_) metrics_.SetDevice(d);
+  for (const auto& d : devices_) {
+    metrics_.SetDevice(d);
+    status_board_.SetDevice(d);
+  }
   metrics_.RecordConfigReload(
       true, duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
 
@@ -402,6 +431,8 @@ void Service::Prepare(const Config& config) {
   }
   if (!loaded.message.empty()) spdlog::warn("state: {}", loaded.message);
   health_.Restore(loaded.baselines);
+  if (!loaded.incidents_message.empty()) spdlog::warn("{}", loaded.incidents_message);
+  incidents_.Restore(std::move(loaded.incidents));
   std::size_t series = 0;
   for (const auto& [uuid, s] : loaded.baselines) series += s.size();
   spdlog::info("state: {} ({} learned series)", state_.path().string(), series);
@@ -415,12 +446,15 @@ void Service::Prepare(const Config& config) {
     metrics_.RecordSample(
         d, s, health_.Baseline(d.uuid, s.spec.mode, s.spec.direction, s.spec.size_bytes),
         KeepsHistogram(s.spec, *CurrentConfig()));
+    status_board_.RecordSample(d, s);
   };
   callbacks.on_skipped_busy = [this](const probes::DeviceInfo& d, const probes::ProbeSpec& s) {
     metrics_.RecordSkipped(d.index, s.mode, ProbeResult::kSkippedBusy);
+    status_board_.RecordSkipped(d.index, s, ProbeResult::kSkippedBusy);
   };
   callbacks.on_link_path = [this](const probes::DeviceInfo& d, const probes::LinkPath& p) {
     metrics_.RecordLinkPath(d.index, p);
+    status_board_.RecordLinkPath(d.index, p);
   };
   callbacks.on_cycle = [this](const CycleReport& r) { OnCycle(r); };
   callbacks.flip_ahead = [this](const probes::DeviceInfo& d, const probes::LinkPath& path,

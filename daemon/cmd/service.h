@@ -21,11 +21,13 @@
 #include "core/busy_detector.h"
 #include "core/clock.h"
 #include "core/health_tracker.h"
+#include "core/incident_log.h"
 #include "core/scheduler.h"
 #include "core/state_file.h"
 #include "exporter/metrics.h"
 #include "exporter/process_metrics.h"
 #include "exporter/routes.h"
+#include "exporter/status.h"
 #include "platform/signals.h"
 #include "platform/systemd_notifier.h"
 #include "web/http_server.h"
@@ -78,6 +80,7 @@ class Service {
   bool ReloadReady() const;                                                     // main thread
   void FinishReload();                                                          // main thread
   exporter::HealthState Healthz() const;                                        // HTTP threads
+  std::string StatusDocument() const;                                           // HTTP threads
   void CheckStall();                                                            // main thread
   void StartServing(const config::Config& config);                              // main thread
   void Prepare(const config::Config& config);  // main thread, first
@@ -93,6 +96,9 @@ class Service {
   std::shared_ptr<exporter::ProcessMetrics> process_metrics_;
   exporter::Metrics metrics_;
   core::HealthTracker health_;
+  core::IncidentLog incidents_;
+  // The status API: fed the values metrics_ is fed, in the same callbacks.
+  exporter::StatusBoard status_board_;
   core::StateFile state_;
   std::unique_ptr<core::Scheduler> scheduler_;
   std::unique_ptr<web::HttpServer> http_;

@@ -76,12 +76,19 @@ void CheckBudget(const Config& config, std::string_view text);
 // Parse and validate TOML text; `source` names it in errors. Throws ConfigError.
 Config ParseConfig(std::string_view text, const std::filesystem::path& source);
 
+// What the web config is read for. kServe (run, check-config, and LoadConfig): the TLS
+// certificate and key are read and checked (web::LoadTlsMaterial), as the server will serve
+// them. kAsk (`xferd health`, a client of the daemon): only where they are is noted
+// (WebConfig::tls holds the paths, no PEM): the key is the daemon's secret, which a client
+// neither needs nor may read.
+enum class WebConfigUse { kServe, kAsk };
+
 // Read and parse a file (and the web config file it names). Throws ConfigError, also for
 // a file that cannot be read.
 Config LoadConfig(const std::filesystem::path& path);
 
 // exporter-toolkit web-config YAML. Throws ConfigError.
-WebConfig LoadWebConfig(const std::filesystem::path& path);
+WebConfig LoadWebConfig(const std::filesystem::path& path, WebConfigUse use = WebConfigUse::kServe);
 
 // Config files are a few KiB; anything this large is the wrong file.
 inline constexpr std::size_t kMaxConfigBytes = 1u << 20;

@@ -125,7 +125,8 @@ std::string YamlScalar(const std::string& file, const YAML::Node& node, const st
 // code (78), before any port is opened.
 std::optional<web::TlsMaterial> ReadTlsServerConfig(const std::string& file,
                                                     const std::filesystem::path& path,
-                                                    const YAML::Node& value, int line) {
+                                                    const YAML::Node& value, int line,
+                                                    WebConfigUse use) {
   const std::string key = "tls_server_config";
   if (value.IsNull()) return std::nullopt;
   if (!value.IsMap()) {
@@ -156,6 +157,7 @@ std::optional<web::TlsMaterial> ReadTlsServerConfig(const std::string& file,
                       "add the missing one, or remove tls_server_config for plain HTTP");
   }
   if (cert_file.empty()) return std::nullopt;
+  if (use == WebConfigUse::kAsk) return web::TlsMaterial{cert_file, key_file, {}, {}};
   try {
     return web::LoadTlsMaterial(cert_file, key_file);
   } catch (const platform::FileError& e) {
@@ -205,7 +207,7 @@ std::map<std::string, std::string> ReadBasicAuthUsers(const std::string& file,
 
 }  // namespace
 
-WebConfig LoadWebConfig(const std::filesystem::path& path) {
+WebConfig LoadWebConfig(const std::filesystem::path& path, WebConfigUse use) {
   const std::string file = path.string();
   const std::string text = ReadConfigFile(path, kMaxWebConfigBytes, "web config file");
   if (const auto deep = FindTooDeepYaml(text)) {
@@ -234,7 +236,7 @@ WebConfig LoadWebConfig(const std::filesystem::path& path) {
       const int line = YamlLine(entry.first);
       RejectNul(file, line, key, key);
       if (key == "tls_server_config") {
-        web.tls = ReadTlsServerConfig(file, path, entry.second, line);
+        web.tls = ReadTlsServerConfig(file, path, entry.second, line, use);
       } else if (key == "basic_auth_users") {
         web.basic_auth_users = ReadBasicAuthUsers(file, entry.second, line);
       } else if (key == "http_server_config") {

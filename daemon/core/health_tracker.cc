@@ -85,6 +85,15 @@ bool DeviceHealth::Has(DiagnosisCause cause) const {
                      [cause](const Diagnosis& d) { return d.cause == cause; });
 }
 
+const SeriesHealth* WorstDegraded(const DeviceHealth& health) {
+  const SeriesHealth* worst = nullptr;
+  for (const SeriesHealth& s : health.series) {
+    if (!s.degraded) continue;
+    if (!worst || Shortfall(s, health.band) > Shortfall(*worst, health.band)) worst = &s;
+  }
+  return worst;
+}
+
 std::string SeriesKey(TransferMode mode, Direction direction, std::uint64_t size_bytes) {
   return std::string(probes::ToString(mode)) + "/" + std::string(probes::ToString(direction)) +
          "/" + probes::FormatSize(size_bytes);
@@ -306,11 +315,8 @@ std::string HealthTracker::Summary() const {
     if (degraded_pairs == 0) continue;
 
     // Headline: the degraded series that is furthest below what it should be.
-    const SeriesHealth* worst = nullptr;
-    for (const SeriesHealth& s : d.series) {
-      if (!s.degraded) continue;
-      if (!worst || Shortfall(s, d.band) > Shortfall(*worst, d.band)) worst = &s;
-    }
+    const SeriesHealth* worst = WorstDegraded(d);
+    if (worst == nullptr) continue;
     std::string line = "DEGRADED gpu" + std::to_string(d.gpu) + " " +
                        PairName(worst->mode, worst->direction) + " ";
     if (worst->below_band) {

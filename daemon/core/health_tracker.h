@@ -52,6 +52,11 @@ struct DeviceHealth {
 std::string SeriesKey(probes::TransferMode mode, probes::Direction direction,
                       std::uint64_t size_bytes);
 
+// The degraded series furthest below what it should be (below its band first, then the
+// largest shortfall against its baseline): the headline of the STATUS line, the status API
+// and `xferd health`. nullptr when no series is degraded.
+const SeriesHealth* WorstDegraded(const DeviceHealth& health);
+
 // The causes one cycle shows without any history (no baseline): for one-shot runs such as
 // `xferd probe`, whose table can print each cause's detail and advice.
 std::vector<Diagnosis> DiagnoseOnce(const Settings& config, const CycleObservation& observation);

@@ -30,6 +30,11 @@ constexpr std::size_t kMaxSeries = 1u << 16;
 constexpr std::size_t kMaxNameBytes = 256;  // a GPU UUID or a series key ("pinned/h2d/64MiB")
 // The document nests 4 deep (root, baselines, GPU, series); far deeper is not ours.
 constexpr int kMaxDepth = 64;
+// The incident log holds kIncidentLogCapacity entries of ~20 values: a log of many more is
+// not one xferd wrote. Its strings are held to a few hundred bytes when read
+// (IncidentFromJson); longer ones are cut here already.
+constexpr std::size_t kMaxIncidentValues = 1u << 14;
+constexpr std::size_t kMaxIncidentStringBytes = 1024;
 
 std::string UtcStamp(std::chrono::system_clock::time_point t, const char* format) {
   const std::time_t tt = std::chrono::system_clock::to_time_t(t);
@@ -71,16 +76,32 @@ class BaselineReader {
   std::string problem;  // the first thing wrong; empty when the file is whole and ours
   BaselineSet baselines;
   bool baselines_seen = false;
+  // The "incidents" array as it came (IncidentFromJson reads each entry), and what was
+  // wrong with it as a whole; a problem here does not make the file corrupt.
+  json incidents;
+  bool incidents_seen = false;
+  std::string incidents_problem;
 
-  bool null() { return Scalar("null"); }
-  bool boolean(bool) { return Scalar("a boolean"); }
-  bool number_integer(json::number_integer_t v) { return Number(static_cast<double>(v), true, v); }
+  bool null() { return capture_.empty() ? Scalar("null") : Capture(nullptr); }
+  bool boolean(bool v) { return capture_.empty() ? Scalar("a boolean") : Capture(v); }
+  bool number_integer(json::number_integer_t v) {
+    return capture_.empty() ? Number(static_cast<double>(v), true, v) : Capture(v);
+  }
   bool number_unsigned(json::number_unsigned_t v) {
+    if (!capture_.empty()) return Capture(v);
     return Number(static_cast<double>(v), v <= INT64_MAX, static_cast<std::int64_t>(v));
   }
-  bool number_float(json::number_float_t v, const json::string_t&) { return Number(v, false, 0); }
-  bool string(json::string_t&) { return Scalar("a string"); }
-  bool binary(json::binary_t&) { return Scalar("binary data"); }
+  bool number_float(json::number_float_t v, const json::string_t&) {
+    return capture_.empty() ? Number(v, false, 0) : Capture(v);
+  }
+  bool string(json::string_t& v) {
+    if (capture_.empty()) return Scalar("a string");
+    if (v.size() > kMaxIncidentStringBytes) v.resize(kMaxIncidentStringBytes);
+    return Capture(std::move(v));
+  }
+  bool binary(json::binary_t&) {
+    return capture_.empty() ? Scalar("binary data") : Capture(nullptr);
+  }
 
   bool start_object(std::size_t) { return Open(true); }
   bool start_array(std::size_t) { return Open(false); }
@@ -88,6 +109,11 @@ class BaselineReader {
   bool end_array() { return Close(); }
 
   bool key(json::string_t& name) {
+    if (!capture_.empty()) {
+      if (name.size() > kMaxNameBytes) name.resize(kMaxNameBytes);
+      capture_key_ = name;
+      return true;
+    }
     if (name.size() > kMaxNameBytes) {
       Problem("a name of " + std::to_string(name.size()) + " bytes");
       name.resize(kMaxNameBytes);
@@ -108,7 +134,7 @@ class BaselineReader {
   }
 
  private:
-  enum class Where { kRoot, kVersion, kBaselines, kGpu, kSeries, kValue, kElsewhere };
+  enum class Where { kRoot, kVersion, kBaselines, kIncidents, kGpu, kSeries, kValue, kElsewhere };
 
   // What the value about to start is, from where the parser is.
   Where Here() const {
@@ -116,6 +142,7 @@ class BaselineReader {
     if (depth_ == 1 && root_is_object_) {
       if (root_key_ == "version") return Where::kVersion;
       if (root_key_ == "baselines") return Where::kBaselines;
+      if (root_key_ == "incidents") return Where::kIncidents;
     }
     if (depth_ == 2 && in_baselines_) return Where::kGpu;
     if (depth_ == 3 && in_gpu_) return Where::kSeries;
@@ -143,8 +170,39 @@ class BaselineReader {
         break;
       case Where::kSeries: Problem(Series() + " not an array"); break;
       case Where::kValue: Problem(Series() + " holds " + kind + ", not a positive number"); break;
+      case Where::kIncidents:
+        incidents_seen = true;
+        IncidentsProblem("\"incidents\" is not an array");
+        break;
       case Where::kElsewhere: break;
     }
+    return true;
+  }
+
+  void IncidentsProblem(std::string what) {
+    if (incidents_problem.empty()) incidents_problem = std::move(what);
+  }
+
+  // Inside "incidents": each value is added to the container open at the top of capture_
+  // (nullptr: one being skipped, past kMaxIncidentValues); returns where it went.
+  json* Add(json value) {
+    json* top = capture_.back();
+    if (top == nullptr) return nullptr;
+    if (++captured_ > kMaxIncidentValues) {
+      IncidentsProblem("more than " + std::to_string(kMaxIncidentValues) +
+                       " values in \"incidents\"");
+      return nullptr;
+    }
+    if (top->is_array()) {
+      top->push_back(std::move(value));
+      return &top->back();
+    }
+    json& slot = (*top)[capture_key_];
+    slot = std::move(value);
+    return &slot;
+  }
+  bool Capture(json value) {
+    Add(std::move(value));
     return true;
   }
 
@@ -175,6 +233,10 @@ class BaselineReader {
   }
 
   bool Open(bool object) {
+    if (!capture_.empty()) {
+      capture_.push_back(Add(object ? json::object() : json::array()));
+      return Deeper();
+    }
     const Where here = Here();
     switch (here) {
       case Where::kRoot:
@@ -197,8 +259,21 @@ class BaselineReader {
         if (object) Problem(Series() + " not an array");
         break;
       case Where::kValue: Problem(Series() + " holds a value that is not a positive number"); break;
+      case Where::kIncidents:
+        incidents_seen = true;
+        if (object) {
+          IncidentsProblem("\"incidents\" is not an array");
+        } else {
+          incidents = json::array();
+          capture_.push_back(&incidents);
+        }
+        break;
       case Where::kElsewhere: break;
     }
+    return Deeper();
+  }
+
+  bool Deeper() {
     if (++depth_ > kMaxDepth) {
       Problem("nested more than " + std::to_string(kMaxDepth) + " deep");
       return false;
@@ -208,6 +283,10 @@ class BaselineReader {
 
   bool Close() {
     --depth_;
+    if (!capture_.empty()) {
+      capture_.pop_back();
+      return true;
+    }
     if (depth_ == 3 && in_series_) {
       in_series_ = false;
       if (values_.size() > kMaxValuesPerSeries) {
@@ -235,7 +314,37 @@ class BaselineReader {
   std::string root_key_, uuid_, series_;
   std::vector<double> values_;
   std::size_t kept_ = 0, series_count_ = 0;
+  std::vector<json*> capture_;  // the open containers inside "incidents", innermost last
+  std::string capture_key_;
+  std::size_t captured_ = 0;
 };
+
+// The incident log of a file that loaded: each entry IncidentFromJson accepts; the first
+// problem, if any, in `out.incidents_message`.
+void ReadIncidents(const BaselineReader& reader, const std::filesystem::path& path,
+                   StateLoad& out) {
+  std::string problem = reader.incidents_problem;
+  if (problem.empty() && reader.incidents.is_array()) {
+    std::size_t index = 0;
+    for (const nlohmann::json& entry : reader.incidents) {
+      std::string why;
+      if (auto incident = IncidentFromJson(entry, why)) {
+        out.incidents.push_back(std::move(*incident));
+      } else if (problem.empty()) {
+        problem = "entry " + std::to_string(index) + ": " + why;
+      }
+      ++index;
+    }
+  } else if (!problem.empty()) {
+    out.incidents.clear();
+  }
+  if (problem.empty()) return;
+  out.incidents_message =
+      "state file " + platform::Printable(path.string(), 512) +
+      ": incident log: " + platform::Printable(problem, 300) +
+      (out.incidents.empty() ? "; starting an empty one" : "; that entry is left out") +
+      " (baselines are unaffected)";
+}
 
 }  // namespace
 
@@ -308,6 +417,7 @@ StateLoad StateFile::Load(std::chrono::system_clock::time_point now) {
   } else {
     out.baselines = std::move(reader.baselines);
     out.outcome = StateLoad::Outcome::kLoaded;
+    ReadIncidents(reader, path_, out);
     return out;
   }
 
@@ -331,6 +441,11 @@ StateLoad StateFile::Load(std::chrono::system_clock::time_point now) {
 
 StateWrite StateFile::Save(const BaselineSet& baselines,
                            std::chrono::system_clock::time_point now) {
+  return Save(baselines, {}, now);
+}
+
+StateWrite StateFile::Save(const BaselineSet& baselines, const std::vector<Incident>& incidents,
+                           std::chrono::system_clock::time_point now) {
   namespace fs = std::filesystem;
   StateWrite out;
   if (!persisting_) {
@@ -352,6 +467,11 @@ StateWrite StateFile::Save(const BaselineSet& baselines,
     for (const auto& [key, medians] : series) b[uuid][key] = medians;
   }
   doc["baselines"] = std::move(b);
+  if (!incidents.empty()) {
+    nlohmann::json log = nlohmann::json::array();
+    for (const Incident& incident : incidents) log.push_back(IncidentToJson(incident));
+    doc["incidents"] = std::move(log);
+  }
   const std::string text = doc.dump(1) + "\n";
 
   std::error_code ec;

@@ -1,6 +1,6 @@
-// The state file: <state_dir>/state.json, the learned baselines, kept across restarts. A
-// corrupt file is moved aside, a newer one left untouched; writes are atomic
-// (platform::WriteFileAtomically), so a crash never leaves half a file.
+// The state file: <state_dir>/state.json, the learned baselines and the incident log, kept
+// across restarts. A corrupt file is moved aside, a newer one left untouched; writes are
+// atomic (platform::WriteFileAtomically), so a crash never leaves half a file.
 #pragma once
 
 #include <chrono>
@@ -8,6 +8,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "core/incident_log.h"
 
 namespace xferd::core {
 
@@ -27,6 +29,10 @@ struct StateLoad {
   Outcome outcome = Outcome::kFresh;
   BaselineSet baselines;
   std::string message;  // what happened and the fix; empty for kFresh/kLoaded
+  // The incident log, oldest first. One that cannot be read costs only itself: the
+  // baselines load, the log starts empty and `incidents_message` says why.
+  std::vector<Incident> incidents;
+  std::string incidents_message;
 };
 
 struct StateWrite {
@@ -47,6 +53,9 @@ class StateFile {
   // Atomic write: temp file in the same directory, write, fsync, rename, fsync the
   // directory. On failure the old file stays whole and the caller keeps its data.
   StateWrite Save(const BaselineSet& baselines,
+                  std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
+  // The same with the incident log (IncidentLog::Incidents, oldest first).
+  StateWrite Save(const BaselineSet& baselines, const std::vector<Incident>& incidents,
                   std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
 
   bool persisting() const { return persisting_; }

@@ -18,6 +18,7 @@ using web::HttpResponse;
 using web::HttpServer;
 using web::kHealthPath;
 using web::kLandingPath;
+using web::kStatusPath;
 namespace {
 
 std::string EscapeHtml(const std::string& text) {
@@ -55,9 +56,12 @@ std::string LandingPage(const ExporterRoutes& routes) {
   page += "<p>Health: " +
           EscapeHtml(health.healthy ? std::string("ok") : "unhealthy: " + health.reason) + "</p>\n";
   if (!status.empty()) page += "<p>Status: " + EscapeHtml(status) + "</p>\n";
-  page += "<ul>\n<li><a href=\"" + EscapeHtml(routes.telemetry_path) + "\">Metrics</a></li>\n" +
-          "<li><a href=\"" + std::string(kHealthPath) + "\">Health check</a></li>\n</ul>\n" +
-          "</body>\n</html>\n";
+  page +=
+      "<ul>\n<li><a href=\"" + EscapeHtml(routes.telemetry_path) + "\">Metrics</a></li>\n" +
+      "<li><a href=\"" + std::string(kHealthPath) + "\">Health check</a></li>\n" +
+      (routes.status ? "<li><a href=\"" + std::string(kStatusPath) + "\">Status (JSON)</a></li>\n"
+                     : std::string()) +
+      "</ul>\n" + "</body>\n</html>\n";
   return page;
 }
 
@@ -196,6 +200,13 @@ HttpServer::Handler MakeExporterHandler(ExporterRoutes routes) {
       const HealthState health = r.health ? r.health() : HealthState{};
       if (health.healthy) return Text(200, "ok\n");
       HttpResponse response = Text(503, "unhealthy: " + health.reason + "\n");
+      response.headers.emplace_back("Cache-Control", "no-store");
+      return response;
+    }
+    if (request.path == kStatusPath && r.status) {
+      HttpResponse response = Text(200, r.status());
+      response.content_type = "application/json";
+      // A verdict is of its moment: no cache between a health check and the daemon keeps it.
       response.headers.emplace_back("Cache-Control", "no-store");
       return response;
     }

@@ -1,5 +1,5 @@
-// What xferd's HTTP endpoint answers: the metrics, a landing page, /healthz, 404 for the
-// rest. No path ever reaches the filesystem.
+// What xferd's HTTP endpoint answers: the metrics, a landing page, /healthz, the status API
+// (/api/v1/status), 404 for the rest. No path ever reaches the filesystem.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,8 @@ struct ExporterRoutes {
   Collectables collectables;
   std::function<HealthState()> health;       // unset: always healthy
   std::function<std::string()> status_line;  // one line on the landing page; unset: none
+  // The status API's document (exporter/status.h) for web::kStatusPath; unset: 404 there.
+  std::function<std::string()> status;
   std::string version;                       // shown on the landing page
   // Collectables whose values change only when `generation()` does (the registry: only
   // Metrics writes it; see Metrics::Generation). Their text is rendered once per change

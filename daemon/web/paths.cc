@@ -20,9 +20,11 @@ void CheckTelemetryPath(std::string_view path) {
   if (path.empty() || path.front() != '/') {
     throw HttpError("telemetry path " + quoted + " must start with '/'", fix);
   }
-  if (path == kLandingPath || path == kHealthPath) {
+  if (path == kLandingPath || path == kHealthPath || path == kStatusPath) {
     throw HttpError("telemetry path " + quoted + " is taken by the " +
-                        (path == kLandingPath ? "landing page" : "health check"),
+                        (path == kLandingPath  ? "landing page"
+                         : path == kHealthPath ? "health check"
+                                               : "status API"),
                     fix);
   }
   for (char c : path) {

@@ -9,14 +9,16 @@ namespace xferd::web {
 
 inline constexpr std::string_view kLandingPath = "/";
 inline constexpr std::string_view kHealthPath = "/healthz";
+// The status API (JSON; docs/http.md): versioned in its path.
+inline constexpr std::string_view kStatusPath = "/api/v1/status";
 
 // The longest request path the server routes; longer ones get 414 (URI Too Long). A
 // telemetry path is held to the same limit, so that it can always be requested (and the
 // request line fits the server's per-connection buffer, 32 KiB, with room for headers).
 inline constexpr std::size_t kMaxPathBytes = 1024;
 
-// An absolute, plain path (no spaces, '?', '#' or '%', at most kMaxPathBytes) other than /
-// and /healthz. Throws HttpError naming the problem; the fix suggests /metrics.
+// An absolute, plain path (no spaces, '?', '#' or '%', at most kMaxPathBytes) other than /,
+// /healthz and /api/v1/status. Throws HttpError naming the problem; the fix suggests /metrics.
 void CheckTelemetryPath(std::string_view path);
 
 }  // namespace xferd::web

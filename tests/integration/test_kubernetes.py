@@ -87,3 +87,63 @@ def test_every_namespaced_object_is_in_the_xferd_namespace():
     for (kind, name), doc in manifests().items():
         if kind != "Namespace":
             assert doc["metadata"].get("namespace") == "xferd", f"{kind}/{name}"
+
+
+def test_node_problem_detector_monitor_covers_every_explaining_cause():
+    import json
+    import re
+    from deploy_support import XFERD_BINARY
+    path = KUBERNETES_DIR / "node-problem-detector/xferd-monitor.yaml"
+    (cm,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    monitor = json.loads(cm["data"]["xferd-monitor.json"])
+    assert monitor["plugin"] == "custom"
+    assert monitor["pluginConfig"]["max_output_length"] == 80
+    (condition,) = monitor["conditions"]
+    assert condition["type"] == "XferdBandwidthDegraded"
+    rules = monitor["rules"]
+    # One permanent rule for the condition: several would overwrite each other's reason.
+    permanent = [r for r in rules if r["type"] == "permanent"]
+    assert len(permanent) == 1 and permanent[0]["condition"] == condition["type"]
+    assert "--cause" not in permanent[0]["args"]
+    # A per-cause event for every cause xferd names that explains a low reading (what
+    # `xferd health --cause` accepts, less below_band and below_baseline).
+    r = subprocess.run([str(XFERD_BINARY), "health", "--cause", "?"], capture_output=True,
+                       text=True, timeout=30)
+    names = re.search(r"use one of (.*)$", r.stdout.strip()).group(1).split(", ")
+    explaining = set(names) - {"below_band", "below_baseline"}
+    by_cause = {}
+    for rule in rules:
+        if rule["type"] == "temporary":
+            cause = rule["args"][rule["args"].index("--cause") + 1]
+            by_cause[cause] = rule["reason"]
+    assert set(by_cause) == explaining
+    for cause, reason in by_cause.items():
+        assert reason == "Xferd" + "".join(w.capitalize() for w in cause.split("_")), reason
+    # Every rule runs the bundle the patch mounts, within the plugin's timeout.
+    patch = yaml.safe_load((KUBERNETES_DIR / "node-problem-detector/daemonset-patch.yaml")
+                           .read_text())
+    pod = patch["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["command"][-1] == "/opt/xferd/"
+    (npd,) = pod["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in npd["volumeMounts"]}
+    assert mounts["xferd-health"] == "/opt/xferd"
+    assert {v["name"] for v in pod["volumes"]} == set(mounts)
+    config = [v for v in pod["volumes"] if v["name"] == "xferd-monitor"][0]
+    assert config["configMap"]["name"] == cm["metadata"]["name"]
+    for rule in rules:
+        assert rule["path"] == "/opt/xferd/lib/ld.so"
+        assert rule["args"][:3] == ["--library-path", "/opt/xferd/lib", "/opt/xferd/xferd"]
+        url = rule["args"][rule["args"].index("--url") + 1]
+        assert url == "http://xferd-local.xferd.svc:9742", url
+
+
+def test_the_node_local_service_reaches_only_this_nodes_pod():
+    docs = manifests()
+    svc = docs[("Service", "xferd-local")]
+    assert svc["spec"]["internalTrafficPolicy"] == "Local"
+    assert svc["spec"].get("clusterIP") != "None"
+    labels = docs[("DaemonSet", "xferd")]["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in svc["spec"]["selector"].items())
+    (port,) = svc["spec"]["ports"]
+    assert port["port"] == 9742 and port["targetPort"] == "metrics"

@@ -1,0 +1,245 @@
+// `xferd health`: asks the local daemon for its status (/api/v1/status) and prints one line
+// with an exit status a node-problem-detector plugin, a Slurm health check or a Nagios check
+// acts on (cmd/health_report.h). Where the daemon listens, whether it speaks TLS and whether
+// it wants a login come from the config file `xferd run` reads; flags override each.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "cmd/commands.h"
+#include "cmd/health_report.h"
+#include "config/config.h"
+#include "core/diagnosis.h"
+#include "platform/files.h"
+#include "platform/printable.h"
+#include "web/http_client.h"
+#include "web/listen_address.h"
+#include "web/paths.h"
+
+namespace xferd::cmd {
+namespace {
+
+constexpr const char* kDefaultConfig = "/etc/xferd/xferd.toml";
+// A password is a line; a file much larger is the wrong file.
+constexpr std::size_t kMaxPasswordFileBytes = 4096;
+// The status document of a host with many GPUs is tens of KiB.
+constexpr std::size_t kMaxStatusBytes = 8u << 20;
+
+// The last resort against a hang the deadlines cannot reach (a name lookup stuck in the
+// resolver): SIGALRM prints the unknown line and leaves. Async-signal-safe: a fixed text
+// and _exit.
+char alarm_line[256];
+int alarm_exit = 2;
+void OnAlarm(int) {
+  const ssize_t ignored = ::write(STDOUT_FILENO, alarm_line, std::strlen(alarm_line));
+  (void)ignored;
+  _exit(alarm_exit);
+}
+
+void ArmWatchdog(std::chrono::milliseconds timeout, bool nagios) {
+  const HealthReport report{HealthOutcome::kUnknown,
+                            "UNKNOWN: no answer from xferd within the timeout"};
+  const std::string line = (nagios ? NagiosLine(report) : report.line) + "\n";
+  std::snprintf(alarm_line, sizeof alarm_line, "%s", line.c_str());
+  alarm_exit = HealthExitCode(HealthOutcome::kUnknown, nagios);
+  struct sigaction action {};
+  action.sa_handler = OnAlarm;
+  sigaction(SIGALRM, &action, nullptr);
+  alarm(static_cast<unsigned>(std::ceil(timeout.count() / 1000.0)) + 2);
+}
+
+// The daemon's address as a client reaches it: a wildcard listen address is this host.
+web::HttpUrl UrlOf(const config::Config& config) {
+  const web::ListenAddress listen = web::ParseListenAddress(config.listen_address);
+  if (listen.port == 0) {
+    throw UsageError("the daemon's listen address \"" + config.listen_address +
+                     "\" has port 0 (a free port picked at start): give the address it "
+                     "serves on with --url");
+  }
+  web::HttpUrl url;
+  url.tls = config.web.TlsEnabled();
+  url.port = listen.port;
+  if (listen.host.empty() || listen.host == "0.0.0.0") {
+    url.host = "127.0.0.1";
+  } else if (listen.host == "::") {
+    url.host = "::1";
+  } else {
+    url.host = listen.host;
+  }
+  return url;
+}
+
+std::string ReadPassword(const std::string& path) {
+  std::string text;
+  try {
+    text = platform::ReadFileBounded(path, kMaxPasswordFileBytes, "password file");
+  } catch (const platform::FileError& e) {
+    throw UsageError(std::string(e.what()));
+  }
+  // One line: its newline is not part of the password.
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (!text.empty() && text.back() == '\r') text.pop_back();
+  if (text.empty()) {
+    throw UsageError("password file " + platform::Printable(path, 512) +
+                     " is empty; write the password of the basic-auth user on its first line");
+  }
+  if (text.find('\n') != std::string::npos) {
+    throw UsageError("password file " + platform::Printable(path, 512) +
+                     " holds more than one line; write the password alone on one line");
+  }
+  return text;
+}
+
+// Everything before the request; throws platform::Error naming what is wrong.
+web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeOptions& judge) {
+  web::HttpClientRequest request;
+  const auto timeout = config::ParseDuration(options.timeout);
+  if (!timeout || timeout->count() <= 0 || *timeout > std::chrono::minutes(10)) {
+    throw UsageError("--timeout \"" + platform::Printable(options.timeout, 40) +
+                     "\": give a duration from 1ms to 10m, e.g. 5s");
+  }
+  request.timeout = *timeout;
+  if (options.stale_after) {
+    const auto stale = config::ParseDuration(*options.stale_after);
+    if (!stale || stale->count() <= 0) {
+      throw UsageError("--stale-after \"" + platform::Printable(*options.stale_after, 40) +
+                       "\": give a duration, e.g. 5m");
+    }
+    judge.stale_after_s = std::chrono::duration<double>(*stale).count();
+  }
+  if (options.cause) {
+    bool known = false;
+    std::string names;
+    for (core::DiagnosisCause c : core::kAllDiagnosisCauses) {
+      known = known || *options.cause == core::ToString(c);
+      names += (names.empty() ? "" : ", ") + std::string(core::ToString(c));
+    }
+    if (!known) {
+      throw UsageError("--cause \"" + platform::Printable(*options.cause, 40) +
+                       "\": not a cause xferd names; use one of " + names);
+    }
+    judge.cause = *options.cause;
+  }
+
+  // The daemon's config, as `xferd run` reads it, for what the flags leave out. Its web
+  // config is read only where no flag names another: a user who may not read the daemon's
+  // can give the one to use.
+  config::Config config;
+  std::error_code ec;
+  const std::string file = options.config_file.value_or(
+      std::filesystem::exists(kDefaultConfig, ec) ? kDefaultConfig : "");
+  if (!file.empty()) config = config::ParseConfig(config::ReadConfigFile(file), file);
+  if (options.listen_address) config.listen_address = *options.listen_address;
+  const std::filesystem::path web_file = options.web_config_file
+                                             ? std::filesystem::path(*options.web_config_file)
+                                             : config.web_config_file;
+  config.web = web_file.empty() ? web::WebConfig{}
+                                : config::LoadWebConfig(web_file, config::WebConfigUse::kAsk);
+  if (options.url) {
+    try {
+      request.url = web::ParseHttpUrl(*options.url);
+    } catch (const web::HttpError& e) {
+      throw UsageError("--url: " + std::string(e.what()));
+    }
+    if (request.url.path != "/") {
+      throw UsageError("--url \"" + platform::Printable(*options.url, 200) +
+                       "\": give the daemon's address only (scheme, host, port); xferd "
+                       "health asks for " +
+                       std::string(web::kStatusPath) + " itself");
+    }
+  } else {
+    try {
+      request.url = UrlOf(config);
+    } catch (const web::HttpError& e) {
+      throw UsageError(std::string(e.what()));
+    }
+  }
+  request.url.path = std::string(web::kStatusPath);
+  request.max_body_bytes = kMaxStatusBytes;
+
+  if (request.url.tls) {
+    // The daemon's own certificate is a trust anchor that needs no CA at hand; a CA file
+    // given wins.
+    if (options.ca_file) {
+      request.ca_file = *options.ca_file;
+    } else if (config.web.tls) {
+      request.ca_file = config.web.tls->cert_file;
+    }
+    request.server_name = options.server_name.value_or("");
+  }
+
+  const auto& users = config.web.basic_auth_users;
+  std::string user = options.username.value_or("");
+  if (user.empty() && users.size() == 1) user = users.begin()->first;
+  if (options.password_file) {
+    if (user.empty()) {
+      throw UsageError(users.empty()
+                           ? "--basic-auth.password-file needs --basic-auth.username "
+                             "(the daemon's web config names no user)"
+                           : "the daemon's web config names " + std::to_string(users.size()) +
+                                 " users: say which with --basic-auth.username");
+    }
+    request.basic_auth = std::make_pair(user, ReadPassword(*options.password_file));
+  } else if (!users.empty() || options.username) {
+    throw UsageError(
+        "the daemon asks for a login (basic_auth_users in its web config): give the "
+        "password in a file readable only by this user with --basic-auth.password-file "
+        "(never on the command line)");
+  }
+  return request;
+}
+
+HealthReport Ask(const web::HttpClientRequest& request, const HealthJudgeOptions& judge) {
+  web::HttpClientResponse response;
+  try {
+    response = web::HttpGet(request);
+  } catch (const web::HttpError& e) {
+    return {HealthOutcome::kUnknown, "UNKNOWN: xferd unreachable: " + std::string(e.what())};
+  }
+  const std::string where = request.url.Text();
+  switch (response.status) {
+    case 200: return JudgeStatus(response.body, judge);
+    case 401:
+      return {HealthOutcome::kUnknown,
+              "UNKNOWN: " + where +
+                  " refused the login (401): check --basic-auth.username and the password file"};
+    case 404:
+      return {HealthOutcome::kUnknown, "UNKNOWN: " + where +
+                                         " has no status API (404): is it an older xferd, or "
+                                         "another service on that port?"};
+    default:
+      return {HealthOutcome::kUnknown, "UNKNOWN: " + where + " answered " +
+                                         std::to_string(response.status) + ": " +
+                                         platform::Printable(response.body.substr(0, 200), 200)};
+  }
+}
+
+}  // namespace
+
+int HealthCommand(const HealthCommandOptions& options) {
+  const auto print = [&](const HealthReport& report) {
+    const std::string line = options.nagios ? NagiosLine(report) : report.line;
+    std::fprintf(stdout, "%s\n", line.c_str());
+    std::fflush(stdout);
+    return HealthExitCode(report.state, options.nagios);
+  };
+  HealthJudgeOptions judge;
+  web::HttpClientRequest request;
+  try {
+    request = Prepare(options, judge);
+  } catch (const platform::Error& e) {
+    // A plugin runner sees only the line and the status: a mistake here is "unknown",
+    // said on the line a person will read.
+    return print({HealthOutcome::kUnknown, "UNKNOWN: " + platform::Printable(e.what(), 1000)});
+  }
+  ArmWatchdog(request.timeout, options.nagios);
+  return print(Ask(request, judge));
+}
+
+}  // namespace xferd::cmd

@@ -1,0 +1,112 @@
+// Each GPU's verdict as the status API (/api/v1/status) and `xferd health` report it, and
+// the incident log: the last changes of those verdicts (time, from, to, the series and the
+// causes), kept in the state file across restarts and bounded in size. How it reads:
+// docs/http.md ("The status API").
+//
+// Use (the service, after HealthTracker::Observe of each GPU):
+//   IncidentLog incidents;
+//   incidents.Restore(state.Load().incidents);
+//   ... each cycle, per GPU:
+//   incidents.Observe(health, busy, settings.consecutive_bad, now);
+//   ... after the cycle:
+//   state.Save(tracker.Snapshot(), incidents.Incidents());
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "xferd/probes/types.h"
+
+namespace xferd::core {
+
+struct DeviceHealth;  // core/health_tracker.h
+
+// A GPU's verdict for whoever acts on it (a drain, a node condition).
+//   kPending: no verdict yet: no cycle since the daemon started, or the GPU was DEGRADED
+//             when the daemon stopped and has not been judged consecutive_bad times since
+//             (so a restart neither clears a verdict unproven nor repeats a stale one).
+//   kOk, kDegraded: HealthTracker's verdict (degraded when any (mode, direction) is).
+enum class DeviceVerdict { kPending, kOk, kDegraded };
+std::string_view ToString(DeviceVerdict verdict);  // "pending", "ok", "degraded"
+std::optional<DeviceVerdict> ParseDeviceVerdict(std::string_view text);
+
+struct Incident {
+  std::chrono::system_clock::time_point time;
+  int gpu = 0;
+  std::string uuid;
+  // From kPending: the GPU's first verdict (degraded at once); never to kPending.
+  DeviceVerdict from = DeviceVerdict::kPending, to = DeviceVerdict::kOk;
+  // The (mode, direction) pairs that are degraded after the change (to degraded), or were
+  // before it (back to ok).
+  std::vector<std::pair<probes::TransferMode, probes::Direction>> pairs;
+  struct Cause {
+    std::string cause;   // a DiagnosisCause label; a newer xferd may write others
+    std::string detail;  // as in Diagnosis::detail
+  };
+  std::vector<Cause> causes;  // what held when it changed
+};
+
+// What the log keeps: the newest changes. A GPU that flaps every few minutes fills it in
+// about an hour and a half; each entry is a few hundred bytes of the state file.
+inline constexpr std::size_t kIncidentLogCapacity = 32;
+
+// Thread-safe: Observe from the probe loop, the readers from anywhere.
+class IncidentLog {
+ public:
+  explicit IncidentLog(std::size_t capacity = kIncidentLogCapacity);
+
+  // The incidents the state file held, oldest first (the newest `capacity` are kept). The
+  // last one of each GPU says what its verdict was when the daemon stopped.
+  void Restore(std::vector<Incident> incidents);
+
+  // One cycle (or confirmation round) of one GPU, after HealthTracker::Observe: returns its
+  // verdict now, and logs an incident when that changed. `busy`: the busy detector skipped
+  // the GPU, so nothing was judged.
+  DeviceVerdict Observe(const DeviceHealth& health, bool busy, int consecutive_bad,
+                        std::chrono::system_clock::time_point now);
+
+  // kPending for a GPU not observed since the start.
+  DeviceVerdict Verdict(const std::string& uuid) const;
+
+  std::vector<Incident> Incidents() const;  // oldest first
+
+ private:
+  struct DeviceRecord {
+    // The last verdict that was not pending: from this run, or the log's last incident.
+    DeviceVerdict settled = DeviceVerdict::kPending;
+    DeviceVerdict now = DeviceVerdict::kPending;
+    bool recheck = false;  // DEGRADED before the restart: pending until judged again
+    int judged = 0;        // cycles with readings since the start
+    std::vector<std::pair<probes::TransferMode, probes::Direction>> degraded_pairs;
+  };
+
+  mutable std::mutex mutex_;
+  std::size_t capacity_;
+  std::deque<Incident> incidents_;
+  std::map<std::string, DeviceRecord> devices_;  // by UUID
+};
+
+// An incident as the state file and the status API write it:
+//   {"time": "2026-12-01T10:00:00.123Z", "gpu": 0, "uuid": "GPU-...", "from": "ok",
+//    "to": "degraded", "series": [{"mode": "pinned", "direction": "h2d"}],
+//    "causes": [{"cause": "link_downtrained", "detail": "..."}]}
+nlohmann::json IncidentToJson(const Incident& incident);
+// Reads one back; nullopt with `problem` set (what is wrong, for a log line) when `value`
+// is not an incident. Strings are held to a few hundred bytes.
+std::optional<Incident> IncidentFromJson(const nlohmann::json& value, std::string& problem);
+
+// RFC 3339 in UTC with milliseconds ("2026-12-01T10:00:00.123Z"), and back (nullopt for
+// anything else): the times of the status API and the incident log.
+std::string FormatUtcTime(std::chrono::system_clock::time_point time);
+std::optional<std::chrono::system_clock::time_point> ParseUtcTime(std::string_view text);
+
+}  // namespace xferd::core

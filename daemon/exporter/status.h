@@ -1,0 +1,109 @@
+// The status API, GET /api/v1/status: per GPU its verdict, each series against its band and
+// baseline, the causes with their advice, the link and its errors, the contention state,
+// when each probe last ran; and the incident log. One versioned JSON document, described
+// field by field in docs/http.md ("The status API").
+//
+// One source, two views: the service hands the board the very values it hands Metrics (each
+// probe's sample, each GPU's link path and health), in the same callbacks, so the document
+// and /metrics cannot disagree (tests/integration/test_status_api.py compares every field).
+//
+// Use (the service):
+//   StatusBoard board(incidents);  board.SetDevice(dev);
+//   on each probe: metrics.RecordSample(...); board.RecordSample(dev, sample);
+//   on each cycle, per GPU: board.RecordHealth(health, verdict, busy);
+//   on a request: board.Render(daemon_status, now)
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/health_tracker.h"
+#include "core/incident_log.h"
+#include "exporter/metrics.h"
+#include "xferd/probes/topology.h"
+#include "xferd/probes/types.h"
+
+namespace xferd::exporter {
+
+// The document's "version": a change that removes or renames a field, or changes what one
+// means, takes a new version (and a new path, /api/v2/status); new fields do not.
+inline constexpr int kStatusVersion = 1;
+
+// One error counter on a GPU's PCIe path (the kernel's AER counters of each device, NVML's
+// replay counter), as the reader that collects them hands it over each cycle. Until a
+// reader calls RecordLinkErrors for a GPU, its "link.errors" says the counters are not read.
+struct LinkErrorCounter {
+  std::string device;   // the PCI address on the path it was read from; "" for the GPU's own
+  std::string counter;  // e.g. "aer_dev_correctable", "aer_dev_fatal", "nvml_pcie_replay"
+  bool readable = false;
+  double value = 0;    // the count (when readable)
+  std::string reason;  // why not readable: "no AER capability", "permission denied", ...
+};
+
+// What the service knows of itself when a request comes in.
+struct DaemonStatus {
+  bool healthy = true;
+  std::string reason;  // as /healthz says it
+  std::uint64_t cycles = 0;
+  std::optional<double> last_cycle_age_s;  // nullopt before the first cycle ended
+  double stale_after_s = 0;                // /healthz calls the loop stale past this age
+  double interval_s = 0;
+  int consecutive_bad = 0;
+  std::string summary;  // HealthTracker::Summary, the STATUS line
+};
+
+// Thread-safe: the Record* methods from the probe thread, Render from the HTTP threads.
+class StatusBoard {
+ public:
+  explicit StatusBoard(const core::IncidentLog& incidents);
+
+  void SetDevice(const probes::DeviceInfo& device);
+  void RecordLinkPath(int gpu, const probes::LinkPath& path);
+  void RecordSample(const probes::DeviceInfo& device, const probes::ProbeSample& sample);
+  // A probe that did not run (busy) or never answered (a hung probe: kTimeout).
+  void RecordSkipped(int gpu, const probes::ProbeSpec& spec, ProbeResult result);
+  // After each cycle: the GPU's health, its verdict (IncidentLog::Observe) and whether the
+  // busy detector skipped it.
+  void RecordHealth(const core::DeviceHealth& health, core::DeviceVerdict verdict, bool busy);
+  // The link error counters of one GPU's path, replacing the last ones.
+  void RecordLinkErrors(int gpu, std::vector<LinkErrorCounter> counters);
+
+  // The document (JSON text, one line). `now` stamps it.
+  std::string Render(const DaemonStatus& daemon, std::chrono::system_clock::time_point now) const;
+
+ private:
+  using ProbeKey = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
+  struct ProbeRecord {
+    std::chrono::system_clock::time_point last_run;
+    ProbeResult result = ProbeResult::kOk;
+    std::string message;
+    std::optional<std::chrono::system_clock::time_point> last_success;
+  };
+  struct Device {
+    probes::DeviceInfo info;
+    std::optional<probes::LinkPath> path;
+    std::optional<core::DeviceHealth> health;
+    core::DeviceVerdict verdict = core::DeviceVerdict::kPending;
+    bool busy = false;
+    std::map<ProbeKey, ProbeRecord> probes;
+    // Contention, as the last ok probe saw it (what xferd_gpu_load_readable and
+    // xferd_foreign_traffic_bytes_per_second show).
+    std::optional<bool> traffic_readable;
+    std::optional<double> foreign_h2d, foreign_d2h;
+    std::optional<probes::ProbeSpec> last_probe;
+    probes::ContentionState last_contention = probes::ContentionState::kUnknown;
+    std::optional<std::vector<LinkErrorCounter>> link_errors;
+  };
+
+  const core::IncidentLog& incidents_;
+  mutable std::mutex mutex_;
+  std::map<int, Device> devices_;  // by GPU index
+};
+
+}  // namespace xferd::exporter

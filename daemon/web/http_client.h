@@ -1,0 +1,55 @@
+// A small HTTP(S) client: one GET to an xferd daemon, for `xferd health`. Every step is held
+// to one deadline (resolving a numeric address, connecting, the TLS handshake, the request,
+// the answer), the answer to a size cap, and TLS to a verified certificate that names the
+// host; whatever the other end sends, it returns an answer or throws HttpError naming the
+// cause and the fix, and never hangs past the deadline on a socket.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "web/http_error.h"
+
+namespace xferd::web {
+
+// Where to send it: "http://127.0.0.1:9742/api/v1/status", "https://[::1]:9742/...".
+struct HttpUrl {
+  bool tls = false;
+  std::string host;  // a name, an IPv4 address, or an IPv6 address without brackets
+  std::uint16_t port = 0;
+  std::string path = "/";
+  std::string Text() const;  // back as a URL, for messages
+};
+// Throws HttpError for anything but http:// or https://, a host, an optional port (default
+// 80 / 443) and an optional absolute path without query or fragment.
+HttpUrl ParseHttpUrl(std::string_view url);
+
+struct HttpClientRequest {
+  HttpUrl url;
+  std::chrono::milliseconds timeout{5000};  // the whole exchange
+  std::size_t max_body_bytes = 16u << 20;
+  // https: the certificates to trust (PEM); empty = the system's trust store. The server's
+  // certificate must chain to one of them and name `server_name` (empty: the URL's host).
+  std::filesystem::path ca_file;
+  std::string server_name;
+  std::optional<std::pair<std::string, std::string>> basic_auth;  // user, password
+};
+
+struct HttpClientResponse {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
+
+// Throws HttpError: the daemon cannot be reached (refused, no route, the deadline), the
+// TLS handshake or the certificate check failed, the answer is not HTTP, too large or cut
+// short.
+HttpClientResponse HttpGet(const HttpClientRequest& request);
+
+}  // namespace xferd::web

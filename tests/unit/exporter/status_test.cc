@@ -1,0 +1,200 @@
+// The status board without a daemon: what each Record* puts in the document, the link
+// errors' place before and after a reader hands them over, and a document rendered while
+// the probe thread records (run under TSan by the sanitizer pass).
+#include "exporter/status.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace xferd::exporter {
+namespace {
+
+using nlohmann::json;
+using probes::Direction;
+using probes::TransferMode;
+
+probes::DeviceInfo Gpu(int index) {
+  probes::DeviceInfo d;
+  d.index = index;
+  d.uuid = "GPU-" + std::to_string(index);
+  d.name = "Test \x1b[31mGPU";  // outside text: printed escaped
+  d.pci_bus_id = "0000:0" + std::to_string(index) + ":00.0";
+  d.simulated = true;
+  return d;
+}
+
+probes::LinkPath Path() {
+  probes::LinkPath p;
+  p.links.push_back({"0000:01:00.0", 4, 4, 4, 16});
+  p.links.push_back({"0000:00:01.0", 4, 16, 4, 16});
+  probes::PairLinkEnds(p);
+  p.numa_node = 0;
+  p.iommu_type = "identity";
+  return p;
+}
+
+probes::ProbeSample Sample(TransferMode mode, Direction direction, double gbps, bool ok = true) {
+  probes::ProbeSample s;
+  s.spec.mode = mode;
+  s.spec.direction = direction;
+  s.spec.size_bytes = 64ull << 20;
+  s.bytes_per_transfer = s.spec.size_bytes;
+  s.status = ok ? probes::ProbeStatus::kOk : probes::ProbeStatus::kError;
+  if (ok) {
+    s.durations_s = {static_cast<double>(s.bytes_per_transfer) / (gbps * 1e9)};
+    s.traffic = probes::LinkTraffic{};
+    s.contention.state = probes::ContentionState::kClear;
+    s.contention.foreign_h2d_bytes_per_s = 1.5e8;
+  } else {
+    s.message = "device lost";
+  }
+  return s;
+}
+
+core::DeviceHealth Degraded() {
+  core::DeviceHealth h;
+  h.gpu = 0;
+  h.uuid = "GPU-0";
+  h.band = {19.85e9, 26.15e9, "link Gen4 x16 at 0000:00:01.0"};
+  core::SeriesHealth s;
+  s.mode = TransferMode::kPinned;
+  s.direction = Direction::kH2D;
+  s.size_bytes = 64ull << 20;
+  s.median_bytes_per_s = 5.1e9;
+  s.baseline_bytes_per_s = 25e9;
+  s.baseline_cycles = 7;
+  s.below_band = s.below_baseline = true;
+  s.bad_streak = 3;
+  s.degraded = true;
+  h.series.push_back(s);
+  h.verdicts.push_back({TransferMode::kPinned, Direction::kH2D, true, true});
+  h.diagnoses.push_back({core::DiagnosisCause::kLinkDowntrained,
+                         "0000:01:00.0 Gen4 x4, max Gen4 x16", "reseat the GPU"});
+  return h;
+}
+
+json Render(const StatusBoard& board, DaemonStatus daemon = {}) {
+  daemon.cycles = daemon.cycles == 0 ? 3 : daemon.cycles;
+  return json::parse(board.Render(daemon, std::chrono::system_clock::now()));
+}
+
+TEST(StatusBoard, AGpuWithoutACycleIsPending) {
+  core::IncidentLog log;
+  StatusBoard board(log);
+  board.SetDevice(Gpu(0));
+  const json doc = Render(board);
+  EXPECT_EQ(doc["version"], 1);
+  EXPECT_EQ(doc["verdict"], "pending");
+  ASSERT_EQ(doc["gpus"].size(), 1u);
+  const json& g = doc["gpus"][0];
+  EXPECT_EQ(g["verdict"], "pending");
+  EXPECT_EQ(g["name"], "Test \\x1b[31mGPU");
+  EXPECT_TRUE(g["band"].is_null());
+  EXPECT_TRUE(g["headline"].is_null());
+  EXPECT_EQ(g["link"]["read"], false);
+  EXPECT_TRUE(g["link"]["pcie"].is_null());
+  EXPECT_EQ(g["link"]["errors"]["read"], false);
+  EXPECT_TRUE(g["contention"]["traffic_readable"].is_null());
+  EXPECT_TRUE(g["probes"].empty());
+  EXPECT_TRUE(doc["incidents"].empty());
+}
+
+TEST(StatusBoard, SaysWhatWasRecorded) {
+  core::IncidentLog log;
+  StatusBoard board(log);
+  board.SetDevice(Gpu(0));
+  board.RecordLinkPath(0, Path());
+  board.RecordSample(Gpu(0), Sample(TransferMode::kPinned, Direction::kH2D, 5.1));
+  board.RecordSample(Gpu(0), Sample(TransferMode::kPageable, Direction::kH2D, 0, false));
+  probes::ProbeSpec busy;
+  busy.mode = TransferMode::kZeroCopy;
+  busy.size_bytes = 64ull << 20;
+  board.RecordSkipped(0, busy, ProbeResult::kSkippedBusy);
+  const core::DeviceHealth health = Degraded();
+  const auto verdict = log.Observe(health, false, 1, std::chrono::system_clock::now());
+  board.RecordHealth(health, verdict, false);
+  const json doc = Render(board);
+  EXPECT_EQ(doc["verdict"], "degraded");
+  const json& g = doc["gpus"][0];
+  EXPECT_EQ(g["verdict"], "degraded");
+  EXPECT_EQ(g["band"]["lower_bytes_per_second"], 19.85e9);
+  ASSERT_EQ(g["series"].size(), 1u);
+  const json& s = g["series"][0];
+  EXPECT_EQ(s["size"], "64MiB");
+  EXPECT_EQ(s["held_to_band"], true);
+  EXPECT_EQ(s["band_lower_bytes_per_second"], 19.85e9);
+  EXPECT_EQ(s["below_band"], true);
+  EXPECT_EQ(g["headline"]["below"], "band");
+  EXPECT_EQ(g["headline"]["reading_bytes_per_second"], 5.1e9);
+  EXPECT_EQ(g["causes"][0]["cause"], "link_downtrained");
+  EXPECT_EQ(g["causes"][0]["advice"], "reseat the GPU");
+  EXPECT_EQ(g["link"]["pcie"]["current"]["width"], 4);
+  EXPECT_EQ(g["link"]["pcie"]["max"]["width"], 16);
+  EXPECT_EQ(g["link"]["pcie"]["downtrained"], true);
+  EXPECT_EQ(g["link"]["iommu"], "identity");
+  EXPECT_EQ(g["contention"]["traffic_readable"], true);
+  EXPECT_EQ(g["contention"]["foreign_h2d_bytes_per_second"], 1.5e8);
+  EXPECT_EQ(g["contention"]["last_probe"]["mode"], "pageable");
+  ASSERT_EQ(g["probes"].size(), 3u);
+  for (const json& p : g["probes"]) {
+    if (p["mode"] == "pinned") {
+      EXPECT_EQ(p["result"], "ok");
+      EXPECT_FALSE(p["last_success"].is_null());
+    } else if (p["mode"] == "pageable") {
+      EXPECT_EQ(p["result"], "error");
+      EXPECT_EQ(p["message"], "device lost");
+      EXPECT_TRUE(p["last_success"].is_null());
+    } else {
+      EXPECT_EQ(p["result"], "skipped_busy");
+    }
+  }
+  ASSERT_EQ(doc["incidents"].size(), 1u);
+  EXPECT_EQ(doc["incidents"][0]["to"], "degraded");
+}
+
+TEST(StatusBoard, LinkErrorsAppearOnceAReaderHandsThemOver) {
+  core::IncidentLog log;
+  StatusBoard board(log);
+  board.SetDevice(Gpu(0));
+  board.RecordLinkErrors(0, {{"0000:01:00.0", "aer_dev_correctable", true, 12, ""},
+                             {"", "nvml_pcie_replay", false, 0, "NVML not loaded"}});
+  const json errors = Render(board)["gpus"][0]["link"]["errors"];
+  EXPECT_EQ(errors["read"], true);
+  ASSERT_EQ(errors["counters"].size(), 2u);
+  EXPECT_EQ(errors["counters"][0]["value"], 12);
+  EXPECT_TRUE(errors["counters"][1]["value"].is_null()) << "not readable is no value, never 0";
+  EXPECT_EQ(errors["counters"][1]["reason"], "NVML not loaded");
+}
+
+TEST(StatusBoard, RendersWhileTheProbeThreadRecords) {
+  core::IncidentLog log;
+  StatusBoard board(log);
+  for (int i = 0; i < 2; ++i) board.SetDevice(Gpu(i));
+  std::atomic<bool> stop{false};
+  std::thread prober([&] {
+    for (int n = 0; !stop; ++n) {
+      for (int i = 0; i < 2; ++i) {
+        board.RecordLinkPath(i, Path());
+        board.RecordSample(Gpu(i), Sample(TransferMode::kPinned, Direction::kH2D, 5 + n % 3));
+        core::DeviceHealth h = Degraded();
+        h.gpu = i;
+        h.uuid = Gpu(i).uuid;
+        h.verdicts[0].degraded = n % 2 == 0;
+        board.RecordHealth(h, log.Observe(h, false, 1, std::chrono::system_clock::now()), false);
+      }
+    }
+  });
+  for (int r = 0; r < 200; ++r) {
+    const json doc = Render(board);
+    ASSERT_EQ(doc["gpus"].size(), 2u);
+  }
+  stop = true;
+  prober.join();
+  EXPECT_LE(Render(board)["incidents"].size(), core::kIncidentLogCapacity);
+}
+
+}  // namespace
+}  // namespace xferd::exporter
