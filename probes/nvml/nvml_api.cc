@@ -59,14 +59,14 @@ constexpr int kValueDouble = 0, kValueUInt = 1, kValueULong = 2, kValueULongLong
 constexpr unsigned int kMaxSamples = 120;
 
 using ErrorStringFn = const char* (*)(NvmlReturn);
-using HandleByUuidFn = NvmlReturn (*)(const char*, nvml::NvmlDevice*);
-using UtilizationFn = NvmlReturn (*)(nvml::NvmlDevice, NvmlUtilization*);
-using PcieThroughputFn = NvmlReturn (*)(nvml::NvmlDevice, int, unsigned int*);
+using HandleByUuidFn = NvmlReturn (*)(const char*, nvml::Device*);
+using UtilizationFn = NvmlReturn (*)(nvml::Device, NvmlUtilization*);
+using PcieThroughputFn = NvmlReturn (*)(nvml::Device, int, unsigned int*);
 using DriverVersionFn = NvmlReturn (*)(char*, unsigned int);
-using FieldValuesFn = NvmlReturn (*)(nvml::NvmlDevice, int, NvmlFieldValue*);
-using SamplesFn = NvmlReturn (*)(nvml::NvmlDevice, int, unsigned long long, int*, unsigned int*,
+using FieldValuesFn = NvmlReturn (*)(nvml::Device, int, NvmlFieldValue*);
+using SamplesFn = NvmlReturn (*)(nvml::Device, int, unsigned long long, int*, unsigned int*,
                                  NvmlRawSample*);
-using ReplayCounterFn = NvmlReturn (*)(nvml::NvmlDevice, unsigned int*);
+using ReplayCounterFn = NvmlReturn (*)(nvml::Device, unsigned int*);
 
 double ValueAsDouble(int type, const NvmlValue& v) {
   switch (type) {
@@ -81,8 +81,8 @@ double ValueAsDouble(int type, const NvmlValue& v) {
   return 0;
 }
 
-nvml::NvmlDevice Raw(NvmlDevice device) {
-  return static_cast<nvml::NvmlDevice>(const_cast<void*>(device));
+nvml::Device Raw(NvmlDevice device) {
+  return static_cast<nvml::Device>(const_cast<void*>(device));
 }
 
 class DlopenNvml final : public NvmlApi {
@@ -140,7 +140,7 @@ class DlopenNvml final : public NvmlApi {
 
   NvmlReturn DeviceByPciBusId(const std::string& bus_id, NvmlDevice* device) override {
     if (!initialised_) return kNvmlErrorUnknown;
-    nvml::NvmlDevice raw = nullptr;
+    nvml::Device raw = nullptr;
     const NvmlReturn rc = by_pci_(bus_id.c_str(), &raw);
     *device = raw;
     return rc;
@@ -148,7 +148,7 @@ class DlopenNvml final : public NvmlApi {
 
   NvmlReturn DeviceByUuid(const std::string& uuid, NvmlDevice* device) override {
     if (!initialised_) return kNvmlErrorUnknown;
-    nvml::NvmlDevice raw = nullptr;
+    nvml::Device raw = nullptr;
     const NvmlReturn rc = by_uuid_(uuid.c_str(), &raw);
     *device = raw;
     return rc;

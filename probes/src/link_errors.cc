@@ -23,7 +23,8 @@ constexpr std::size_t kMaxAerFileBytes = 4096;
 // A class has at most 32 error bits, plus the total.
 constexpr std::size_t kMaxAerLines = 40;
 
-std::string_view Trim(std::string_view text) {
+// Without the whitespace around it (named apart from topology.cc's: unity builds join them).
+std::string_view Stripped(std::string_view text) {
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
     text.remove_prefix(1);
   }
@@ -67,7 +68,7 @@ std::size_t Index(AerClass aer_class) {
 bool IsBridge(const fs::path& dir) {
   const auto text = platform::TryReadFileBounded(dir / "class", kMaxAerFileBytes);
   if (!text) return false;
-  std::string klass(Trim(*text));
+  std::string klass(Stripped(*text));
   std::transform(klass.begin(), klass.end(), klass.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return klass.starts_with("0x0604");
@@ -139,7 +140,7 @@ AerCounters ReadDevice(const fs::path& sysfs_root, const std::string& bdf, bool 
       c.rootport[Index(aer_class)] = *count;
     } else {
       AddProblem(c, platform::Printable(file.string()) + ": not a count: \"" +
-                        platform::Printable(Trim(*read.text), 40, true) + "\"");
+                        platform::Printable(Stripped(*read.text), 40, true) + "\"");
     }
   }
   return c;
@@ -239,7 +240,7 @@ AerFile ParseAerFile(std::string_view text, AerClass aer_class) {
     const std::size_t end = text.find('\n');
     const std::string_view raw = text.substr(0, end);
     text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
-    const std::string_view line = Trim(raw);
+    const std::string_view line = Stripped(raw);
     if (line.empty()) continue;
     ++lines;
     const auto fail = [&](const std::string& why) {
@@ -254,7 +255,7 @@ AerFile ParseAerFile(std::string_view text, AerClass aer_class) {
     if (total_seen) return fail("follows the " + std::string(total_name) + " line, the last one");
     const std::size_t space = line.find_last_of(" \t");
     if (space == std::string_view::npos) return fail("is not \"<error kind> <count>\"");
-    const std::string_view name = Trim(line.substr(0, space));
+    const std::string_view name = Stripped(line.substr(0, space));
     const auto count = ParseCount(line.substr(space + 1));
     if (!count) return fail("does not end in a count");
     if (name.starts_with("TOTAL_")) {
@@ -275,7 +276,7 @@ AerFile ParseAerFile(std::string_view text, AerClass aer_class) {
 }
 
 std::optional<std::uint64_t> ParseAerCount(std::string_view text) {
-  return ParseCount(Trim(text));
+  return ParseCount(Stripped(text));
 }
 
 std::vector<AerCounters> ReadAer(const fs::path& sysfs_root, const LinkPath& path) {
