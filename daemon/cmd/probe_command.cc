@@ -281,17 +281,19 @@ nlohmann::json LinkErrorsJson(const DeviceReport& r) {
     }
     for (const probes::AerKind& kind : d.read.kinds) {
       if (kind.count == 0) continue;  // the kinds that happened, not the kernel's whole list
-      kinds.push_back(
-          {{"class", probes::ToString(kind.aer_class)}, {"name", kind.name}, {"count", kind.count}});
+      kinds.push_back({{"class", probes::ToString(kind.aer_class)},
+                       {"name", kind.name},
+                       {"count", kind.count}});
     }
-    aer.push_back({{"device", d.read.bdf},
-                   {"root_port", d.read.root_port},
-                   {"readable", d.readable},
-                   {"problem", d.problem},
-                   {"counts", counts(d.read.device)},
-                   {"rootport_counts", d.read.root_port ? counts(d.read.rootport) : nlohmann::json()},
-                   {"kinds", kinds},
-                   {"grew", grew}});
+    aer.push_back(
+        {{"device", d.read.bdf},
+         {"root_port", d.read.root_port},
+         {"readable", d.readable},
+         {"problem", d.problem},
+         {"counts", counts(d.read.device)},
+         {"rootport_counts", d.read.root_port ? counts(d.read.rootport) : nlohmann::json()},
+         {"kinds", kinds},
+         {"grew", grew}});
   }
   const LinkErrorGrowth& g = r.link_errors_grown;
   return {{"replays",

@@ -223,7 +223,8 @@ void Service::OnCycle(const CycleReport& report) {
 LinkErrorGrowth Service::ReadLinkErrors(const DeviceCycle& dc) {
   if (!seams_.link_errors) return {};
   // A busy cycle read no path: the counters are read on the path as it stands.
-  const probes::LinkPath path = dc.link_read ? dc.link_path : backend_.ReadLinkPath(dc.device.index);
+  const probes::LinkPath path =
+      dc.link_read ? dc.link_path : backend_.ReadLinkPath(dc.device.index);
   const LinkErrorReading reading = link_errors_.Observe(
       dc.device, seams_.link_errors->Read(dc.device, path), seams_.clock->Now());
   metrics_.RecordLinkErrors(dc.device, reading);

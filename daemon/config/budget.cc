@@ -74,9 +74,9 @@ SeriesEstimate EstimateSeries(const core::Settings& settings, const PathShape& p
   e.per_size = plan.size() * kGauges + with_histogram * kHistogram;
   e.link_errors_per_gpu = path.devices * kLinkErrorsPerDevice +
                           (path.root_port ? kLinkErrorsRootPort : 0) + kLinkErrorsReplays;
-  e.per_gpu = e.per_size * settings.sizes.size() + pairs.size() * kPerModeDirection +
-              kRunResults + settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) +
-              kFixedPerGpu + exempt + e.link_errors_per_gpu;
+  e.per_gpu = e.per_size * settings.sizes.size() + pairs.size() * kPerModeDirection + kRunResults +
+              settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) + kFixedPerGpu + exempt +
+              e.link_errors_per_gpu;
   e.exempt_per_gpu = exempt;
   e.concurrent_per_gpu = settings.concurrent ? kConcurrentPerGpu : 0;
   e.baseline_values_per_gpu = e.probes * static_cast<std::size_t>(settings.baseline_window);

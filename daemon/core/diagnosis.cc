@@ -221,20 +221,20 @@ std::optional<Diagnosis> LinkErrors(const LinkErrorGrowth& g, const std::string&
   const bool uncorrectable = count(AerClass::kNonFatal) + count(AerClass::kFatal) > 0;
   const bool upstream = g.worst_where == "a switch port" || g.worst_where == "the root port";
   const std::string at = !g.worst_bdf.empty() ? g.worst_bdf
-                         : !gpu_bdf.empty()     ? gpu_bdf
-                                                : "<the GPU's bus id>";
+                         : !gpu_bdf.empty()   ? gpu_bdf
+                                              : "<the GPU's bus id>";
   std::string advice =
       "The PCIe link on the GPU's path retried or lost transactions while bandwidth read low: "
       "replays take bandwidth, and a link that keeps erring trains down next. ";
-  advice += upstream
-                ? "The errors sit upstream of the GPU: reseat or replace the riser, cable or "
-                  "retimer between the switch and the root port, and check the switch board's "
-                  "slot. "
-                : "Reseat the GPU and its riser or cable; move it to another slot to tell the "
-                  "card from the slot (errors that follow the card: the card). ";
+  advice += upstream ? "The errors sit upstream of the GPU: reseat or replace the riser, cable or "
+                       "retimer between the switch and the root port, and check the switch board's "
+                       "slot. "
+                     : "Reseat the GPU and its riser or cable; move it to another slot to tell the "
+                       "card from the slot (errors that follow the card: the card). ";
   if (uncorrectable) {
-    advice += "Uncorrectable errors lose transactions: drain the node first; if they persist "
-              "after a reseat, RMA the card (or the board whose port reports them). ";
+    advice +=
+        "Uncorrectable errors lose transactions: drain the node first; if they persist "
+        "after a reseat, RMA the card (or the board whose port reports them). ";
   }
   advice += "`lspci -vv -s " + at +
             "` shows the error status (CESta, UESta); `dmesg | grep -i aer` the kernel's lines.";

@@ -60,7 +60,8 @@ std::string DescribeLinkErrors(const LinkErrorReading& reading) {
                             d.read.rootport[2].value_or(0));
     }
     out += counts;
-    if (!d.readable) out += (counts.empty() ? "" : ", ") + std::string("not readable: ") + d.problem;
+    if (!d.readable)
+      out += (counts.empty() ? "" : ", ") + std::string("not readable: ") + d.problem;
   }
   return out;
 }

@@ -24,16 +24,16 @@ namespace xferd::core {
 
 // One device of the path after judging.
 struct LinkErrorDevice {
-  probes::AerCounters read;  // as read: what the exporter publishes
-  bool readable = false;     // every AER file read, and no count went backwards
-  std::string problem;       // why not; "" when readable
-  std::array<std::uint64_t, 3> grown{};  // per AerClass since the last good reading
+  probes::AerCounters read;                  // as read: what the exporter publishes
+  bool readable = false;                     // every AER file read, and no count went backwards
+  std::string problem;                       // why not; "" when readable
+  std::array<std::uint64_t, 3> grown{};      // per AerClass since the last good reading
   std::vector<probes::AerKind> kinds_grown;  // the error kinds that grew, by how much
 };
 
 // One GPU's path at one moment, judged.
 struct LinkErrorReading {
-  std::vector<LinkErrorDevice> aer;  // in the path's order, the GPU first
+  std::vector<LinkErrorDevice> aer;      // in the path's order, the GPU first
   std::optional<std::uint64_t> replays;  // NVML's replay counter as read
   bool replays_readable = false;
   std::string replays_problem;

@@ -37,8 +37,8 @@ LinkErrorMetrics::LinkErrorMetrics(prometheus::Registry& registry)
                           "trusted (an odd file, a count that went back); see the log.")
                     .Register(registry)) {}
 
-void LinkErrorMetrics::Mirror(prometheus::Family<prometheus::Counter>& family,
-                              const Labels& labels, std::uint64_t value) {
+void LinkErrorMetrics::Mirror(prometheus::Family<prometheus::Counter>& family, const Labels& labels,
+                              std::uint64_t value) {
   auto [it, fresh] = shown_.try_emplace({&family, labels}, 0);
   if (!fresh && value < it->second) {
     family.Remove(&family.Add(labels));  // restarted: the next scrape sees a reset
@@ -50,8 +50,7 @@ void LinkErrorMetrics::Mirror(prometheus::Family<prometheus::Counter>& family,
   }
 }
 
-void LinkErrorMetrics::Drop(prometheus::Family<prometheus::Counter>& family,
-                            const Labels& labels) {
+void LinkErrorMetrics::Drop(prometheus::Family<prometheus::Counter>& family, const Labels& labels) {
   auto it = shown_.find({&family, labels});
   if (it == shown_.end()) return;
   family.Remove(&family.Add(labels));

@@ -162,8 +162,7 @@ class DlopenNvml final : public NvmlApi {
     return rc;
   }
 
-  NvmlReturn PcieThroughput(NvmlDevice device, PcieCounter counter,
-                            unsigned* kib_per_s) override {
+  NvmlReturn PcieThroughput(NvmlDevice device, PcieCounter counter, unsigned* kib_per_s) override {
     if (!initialised_) return kNvmlErrorUnknown;
     return pcie_(Raw(device),
                  counter == PcieCounter::kRx ? kNvmlPcieUtilRxBytes : kNvmlPcieUtilTxBytes,
@@ -185,8 +184,9 @@ class DlopenNvml final : public NvmlApi {
       out->is_64_bit = v.value_type == kValueULongLong || v.value_type == kValueSLongLong;
       // 64-bit types as they are (the bits of a signed counter are its count); the others
       // widened, so that a reader can still tell them apart by is_64_bit.
-      out->value = out->is_64_bit ? v.value.ull
-                                  : static_cast<std::uint64_t>(ValueAsDouble(v.value_type, v.value));
+      out->value = out->is_64_bit
+                       ? v.value.ull
+                       : static_cast<std::uint64_t>(ValueAsDouble(v.value_type, v.value));
       out->timestamp_us = v.timestamp_us;
     };
     convert(values[0], rx);

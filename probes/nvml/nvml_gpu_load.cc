@@ -144,8 +144,7 @@ class NvmlGpuLoadReader final : public GpuLoadReader {
 
   // A window read by the byte counters: the deltas over the span the driver stamped, and
   // over a short span right after it.
-  std::optional<LinkTraffic> CountedWindow(const DeviceInfo& device, const Window& w,
-                                           double wall) {
+  std::optional<LinkTraffic> CountedWindow(const DeviceInfo& device, const Window& w, double wall) {
     const auto end = ReadCounters(w.dev);
     if (!end) return Unreadable(device, "the PCIe byte counters", "NVML could not read them");
     const double stamped = (end->timestamp_us - w.counters->timestamp_us) / 1e6;

@@ -113,10 +113,9 @@ std::string_view ToString(SimFault::Kind kind) {
 }
 
 std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text) {
-  for (auto kind :
-       {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain, SimFault::Kind::kErrorEvery,
-        SimFault::Kind::kHang, SimFault::Kind::kSlow, SimFault::Kind::kLost,
-        SimFault::Kind::kLinkErrors}) {
+  for (auto kind : {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain,
+                    SimFault::Kind::kErrorEvery, SimFault::Kind::kHang, SimFault::Kind::kSlow,
+                    SimFault::Kind::kLost, SimFault::Kind::kLinkErrors}) {
     if (ToString(kind) == text) return kind;
   }
   return std::nullopt;
@@ -178,9 +177,7 @@ struct SimBackend::State {
 
   explicit State(const SimOptions& o) : options(o), topology(o) {}
 
-  bool AppliesTo(const SimFault& f, int device) const {
-    return f.device < 0 || f.device == device;
-  }
+  bool AppliesTo(const SimFault& f, int device) const { return f.device < 0 || f.device == device; }
   // The device's "now", its lock taken.
   double NowOf(int device) const {
     const Device& dev = *devices[device];
@@ -519,9 +516,9 @@ namespace {
 // The error kind a simulated count is filed under, as a current kernel names it.
 std::string_view SimulatedKind(AerClass aer_class) {
   switch (aer_class) {
-    case AerClass::kCorrectable: return "RxErr";   // a receiver error: the classic bad link
-    case AerClass::kNonFatal: return "CmpltTO";    // a completion timeout
-    case AerClass::kFatal: return "DLP";           // a data link protocol error
+    case AerClass::kCorrectable: return "RxErr";  // a receiver error: the classic bad link
+    case AerClass::kNonFatal: return "CmpltTO";   // a completion timeout
+    case AerClass::kFatal: return "DLP";          // a data link protocol error
   }
   return "RxErr";
 }
@@ -535,10 +532,12 @@ void AddErrors(LinkErrors& errors, int hop, SimFault::ErrorCounter counter, std:
   }
   if (errors.aer.empty()) return;
   const std::size_t top = errors.aer.size() - 1;
-  AerCounters& at = errors.aer[hop < 0 ? top : std::min<std::size_t>(static_cast<std::size_t>(hop), top)];
-  const AerClass aer_class = counter == SimFault::ErrorCounter::kCorrectable ? AerClass::kCorrectable
-                             : counter == SimFault::ErrorCounter::kNonFatal  ? AerClass::kNonFatal
-                                                                             : AerClass::kFatal;
+  AerCounters& at =
+      errors.aer[hop < 0 ? top : std::min<std::size_t>(static_cast<std::size_t>(hop), top)];
+  const AerClass aer_class = counter == SimFault::ErrorCounter::kCorrectable
+                                 ? AerClass::kCorrectable
+                             : counter == SimFault::ErrorCounter::kNonFatal ? AerClass::kNonFatal
+                                                                            : AerClass::kFatal;
   const auto i = static_cast<std::size_t>(aer_class);
   // Files that cannot be read show nothing, as on a real host.
   if (!at.device[i]) return;

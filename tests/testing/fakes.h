@@ -103,7 +103,7 @@ class FakeGpuLoadReader final : public probes::GpuLoadReader {
 class FakeNvml final : public probes::NvmlApi {
  public:
   struct Counters {
-    probes::NvmlCounterValue rx, tx;  // the next reading (tx takes rx's timestamp)
+    probes::NvmlCounterValue rx, tx;         // the next reading (tx takes rx's timestamp)
     std::uint64_t rx_step = 0, tx_step = 0;  // added after each reading
     std::int64_t timestamp_step_us = 0;
   };

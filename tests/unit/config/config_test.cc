@@ -531,8 +531,9 @@ TEST(Config, SimulatedLinkErrors) {
   EXPECT_EQ(c.sim.faults[1].hop, -1);
   EXPECT_EQ(c.sim.faults[1].factor, 0.6);
   EXPECT_EQ(c.sim.faults[1].device, 0);
-  const ConfigError e = ErrorOf("[[simulate.fault]]\nkind = \"link_errors\"\ncounter = \"replays\"\n"
-                                "rate = 1\n");
+  const ConfigError e = ErrorOf(
+      "[[simulate.fault]]\nkind = \"link_errors\"\ncounter = \"replays\"\n"
+      "rate = 1\n");
   EXPECT_THAT(e.fix(), HasSubstr("\"replay\""));
 }
 
@@ -952,7 +953,7 @@ TEST(ConfigBudget, DefaultsMatchTheDocumentedSeriesAndLimitsAreReported) {
   const SeriesEstimate defaults = EstimateSeries(Settings{});
   EXPECT_EQ(defaults.probes, 13u);
   EXPECT_EQ(defaults.per_gpu, 294u);  // docs/metrics.md, "Series budget"
-  EXPECT_LE(defaults.per_gpu, 300u);   // the budget, link errors of a typical path included
+  EXPECT_LE(defaults.per_gpu, 300u);  // the budget, link errors of a typical path included
   EXPECT_EQ(defaults.link_errors_per_gpu, 21u);
   EXPECT_EQ(defaults.concurrent_per_gpu, 6u);
   EXPECT_EQ(defaults.per_size, 195u);

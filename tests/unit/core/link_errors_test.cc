@@ -177,7 +177,8 @@ probes::ExpectedBand Band() {
 }
 
 bool Names(const std::vector<Diagnosis>& causes, DiagnosisCause cause) {
-  return std::any_of(causes.begin(), causes.end(), [&](const Diagnosis& d) { return d.cause == cause; });
+  return std::any_of(causes.begin(), causes.end(),
+                     [&](const Diagnosis& d) { return d.cause == cause; });
 }
 
 TEST(LinkErrorsCause, NamedWhenTheCountersGrewAroundALowReading) {

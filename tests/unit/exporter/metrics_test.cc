@@ -87,7 +87,8 @@ void RunCycle(probes::SimBackend& sim, Metrics& metrics, HealthTracker& health,
     metrics.RecordLinkPath(dev.index, obs.link_path);
     if (errors != nullptr) {
       now += std::chrono::seconds(60);
-      metrics.RecordLinkErrors(dev, errors->Observe(dev, error_reader->Read(dev, obs.link_path), now));
+      metrics.RecordLinkErrors(dev,
+                               errors->Observe(dev, error_reader->Read(dev, obs.link_path), now));
       obs.link_errors = errors->Growth(dev.uuid);
     }
     for (const auto& [mode, dir] : probes::AllModeDirections()) {
@@ -546,12 +547,14 @@ TEST(Metrics, LinkErrorsAsReadAndWhetherEachSourceIsReadable) {
   EXPECT_EQ(ValueOf(text, cor), 12);
   EXPECT_EQ(SeriesWith(text, "xferd_pcie_aer_errors_total{").size(), 6u);  // 2 devices x 3
   EXPECT_EQ(SeriesWith(text, "xferd_pcie_aer_rootport_errors_total{").size(), 3u);
-  EXPECT_EQ(ValueOf(text, "xferd_pcie_aer_rootport_errors_total{class=\"correctable\","
-                          "device=\"0000:00:01.0\",gpu=\"0\"}"),
+  EXPECT_EQ(ValueOf(text,
+                    "xferd_pcie_aer_rootport_errors_total{class=\"correctable\","
+                    "device=\"0000:00:01.0\",gpu=\"0\"}"),
             9);
   EXPECT_EQ(ValueOf(text, "xferd_pcie_replays_total{gpu=\"0\"}"), 40);
-  EXPECT_EQ(ValueOf(text, "xferd_pcie_error_source_readable{device=\"0000:03:00.0\",gpu=\"0\","
-                          "source=\"nvml_replay\"}"),
+  EXPECT_EQ(ValueOf(text,
+                    "xferd_pcie_error_source_readable{device=\"0000:03:00.0\",gpu=\"0\","
+                    "source=\"nvml_replay\"}"),
             1);
   EXPECT_EQ(SeriesWith(text, "xferd_pcie_error_source_readable{").size(), 3u);
   // Grows with the kernel's count.
@@ -562,8 +565,9 @@ TEST(Metrics, LinkErrorsAsReadAndWhetherEachSourceIsReadable) {
   text = Expose(registry);
   EXPECT_TRUE(SeriesWith(text, cor).empty());
   EXPECT_TRUE(SeriesWith(text, "xferd_pcie_replays_total{").empty());
-  EXPECT_EQ(ValueOf(text, "xferd_pcie_error_source_readable{device=\"0000:03:00.0\",gpu=\"0\","
-                          "source=\"aer\"}"),
+  EXPECT_EQ(ValueOf(text,
+                    "xferd_pcie_error_source_readable{device=\"0000:03:00.0\",gpu=\"0\","
+                    "source=\"aer\"}"),
             0);
   // Read again, lower than before (the device was reset): the series restarts from the
   // new count, which rate() takes as a counter reset, not a negative rate.

@@ -31,7 +31,8 @@ std::size_t SeriesOfGpu0(const core::Settings& settings, const std::string& tree
   Metrics metrics(registry);
   probes::SimOptions options;
   options.time_scale = 0;
-  if (!tree.empty()) options.sysfs_root = std::filesystem::path(XFERD_TEST_DATA_DIR) / "sysfs" / tree;
+  if (!tree.empty())
+    options.sysfs_root = std::filesystem::path(XFERD_TEST_DATA_DIR) / "sysfs" / tree;
   probes::SimBackend sim(options);
   const probes::DeviceInfo dev = sim.Devices().at(0);
   metrics.SetDevice(dev);
@@ -45,9 +46,8 @@ std::size_t SeriesOfGpu0(const core::Settings& settings, const std::string& tree
     obs.device = dev;
     obs.link_path = sim.ReadLinkPath(dev.index);
     metrics.RecordLinkPath(dev.index, obs.link_path);
-    metrics.RecordLinkErrors(
-        dev, errors.Observe(dev, error_reader->Read(dev, obs.link_path),
-                            core::SteadyTime{} + std::chrono::minutes(cycle)));
+    metrics.RecordLinkErrors(dev, errors.Observe(dev, error_reader->Read(dev, obs.link_path),
+                                                 core::SteadyTime{} + std::chrono::minutes(cycle)));
     for (probes::ProbeSpec spec : core::PlanProbes(settings)) {
       spec.iterations = 4;
       load->BeginWindow(dev);

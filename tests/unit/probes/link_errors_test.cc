@@ -175,13 +175,14 @@ TEST(ReadAer, HostileFilesAreRefusedWithTheReasonAndNeverHang) {
     make(file);
     const auto aer = ReadAer(t.root(), PathOf({"0000:01:00.0"}));
     EXPECT_FALSE(aer[0].Readable());
-    EXPECT_FALSE(aer[0].device[0]);  // not readable, not 0
+    EXPECT_FALSE(aer[0].device[0]);   // not readable, not 0
     EXPECT_EQ(aer[0].device[2], 1u);  // the other files still read
     return aer[0].problem;
   };
   // A FIFO nobody writes: opened non-blocking and refused, not waited on.
-  EXPECT_NE(problem_with([](const fs::path& f) { ASSERT_EQ(mkfifo(f.c_str(), 0600), 0); })
-                .find("not a regular file"),
+  EXPECT_NE(problem_with([](const fs::path& f) {
+              ASSERT_EQ(mkfifo(f.c_str(), 0600), 0);
+            }).find("not a regular file"),
             std::string::npos);
   EXPECT_NE(problem_with([](const fs::path& f) { fs::create_directory(f); }).find("directory"),
             std::string::npos);
@@ -189,8 +190,9 @@ TEST(ReadAer, HostileFilesAreRefusedWithTheReasonAndNeverHang) {
               std::ofstream(f) << std::string(1 << 20, '7');
             }).find("larger than 4096 bytes"),
             std::string::npos);
-  EXPECT_NE(problem_with([](const fs::path& f) { std::ofstream(f) << "\xff\xfe\x00garbage"; })
-                .find("aer_dev_correctable"),
+  EXPECT_NE(problem_with([](const fs::path& f) {
+              std::ofstream(f) << "\xff\xfe\x00garbage";
+            }).find("aer_dev_correctable"),
             std::string::npos);
 }
 

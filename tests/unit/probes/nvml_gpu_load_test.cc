@@ -128,7 +128,7 @@ TEST(NvmlWindows, NotAvailableCountersFallBackToThroughputSamples) {
   const auto nvml = Nvml(1, 1);
   nvml->Set(kBus, [](auto& g) {
     g.counters.rx.status = kNvmlErrorNotSupported;  // N/A
-    g.rx_kib_per_s = 2'000'000;                      // ~2 GB/s
+    g.rx_kib_per_s = 2'000'000;                     // ~2 GB/s
     g.tx_kib_per_s = 100'000;
   });
   const auto reader = MakeNvmlGpuLoadReader(nvml);
@@ -163,10 +163,10 @@ TEST(NvmlLoad, TheBusyReadingOrNothingWhenAValueIsNotAvailable) {
 
 TEST(NvmlLoad, UtilizationRightAfterTheProbeFromTheDriversSamples) {
   const auto nvml = Nvml(1'500'000'000, 100'000'000);
-  const auto now_us = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count());
+  const auto now_us =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
   nvml->Set(kBus, [&](auto& g) {
     g.samples = {{now_us - 5'000'000, 10}, {now_us + 60'000'000, 80}, {now_us + 61'000'000, 90}};
   });
@@ -178,8 +178,9 @@ TEST(NvmlLoad, UtilizationRightAfterTheProbeFromTheDriversSamples) {
 
 TEST(NvmlLoad, WithoutNvmlNothingIsReadAndItSaysWhy) {
   auto nvml = std::make_shared<fakes::FakeNvml>();
-  nvml->unavailable = "libnvidia-ml.so.1 not loadable (no such file); is the NVIDIA driver "
-                      "installed?";
+  nvml->unavailable =
+      "libnvidia-ml.so.1 not loadable (no such file); is the NVIDIA driver "
+      "installed?";
   const auto reader = MakeNvmlGpuLoadReader(nvml);
   EXPECT_EQ(reader->Describe().rfind("none: libnvidia-ml.so.1 not loadable", 0), 0u);
   EXPECT_FALSE(reader->Read(Gpu()));

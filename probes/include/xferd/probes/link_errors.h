@@ -27,8 +27,8 @@ namespace xferd::probes {
 // link retried and nothing was lost), uncorrectable non-fatal (a transaction was lost, the
 // link works) and uncorrectable fatal (the link was reset).
 enum class AerClass { kCorrectable, kNonFatal, kFatal };
-inline constexpr std::array<AerClass, 3> kAllAerClasses = {
-    AerClass::kCorrectable, AerClass::kNonFatal, AerClass::kFatal};
+inline constexpr std::array<AerClass, 3> kAllAerClasses = {AerClass::kCorrectable,
+                                                           AerClass::kNonFatal, AerClass::kFatal};
 std::string_view ToString(AerClass aer_class);  // "correctable", "nonfatal", "fatal"
 // The sysfs files of a class: "aer_dev_correctable" and "aer_rootport_total_err_cor", ...
 std::string_view DeviceFileOf(AerClass aer_class);
