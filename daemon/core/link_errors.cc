@@ -190,7 +190,7 @@ LinkErrorReading LinkErrorTracker::Observe(const probes::DeviceInfo& device,
           : fmt::format("link errors: GPU {}: NVML's PCIe replay counter not readable: {} "
                         "(xferd_pcie_error_source_readable{{gpu=\"{}\",source=\"nvml_replay\"}} 0)",
                         device.index, out.replays_problem, device.index),
-      false, now);
+      read.replays.missing, now);
   interval.replays = out.replays_grown;
 
   if (gpu.last) {

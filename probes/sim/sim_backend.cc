@@ -572,7 +572,7 @@ LinkErrors SimBackend::ReadLinkErrors(int device, const LinkPath& path) const {
   }
   out.replays.value = 0;
   if (state_->options.integrated) {
-    out.replays = {std::nullopt, "an integrated GPU has no PCIe link to replay on"};
+    out.replays = {std::nullopt, "an integrated GPU has no PCIe link to replay on", true};
   }
   // What each counter counted: banked by faults since replaced, and the faults' own.
   std::map<std::pair<int, SimFault::ErrorCounter>, double> counts;

@@ -170,6 +170,7 @@ class SysfsLinkErrorReader final : public LinkErrorReader {
     ReplayCounter r;
     if (const std::string why = nvml_->Unavailable(); !why.empty()) {
       r.problem = "no NVML: " + why;
+      r.missing = true;
       return r;
     }
     std::lock_guard lock(mutex_);
@@ -189,6 +190,7 @@ class SysfsLinkErrorReader final : public LinkErrorReader {
       r.value = replays;
     } else if (rc == kNvmlErrorNotSupported) {
       r.problem = "nvmlDeviceGetPcieReplayCounter: not supported on this GPU (N/A)";
+      r.missing = true;
     } else {
       r.problem = "nvmlDeviceGetPcieReplayCounter: " + nvml_->ErrorText(rc);
     }

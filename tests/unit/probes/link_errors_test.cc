@@ -213,6 +213,12 @@ TEST(LinkErrorReader, ReplaysFromNvmlOrWhyNot) {
   read = reader->Read(gpu, PathOf({"0000:01:00.0"}));
   EXPECT_FALSE(read.replays.value);
   EXPECT_NE(read.replays.problem.find("N/A"), std::string::npos) << read.replays.problem;
+  EXPECT_TRUE(read.replays.missing);  // no fault: said at info level
+  // Another NVML error is one.
+  nvml->Set("0000:01:00.0", [](auto& g) { g.replays_rc = kNvmlErrorGpuIsLost; });
+  read = reader->Read(gpu, PathOf({"0000:01:00.0"}));
+  EXPECT_FALSE(read.replays.missing);
+  EXPECT_NE(read.replays.problem.find("GPU is lost"), std::string::npos) << read.replays.problem;
   // A GPU NVML does not know.
   DeviceInfo other;
   other.pci_bus_id = "0000:09:00.0";
@@ -223,6 +229,7 @@ TEST(LinkErrorReader, ReplaysFromNvmlOrWhyNot) {
   none->unavailable = "libnvidia-ml.so.1 not loadable";
   const auto without = MakeLinkErrorReader(t.root(), none);
   EXPECT_NE(without->Read(gpu, {}).replays.problem.find("not loadable"), std::string::npos);
+  EXPECT_TRUE(without->Read(gpu, {}).replays.missing);
   EXPECT_NE(without->Describe().find("not readable"), std::string::npos);
 }
 

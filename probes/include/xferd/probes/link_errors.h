@@ -66,6 +66,8 @@ struct AerCounters {
 struct ReplayCounter {
   std::optional<std::uint64_t> value;  // nullopt: not readable
   std::string problem;                 // why not ("" when read)
+  // Not there to read (no NVML, N/A on this GPU, an integrated GPU): no fault.
+  bool missing = false;
 };
 
 // Everything read of one GPU's path at one moment.
