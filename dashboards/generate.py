@@ -307,6 +307,34 @@ def device_dashboard():
         "none", legend_calcs=("lastNotNull", "min")),
         8, 8)
 
+    lay.row("Link errors")
+    lay.add(timeseries(
+        "PCIe link errors per minute",
+        "Replays the GPU counted on its own link (NVML) and the AER errors each device on "
+        "its path reported, by class, per minute. A link that keeps replaying trains down "
+        "next: XferdPcieLinkErrorsRising fires past 8 a minute (DCGM's health-watch rate) "
+        "for 15 minutes, XferdPcieUncorrectableErrors on any nonfatal or fatal error. A "
+        "source xferd cannot read (no AER on a VM) has no line here; the table beside says "
+        "which.",
+        [target("60 * max by (gpu) (rate(xferd_pcie_replays_total{%s}[$__rate_interval]))" % DEVICE,
+                "gpu{{gpu}} replays (NVML)", "A"),
+         target("60 * max by (gpu, device, class) "
+                "(rate(xferd_pcie_aer_errors_total{%s}[$__rate_interval]))" % DEVICE,
+                "gpu{{gpu}} {{device}} {{class}}", "B")],
+        "none", legend_calcs=("lastNotNull", "max")),
+        14, 8)
+    lay.add(table(
+        "Link-error sources",
+        "Whether xferd reads each source of link errors on the GPU's path: the AER counters "
+        "of every device (the GPU, its switch's ports, the root port) and NVML's replay "
+        "counter. no = missing (no AER capability, a VM) or not trusted (an odd file, a "
+        "count that went back): the log says which, once.",
+        [target("max by (gpu, device, source) (xferd_pcie_error_source_readable{%s})" % DEVICE,
+                instant=True, fmt="table")],
+        mappings=[{"type": "value", "options": {"0": {"text": "no", "color": "orange", "index": 0},
+                                                "1": {"text": "yes", "color": "green", "index": 1}}}]),
+        10, 8)
+
     lay.row("Host aggregates")
     lay.add(timeseries(
         "Aggregate bandwidth of each concurrent group",

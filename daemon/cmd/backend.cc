@@ -6,6 +6,7 @@
 #include "core/plan.h"
 #include "xferd/probes/cuda_backend.h"
 #include "xferd/probes/gpu_load.h"
+#include "xferd/probes/nvml.h"
 
 namespace xferd::cmd {
 
@@ -53,6 +54,13 @@ std::unique_ptr<core::BusyDetector> MakeBusyDetector(const config::Config& confi
                                   thresholds, config.busy_detection);
   }
   return core::MakeBusyDetector(probes::MakeNvmlGpuLoadReader(), thresholds, config.busy_detection);
+}
+
+std::unique_ptr<probes::LinkErrorReader> MakeLinkErrorReader(
+    const config::Config& config, probes::SimBackend* sim,
+    const std::filesystem::path& sysfs_root) {
+  if (config.simulate && sim != nullptr) return probes::MakeSimLinkErrorReader(*sim);
+  return probes::MakeLinkErrorReader(sysfs_root, probes::OpenNvml());
 }
 
 }  // namespace xferd::cmd

@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "core/busy_detector.h"
 #include "xferd/probes/backend.h"
+#include "xferd/probes/link_errors.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::cmd {
@@ -34,5 +35,11 @@ std::vector<probes::DeviceInfo> SelectConfigured(const std::vector<probes::Devic
 // is still read around each probe for contention.
 std::unique_ptr<core::BusyDetector> MakeBusyDetector(const config::Config& config,
                                                      probes::SimBackend* sim = nullptr);
+
+// The link-error counters of the backend's GPUs: the simulated device's (with `sim`), else
+// the AER files under `sysfs_root` and NVML's replay counter.
+std::unique_ptr<probes::LinkErrorReader> MakeLinkErrorReader(
+    const config::Config& config, probes::SimBackend* sim,
+    const std::filesystem::path& sysfs_root = "/sys");
 
 }  // namespace xferd::cmd

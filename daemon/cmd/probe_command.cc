@@ -26,6 +26,7 @@
 #include "core/busy_detector.h"
 #include "core/contention.h"
 #include "core/health_tracker.h"
+#include "core/link_errors.h"
 #include "core/plan.h"
 #include "platform/exit_codes.h"
 #include "xferd/probes/stats.h"
@@ -57,6 +58,15 @@ struct DeviceReport {
   probes::ExpectedBand band;
   std::vector<Row> rows;
   std::vector<Diagnosis> diagnoses;  // likely causes of what the rows show; usually none
+  LinkErrorReading link_errors;      // the path's error counters after the probes
+  LinkErrorGrowth link_errors_grown;  // and what they grew by while the probes ran
+};
+
+// The link's error counters around the probes of one GPU: read before and after them, and
+// judged as the daemon judges a cycle's.
+struct LinkErrorWatch {
+  probes::LinkErrorReader& reader;
+  LinkErrorTracker tracker;
 };
 
 // What the GPU's host link carries per direction: NVLink-C2C's rate, else the narrowest
@@ -102,9 +112,11 @@ Row Judge(ProbeSample sample, const probes::LinkPath& path, const probes::Expect
 
 DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceInfo& info,
                          const std::vector<ProbeSpec>& plan, const Config& config,
-                         BusyDetector& load) {
+                         BusyDetector& load, LinkErrorWatch& errors) {
   DeviceReport report;
   report.info = info;
+  const auto now = [] { return std::chrono::steady_clock::now(); };
+  errors.tracker.Observe(info, errors.reader.Read(info, backend.ReadLinkPath(info.index)), now());
   const probes::Capabilities caps = backend.GetCapabilities(info.index);
   bool link_read = false;
   std::vector<ProbeSample> samples;
@@ -129,8 +141,12 @@ DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceI
   }
   if (!link_read) report.path = backend.ReadLinkPath(info.index);
   report.band = ResolveBand(config, info, report.path);
+  report.link_errors = errors.tracker.Observe(info, errors.reader.Read(info, report.path), now());
+  report.link_errors_grown = errors.tracker.Growth(info.uuid);
   // Judged as the daemon judges one cycle (no history, so no baseline cause).
-  report.diagnoses = DiagnoseOnce(config, CycleObservation{info, report.path, samples});
+  CycleObservation observation{info, report.path, samples};
+  observation.link_errors = report.link_errors_grown;
+  report.diagnoses = DiagnoseOnce(config, observation);
   for (ProbeSample& sample : samples) {
     report.rows.push_back(Judge(std::move(sample), report.path, report.band));
   }
@@ -192,6 +208,7 @@ void PrintTable(const std::vector<DeviceReport>& reports) {
                 r.path.numa_node >= 0 ? std::to_string(r.path.numa_node).c_str() : "unknown",
                 r.path.iommu_type.empty() ? "off" : r.path.iommu_type.c_str());
     std::printf("  expected band: %s\n", BandText(r.band).c_str());
+    std::printf("  link errors: %s\n", DescribeLinkErrors(r.link_errors).c_str());
     if (!r.path.note.empty() && r.path.pcie) std::printf("  note: %s\n", r.path.note.c_str());
     std::printf("\n  %-16s %-5s %-7s %8s %10s %10s %10s %7s  %s\n", "mode", "dir", "size", "GB/s",
                 "p50", "p99", "p99.9", "% link", "verdict");
@@ -241,6 +258,52 @@ nlohmann::json LinkJson(const probes::PcieLink& link) {
           {"max_bytes_per_s", link.MaxBytesPerSecond()},
           {"downtrained", link.Downtrained()},
           {"capped_by_other_end", link.CappedByOtherEnd()}};
+}
+
+// Every link-error source of the GPU's path: what was read after the probes (null: not
+// readable, with the reason) and what grew while they ran.
+nlohmann::json LinkErrorsJson(const DeviceReport& r) {
+  const auto count = [](const std::optional<std::uint64_t>& v) {
+    return v ? nlohmann::json(*v) : nlohmann::json();
+  };
+  const auto counts = [&](const probes::AerCounts& c) {
+    nlohmann::json out;
+    for (probes::AerClass k : probes::kAllAerClasses) {
+      out[std::string(probes::ToString(k))] = count(c[static_cast<std::size_t>(k)]);
+    }
+    return out;
+  };
+  nlohmann::json aer = nlohmann::json::array();
+  for (const LinkErrorDevice& d : r.link_errors.aer) {
+    nlohmann::json grew, kinds = nlohmann::json::array();
+    for (probes::AerClass k : probes::kAllAerClasses) {
+      grew[std::string(probes::ToString(k))] = d.grown[static_cast<std::size_t>(k)];
+    }
+    for (const probes::AerKind& kind : d.read.kinds) {
+      if (kind.count == 0) continue;  // the kinds that happened, not the kernel's whole list
+      kinds.push_back({{"class", probes::ToString(kind.aer_class)},
+                       {"name", kind.name},
+                       {"count", kind.count}});
+    }
+    aer.push_back(
+        {{"device", d.read.bdf},
+         {"root_port", d.read.root_port},
+         {"readable", d.readable},
+         {"problem", d.problem},
+         {"counts", counts(d.read.device)},
+         {"rootport_counts", d.read.root_port ? counts(d.read.rootport) : nlohmann::json()},
+         {"kinds", kinds},
+         {"grew", grew}});
+  }
+  const LinkErrorGrowth& g = r.link_errors_grown;
+  return {{"replays",
+           {{"readable", r.link_errors.replays_readable},
+            {"value", count(r.link_errors.replays)},
+            {"problem", r.link_errors.replays_problem},
+            {"grew", r.link_errors.replays_grown}}},
+          {"aer", aer},
+          {"window_s", g.window_s},
+          {"significant", g.Significant()}};
 }
 
 // What the link carried around the probe (the raw NVML figures) and what was made of it.
@@ -305,6 +368,7 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
           {{"lower_bytes_per_s", r.band.lower_bytes_per_s},
            {"upper_bytes_per_s", r.band.upper_bytes_per_s},
            {"source", r.band.source}}},
+         {"link_errors", LinkErrorsJson(r)},
          {"diagnoses", diagnoses}});
     for (const Row& row : r.rows) {
       const ProbeSample& s = row.sample;
@@ -417,9 +481,12 @@ int RunProbeCommand(const ProbeCommandOptions& options) {
   Config windows_only = config;
   windows_only.busy_detection = false;
   const std::unique_ptr<BusyDetector> load = MakeBusyDetector(windows_only, made.sim);
+  const std::unique_ptr<probes::LinkErrorReader> reader =
+      MakeLinkErrorReader(config, made.sim, options.sysfs_root.value_or("/sys"));
+  LinkErrorWatch errors{*reader, {}};
   std::vector<DeviceReport> reports;
   for (const auto& info : selected) {
-    reports.push_back(ProbeDevice(backend, info, plan, config, *load));
+    reports.push_back(ProbeDevice(backend, info, plan, config, *load, errors));
   }
   if (options.json) {
     PrintJson(backend.Name(), reports);

@@ -121,6 +121,7 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   seams.reload = [&options] { return EffectiveConfig(options); };
   seams.make_busy = [sim = made.sim](const Config& c) { return MakeBusyDetector(c, sim); };
   seams.sim = made.sim;
+  seams.link_errors = MakeLinkErrorReader(config, made.sim, options.sysfs_root.value_or("/sys"));
   seams.jitter_seed = JitterSeed();
   seams.config_name = options.config_file.empty() ? "(defaults and flags)" : options.config_file;
   Service service(std::move(config), *made.backend, std::move(devices), std::move(seams));

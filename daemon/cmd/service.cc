@@ -186,6 +186,7 @@ void Service::OnCycle(const CycleReport& report) {
     obs.link_path = dc.link_path;
     obs.samples = dc.samples;
     obs.busy = dc.skipped_busy;
+    obs.link_errors = ReadLinkErrors(dc);
     const DeviceHealth health = health_.Observe(obs);
     metrics_.RecordHealth(health);
     status_board_.RecordHealth(health,
@@ -240,6 +241,17 @@ void Service::OnCycle(const CycleReport& report) {
       report.wall_s, report.device_s, duty, report.next_in.count() / 1e3, summary);
   std::lock_guard lock(status_mutex_);
   status_ = fmt::format("cycle {}: {}", report.number, summary);
+}
+
+LinkErrorGrowth Service::ReadLinkErrors(const DeviceCycle& dc) {
+  if (!seams_.link_errors) return {};
+  // A busy cycle read no path: the counters are read on the path as it stands.
+  const probes::LinkPath path =
+      dc.link_read ? dc.link_path : backend_.ReadLinkPath(dc.device.index);
+  const LinkErrorReading reading = link_errors_.Observe(
+      dc.device, seams_.link_errors->Read(dc.device, path), seams_.clock->Now());
+  metrics_.RecordLinkErrors(dc.device, reading);
+  return link_errors_.Growth(dc.device.uuid);
 }
 
 void Service::LogConcurrent(const GroupRun& run, const Config& config) {
@@ -440,6 +452,7 @@ void Service::Prepare(const Config& config) {
   auto busy = seams_.make_busy(config);
   busy_description_ = busy->Describe();
   spdlog::info("busy detection: {}", busy_description_);
+  if (seams_.link_errors) spdlog::info("link errors: {}", seams_.link_errors->Describe());
 
   SchedulerCallbacks callbacks;
   callbacks.on_probe = [this](const probes::DeviceInfo& d, const probes::ProbeSample& s) {

@@ -22,6 +22,7 @@
 #include "core/clock.h"
 #include "core/health_tracker.h"
 #include "core/incident_log.h"
+#include "core/link_errors.h"
 #include "core/scheduler.h"
 #include "core/state_file.h"
 #include "exporter/metrics.h"
@@ -32,6 +33,7 @@
 #include "platform/systemd_notifier.h"
 #include "web/http_server.h"
 #include "xferd/probes/backend.h"
+#include "xferd/probes/link_errors.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::cmd {
@@ -47,6 +49,8 @@ struct ServiceSeams {
   std::function<std::unique_ptr<core::BusyDetector>(const config::Config&)> make_busy;
   // The simulated backend, when it is one: its faults follow the config on reload.
   probes::SimBackend* sim = nullptr;
+  // The link's error counters on each GPU's path, read after every cycle; none: not read.
+  std::shared_ptr<probes::LinkErrorReader> link_errors;
   std::uint64_t jitter_seed = 1;
   std::string config_name = "(defaults)";  // for the log
 };
@@ -76,6 +80,7 @@ class Service {
   void LogVerdictChanges(const core::DeviceHealth& health);                     // probe thread
   void LogConcurrent(const core::GroupRun& run, const config::Config& config);  // probe thread
   void WriteTextfile(const config::Config& config);                             // probe thread
+  core::LinkErrorGrowth ReadLinkErrors(const core::DeviceCycle& cycle);         // probe thread
   void StartReload();                                                           // main thread
   bool ReloadReady() const;                                                     // main thread
   void FinishReload();                                                          // main thread
@@ -99,6 +104,7 @@ class Service {
   core::IncidentLog incidents_;
   // The status API: fed the values metrics_ is fed, in the same callbacks.
   exporter::StatusBoard status_board_;
+  core::LinkErrorTracker link_errors_;
   core::StateFile state_;
   std::unique_ptr<core::Scheduler> scheduler_;
   std::unique_ptr<web::HttpServer> http_;

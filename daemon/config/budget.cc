@@ -15,16 +15,26 @@ namespace {
 // The exporter's families, as docs/metrics.md counts them per GPU. The exporter's unit test
 // series_budget_test.cc counts the exposition of real cycles against this arithmetic, so a
 // family added there fails that test until it is counted here.
-constexpr std::size_t kHistogramBuckets = 13;              // 12 boundaries and +Inf
+constexpr std::size_t kHistogramBuckets = 11;              // 10 boundaries and +Inf
 constexpr std::size_t kHistogram = kHistogramBuckets + 2;  // and _sum, _count
 constexpr std::size_t kGauges = 2;                         // bandwidth, baseline
 constexpr std::size_t kPerModeDirection = 1;               // xferd_bandwidth_degraded
-constexpr std::size_t kRunResults = 6 * 6;  // xferd_probe_runs_total: every mode x result
-constexpr std::size_t kPerMode = 1;         // xferd_probe_last_success_timestamp_seconds
-constexpr std::size_t kOverlap = 1;         // xferd_overlap_ratio, with pinned_async
-// expected band 2 and managed_prefetch h2d's own 2, diagnosis 10, PCIe link 7, device
-// seconds 2, device and host link info 2, foreign traffic 2 and the link's readability 1.
-constexpr std::size_t kFixedPerGpu = 2 + 2 + 10 + 7 + 2 + 2 + 2 + 1;
+// xferd_probe_runs_total, created at 0 for every mode and result but `unsupported`, which
+// comes with the first probe that reports it.
+constexpr std::size_t kRunResults = 6 * 5;
+constexpr std::size_t kPerMode = 1;  // xferd_probe_last_success_timestamp_seconds
+constexpr std::size_t kOverlap = 1;  // xferd_overlap_ratio, with pinned_async
+// expected band 2 and managed_prefetch h2d's own 2, diagnosis 11, PCIe generation and width
+// 6, device seconds 2, device and host link info 2, foreign traffic 2 and the link's
+// readability 1.
+constexpr std::size_t kFixedPerGpu = 2 + 2 + 11 + 6 + 2 + 2 + 2 + 1;
+// The link's error counters (exporter/link_error_metrics.h): per device of the path its 3
+// AER classes and whether they are readable, the root port's 3 totals, NVML's replay
+// counter and whether it is readable.
+constexpr std::size_t kLinkErrorsPerDevice = 3 + 1;
+constexpr std::size_t kLinkErrorsRootPort = 3;
+constexpr std::size_t kLinkErrorsReplays = 1 + 1;
+
 // xferd_concurrent_bandwidth_bytes_per_second on a multi-GPU host: 3 directions for each
 // group a GPU is in (the host's, and its switch uplink's). Counted against the limit as an
 // allowance: how many groups there are is the host's topology, not the file's.
@@ -32,7 +42,7 @@ constexpr std::size_t kConcurrentPerGpu = 2 * 3;
 
 }  // namespace
 
-SeriesEstimate EstimateSeries(const core::Settings& settings) {
+SeriesEstimate EstimateSeries(const core::Settings& settings, const PathShape& path) {
   SeriesEstimate e;
   // The plan repeats the same probes for each size (core/plan.h): plan one size and count,
   // rather than build the plan of a file listing 100,000 sizes only to refuse it.
@@ -62,9 +72,11 @@ SeriesEstimate EstimateSeries(const core::Settings& settings) {
   }
   e.probes = plan.size() * settings.sizes.size();
   e.per_size = plan.size() * kGauges + with_histogram * kHistogram;
+  e.link_errors_per_gpu = path.devices * kLinkErrorsPerDevice +
+                          (path.root_port ? kLinkErrorsRootPort : 0) + kLinkErrorsReplays;
   e.per_gpu = e.per_size * settings.sizes.size() + pairs.size() * kPerModeDirection + kRunResults +
-              settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) + kFixedPerGpu +
-              exempt;
+              settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) + kFixedPerGpu + exempt +
+              e.link_errors_per_gpu;
   e.exempt_per_gpu = exempt;
   e.concurrent_per_gpu = settings.concurrent ? kConcurrentPerGpu : 0;
   e.baseline_values_per_gpu = e.probes * static_cast<std::size_t>(settings.baseline_window);
@@ -86,7 +98,9 @@ void CheckBudget(const Config& config, std::string_view text) {
       std::to_string(e.probes) + " probes (sizes x modes x directions) x " +
       std::to_string(kGauges) + " gauges, " + std::to_string(histograms) +
       " of them with a histogram of " + std::to_string(kHistogram) + " series, plus " +
-      std::to_string(per_gpu - of_probes - e.exempt_per_gpu) + " per mode and per GPU" +
+      std::to_string(per_gpu - of_probes - e.exempt_per_gpu - e.link_errors_per_gpu) +
+      " per mode and per GPU, " + std::to_string(e.link_errors_per_gpu) +
+      " of link errors on a typical path" +
       (e.exempt_per_gpu > 0 ? " and " + std::to_string(e.exempt_per_gpu) +
                                   " xferd_band_exempt (probes under the band's size)"
                             : std::string());

@@ -56,13 +56,22 @@ struct SeriesEstimate {
   std::size_t concurrent_per_gpu = 0;
   // Of per_gpu: xferd_band_exempt, one per link-bound probe under its band's size.
   std::size_t exempt_per_gpu = 0;
+  // Of per_gpu: the link's error counters of the path (PathShape).
+  std::size_t link_errors_per_gpu = 0;
   std::size_t baseline_values_per_gpu = 0;
 };
-SeriesEstimate EstimateSeries(const core::Settings& settings);
+// The PCIe path a GPU's link-error series are counted for: how many devices (the GPU, each
+// switch port, the root port) and whether the top is a root port. The budget counts a
+// typical one, a GPU behind one switch: the GPU, the switch's two ports, the root port.
+struct PathShape {
+  std::size_t devices = 4;
+  bool root_port = true;
+};
+SeriesEstimate EstimateSeries(const core::Settings& settings, const PathShape& path = {});
 
 // The limits ParseConfig holds a file to (docs/configuration.md, "Limits"). Per GPU, so
-// that check-config on any machine says what run will; 292 series with the defaults (298
-// with the concurrent groups' allowance).
+// that check-config on any machine says what run will; 292 series with the defaults on a
+// typical path (298 with the concurrent groups' allowance).
 inline constexpr std::size_t kMaxSeriesPerGpu = 2000;
 // For all GPUs together, where the file fixes their number (probe.gpus, simulate.devices):
 // about 2 MB of /metrics.

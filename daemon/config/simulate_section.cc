@@ -102,10 +102,37 @@ void ReadUnsupported(const TableReader& r, probes::SimOptions& sim) {
 std::string KindNames() {
   std::string kinds;
   for (Kind k : {Kind::kDegrade, Kind::kDownTrain, Kind::kErrorEvery, Kind::kHang, Kind::kSlow,
-                 Kind::kLost}) {
+                 Kind::kLost, Kind::kLinkErrors}) {
     kinds += (kinds.empty() ? "" : ", ") + std::string(probes::ToString(k));
   }
   return kinds;
+}
+
+// kind = "link_errors": which counter grows, how fast, where on the path, and what it costs.
+void ReadLinkErrorsFault(const TableReader& f, probes::SimFault& fault) {
+  if (auto v = f.String("counter", "\"correctable\"")) {
+    const auto counter = probes::ParseSimErrorCounter(*v);
+    if (!counter) {
+      f.Fail(*f.Find("counter"), "counter", "unknown counter " + Quote(*v),
+             "use \"correctable\", \"nonfatal\", \"fatal\" (the kernel's AER counts) or "
+             "\"replay\" (NVML's replay counter of the GPU's link)");
+    }
+    fault.counter = *counter;
+  }
+  const auto rate = f.Number("rate", 0, 1e6, true, 10);
+  if (!rate) {
+    f.FailAt(f.TableLine(), "rate", "missing: how many errors per second",
+             "add rate = 10 (errors per second of simulated time, > 0)");
+  }
+  fault.rate = *rate;
+  if (auto v = f.Integer("hop", -1, 15, 1)) fault.hop = static_cast<int>(*v);
+  if (fault.counter == probes::SimFault::ErrorCounter::kReplay && fault.hop != 0) {
+    f.Fail(*f.Find("hop"), "hop",
+           "replays are counted by the GPU on its own link (hop 0), not at hop " +
+               std::to_string(fault.hop),
+           "remove hop, or count AER errors there: counter = \"correctable\"");
+  }
+  if (auto v = f.Number("factor", 0, 1, true, 0.6)) fault.factor = *v;
 }
 
 // The parameters of one fault: each kind takes only its own, so a misplaced one is not
@@ -113,7 +140,7 @@ std::string KindNames() {
 void ReadFaultParameters(const TableReader& f, const std::string& kind_text,
                          const probes::SimOptions& sim, probes::SimFault& fault) {
   const auto only = [&](std::initializer_list<std::string_view> allowed) {
-    for (std::string_view key : {"factor", "gen", "width", "every"}) {
+    for (std::string_view key : {"factor", "gen", "width", "every", "counter", "rate", "hop"}) {
       const toml::node* node = f.Find(key);
       if (node && std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
         f.Fail(*node, key, "kind " + Quote(kind_text) + " takes no " + std::string(key),
@@ -154,6 +181,10 @@ void ReadFaultParameters(const TableReader& f, const std::string& kind_text,
       fault.width = width ? static_cast<int>(*width) : sim.link_width;
       break;
     }
+    case Kind::kLinkErrors:
+      only({"counter", "rate", "hop", "factor"});
+      ReadLinkErrorsFault(f, fault);
+      break;
     case Kind::kErrorEvery:
       only({"every"});
       fault.every =

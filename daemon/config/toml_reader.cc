@@ -63,7 +63,8 @@ const std::vector<Section>& Schema() {
         "foreign_traffic_bytes_per_second",
         "foreign_traffic_duty",
         "foreign_traffic_direction"}},
-      {"simulate.fault", {"kind", "device", "factor", "gen", "width", "every"}},
+      {"simulate.fault",
+       {"kind", "device", "factor", "gen", "width", "every", "counter", "rate", "hop"}},
   };
   return kSchema;
 }

@@ -23,6 +23,14 @@ probes::Contention JudgeContention(const probes::ProbeSample& sample,
     return c;
   }
   const auto [own_h2d, own_d2h] = sample.OwnLinkBytes();
+  if (!t.sampled_rates && ((own_h2d > 0 && t.rx_bytes < kOwnTrafficMinSeen * own_h2d) ||
+                           (own_d2h > 0 && t.tx_bytes < kOwnTrafficMinSeen * own_d2h))) {
+    c.reason = fmt::format(
+        "the link counters missed the probe's own bytes (h2d {:.0f} of {:.0f} MB, d2h {:.0f} of "
+        "{:.0f} MB): link load not readable",
+        t.rx_bytes / 1e6, own_h2d / 1e6, t.tx_bytes / 1e6, own_d2h / 1e6);
+    return c;
+  }
   // What the counters may show of the probe itself, per direction (rx = host to device).
   const double expected_rx = kOwnTrafficOverhead * own_h2d + kOwnTrafficReverse * own_d2h;
   const double expected_tx = kOwnTrafficOverhead * own_d2h + kOwnTrafficReverse * own_h2d;

@@ -20,6 +20,10 @@ inline constexpr double kOwnTrafficOverhead = 1.10;
 inline constexpr double kOwnTrafficReverse = 0.20;
 // Foreign traffic below this share of the probe's own rate is within the counters' noise.
 inline constexpr double kForeignNoiseShare = 0.10;
+// Counters that saw less than this share of the probe's own bytes in a direction it moved
+// them do not count this link (a direction stuck at 0, a value the driver had not
+// refreshed): the window is no reading, and contention unknown rather than clear.
+inline constexpr double kOwnTrafficMinSeen = 0.5;
 
 struct ContentionThresholds {
   // Foreign traffic (both directions summed) at or above this is contention; the busy
@@ -27,8 +31,9 @@ struct ContentionThresholds {
   double foreign_bytes_per_s = 2e9;
 };
 
-// Judge `sample`'s traffic window: kUnknown without one (no NVML, unsupported GPU), or for
-// a probe that did not finish (its own bytes are not known); else kContended when the
+// Judge `sample`'s traffic window: kUnknown without one (no NVML, unsupported GPU), for
+// a probe that did not finish (its own bytes are not known), or when the counted window
+// missed most of the probe's own bytes (kOwnTrafficMinSeen); else kContended when the
 // foreign traffic over the window, or in the reading right after it, reaches
 // max(threshold, kForeignNoiseShare x the probe's own rate), kClear otherwise. The foreign
 // rates are filled in either way.

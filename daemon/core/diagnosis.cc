@@ -49,6 +49,7 @@ std::string_view ToString(DiagnosisCause cause) {
     case DiagnosisCause::kBelowBaseline: return "below_baseline";
     case DiagnosisCause::kLinkShared: return "link_shared";
     case DiagnosisCause::kCapabilityMismatch: return "capability_mismatch";
+    case DiagnosisCause::kLinkErrors: return "link_errors";
   }
   return "unknown";
 }
@@ -187,6 +188,59 @@ std::optional<Diagnosis> PinnedPageableRatio(const CycleObservation& obs,
   return std::nullopt;
 }
 
+// The path's error counters grew around a low reading: replays and retries take bandwidth,
+// and a link that keeps erring is a link about to train down. Growth on a path that reads
+// well is the alert's business (XferdPcieLinkErrorsRising), not a cause of anything.
+std::optional<Diagnosis> LinkErrors(const LinkErrorGrowth& g, const std::string& gpu_bdf) {
+  if (!g.Significant()) return std::nullopt;
+  using probes::AerClass;
+  const auto count = [&](AerClass c) { return g.aer[static_cast<std::size_t>(c)]; };
+  std::string detail;
+  const auto add = [&](std::uint64_t n, const std::string& what) {
+    if (n > 0) detail += (detail.empty() ? "+" : ", +") + std::to_string(n) + " " + what;
+  };
+  add(g.replays, "PCIe replays (NVML)");
+  add(count(AerClass::kCorrectable), "correctable");
+  add(count(AerClass::kNonFatal), "nonfatal");
+  add(count(AerClass::kFatal), "fatal");
+  if (count(AerClass::kCorrectable) + count(AerClass::kNonFatal) + count(AerClass::kFatal) > 0) {
+    detail += " AER errors";
+  }
+  if (!g.worst_bdf.empty()) {
+    std::string kinds;
+    for (const probes::AerKind& k : g.worst_kinds) {
+      kinds += (kinds.empty() ? "" : ", ") + k.name + " +" + std::to_string(k.count);
+    }
+    detail += ", most at " + g.worst_bdf + " (" + g.worst_where +
+              (kinds.empty() ? "" : ": " + kinds) + ")";
+  }
+  char span[48];
+  std::snprintf(span, sizeof span, " in %.1f min", g.window_s / 60.0);
+  detail += span;
+
+  const bool uncorrectable = count(AerClass::kNonFatal) + count(AerClass::kFatal) > 0;
+  const bool upstream = g.worst_where == "a switch port" || g.worst_where == "the root port";
+  const std::string at = !g.worst_bdf.empty() ? g.worst_bdf
+                         : !gpu_bdf.empty()   ? gpu_bdf
+                                              : "<the GPU's bus id>";
+  std::string advice =
+      "The PCIe link on the GPU's path retried or lost transactions while bandwidth read low: "
+      "replays take bandwidth, and a link that keeps erring trains down next. ";
+  advice += upstream ? "The errors sit upstream of the GPU: reseat or replace the riser, cable or "
+                       "retimer between the switch and the root port, and check the switch board's "
+                       "slot. "
+                     : "Reseat the GPU and its riser or cable; move it to another slot to tell the "
+                       "card from the slot (errors that follow the card: the card). ";
+  if (uncorrectable) {
+    advice +=
+        "Uncorrectable errors lose transactions: drain the node first; if they persist "
+        "after a reseat, RMA the card (or the board whose port reports them). ";
+  }
+  advice += "`lspci -vv -s " + at +
+            "` shows the error status (CESta, UESta); `dmesg | grep -i aer` the kernel's lines.";
+  return Diagnosis{DiagnosisCause::kLinkErrors, detail, advice};
+}
+
 // The series furthest below the band (per direction) and below its baseline (by ratio).
 std::pair<const SeriesHealth*, const SeriesHealth*> Worst(
     const std::vector<const SeriesHealth*>& observed) {
@@ -231,6 +285,9 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::Expec
                    "baselines; if it persists, raise the busy thresholds or the interval."});
   }
   if (auto d = LinkShared(obs)) out.push_back(std::move(*d));
+  if (low) {
+    if (auto d = LinkErrors(obs.link_errors, obs.device.pci_bus_id)) out.push_back(std::move(*d));
+  }
   if (worst_band) {
     const probes::ExpectedBand mode_band = ModeBand(band, worst_band->mode, worst_band->direction);
     out.push_back({DiagnosisCause::kBelowBand,

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/link_errors.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
 
@@ -28,13 +29,15 @@ enum class DiagnosisCause {
                          // move data, because they share the switch's uplink
   kLinkShared,           // "link_shared": foreign traffic on the link during a probe
   kCapabilityMismatch,   // "capability_mismatch": the GPU can do more than its path allows
+  kLinkErrors,           // "link_errors": the path's error counters grew around a low reading
 };
-inline constexpr std::array<DiagnosisCause, 10> kAllDiagnosisCauses = {
+inline constexpr std::array<DiagnosisCause, 11> kAllDiagnosisCauses = {
     DiagnosisCause::kLinkDowntrained,  DiagnosisCause::kNumaRemote,
     DiagnosisCause::kIommuTranslating, DiagnosisCause::kPinnedPageableRatio,
     DiagnosisCause::kGpuBusy,          DiagnosisCause::kBelowBand,
     DiagnosisCause::kBelowBaseline,    DiagnosisCause::kSharedUplink,
-    DiagnosisCause::kLinkShared,       DiagnosisCause::kCapabilityMismatch};
+    DiagnosisCause::kLinkShared,       DiagnosisCause::kCapabilityMismatch,
+    DiagnosisCause::kLinkErrors};
 std::string_view ToString(DiagnosisCause cause);
 
 // The pinned/pageable h2d ratio outside which kPinnedPageableRatio fires. The usual figure
@@ -60,6 +63,9 @@ struct CycleObservation {
   // The node the probe's host buffers are on; -1 = take it from the samples'
   // host_numa_node (the backend's finding), else unknown.
   int host_numa_node = -1;
+  // What the path's error counters grew by around this cycle (core/link_errors.h); empty
+  // when they were not read.
+  LinkErrorGrowth link_errors = {};
 };
 
 // One (mode, direction, size) series after a cycle.

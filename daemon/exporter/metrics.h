@@ -24,10 +24,13 @@
 
 #include "core/health_tracker.h"
 #include "core/host_groups.h"
+#include "core/link_errors.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
 
 namespace xferd::exporter {
+
+class LinkErrorMetrics;
 
 // Results a probe can have, as the `result` label of xferd_probe_runs_total.
 // kContended: the probe ran, but its window saw another process's traffic on the link: its
@@ -40,9 +43,9 @@ ProbeResult ResultOf(probes::ProbeStatus status);
 enum class CycleResult { kOk, kPartial, kSkippedBusy, kOverBudget };
 std::string_view ToString(CycleResult result);  // "ok", "partial", "skipped_busy", "over_budget"
 
-// Bucket boundaries (seconds) of one duration histogram: 10 fine boundaries of ratio 2^(1/8)
-// (~1.09) from 0.84x to 1.83x the anchor duration, one coarse boundary at 0.5x and one at
-// 4x. Every boundary is a point of one global grid 2^(i/8) s, so series of different
+// Bucket boundaries (seconds) of one duration histogram: 9 fine boundaries of ratio 2^(1/8)
+// (~1.09) from 0.917x to 1.83x the anchor duration and one coarse boundary at 4x. Every
+// boundary is a point of one global grid 2^(i/8) s, so series of different
 // devices with similar anchors share `le` values and can be summed.
 std::vector<double> DurationBuckets(double anchor_seconds);
 
@@ -59,7 +62,7 @@ class Metrics {
   // xferd_device_info = 1 and every per-GPU counter at 0 so rate() works from the start.
   void SetDevice(const probes::DeviceInfo& device);
 
-  // Link generation/width (current and max of the narrowest link), its bytes/s.
+  // Link generation/width: the GPU's own link (current, max) and the narrowest one's.
   void RecordLinkPath(int gpu, const probes::LinkPath& path);
 
   // One probe: histogram of every duration, median bandwidth, run counter, last success,
@@ -85,6 +88,10 @@ class Metrics {
 
   // Verdicts, baselines, expected band, diagnosis after Observe.
   void RecordHealth(const core::DeviceHealth& health);
+
+  // The link's error counters on the GPU's path and whether each source is readable
+  // (exporter/link_error_metrics.h), after each reading.
+  void RecordLinkErrors(const probes::DeviceInfo& device, const core::LinkErrorReading& reading);
 
   // After each cycle (all GPUs): wall time and outcome; also publishes each GPU's device
   // time of the cycle (summed from its samples since the previous call).
@@ -114,7 +121,6 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& overlap_;
   prometheus::Family<prometheus::Gauge>& link_generation_;
   prometheus::Family<prometheus::Gauge>& link_width_;
-  prometheus::Family<prometheus::Gauge>& link_bytes_;
   prometheus::Family<prometheus::Counter>& probe_runs_;
   prometheus::Family<prometheus::Gauge>& last_success_;
   prometheus::Family<prometheus::Counter>& device_seconds_;
@@ -134,6 +140,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& aggregate_expected_;
   prometheus::Family<prometheus::Gauge>& group_info_;
   prometheus::Family<prometheus::Gauge>& build_info_;
+
+  std::unique_ptr<LinkErrorMetrics> link_errors_;
 
   std::atomic<std::uint64_t> generation_{0};
 

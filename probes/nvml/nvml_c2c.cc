@@ -7,11 +7,10 @@
 namespace xferd::probes {
 namespace {
 
-using namespace nvml;  // NOLINT(google-build-using-namespace): the ABI's names
 struct NvmlC2cModeInfoV1 {  // nvmlC2cModeInfo_v1_t
   unsigned int is_c2c_enabled;
 };
-using C2cModeFn = NvmlReturn (*)(NvmlDevice, NvmlC2cModeInfoV1*);
+using C2cModeFn = NvmlReturn (*)(nvml::Device, NvmlC2cModeInfoV1*);
 
 }  // namespace
 
@@ -19,15 +18,15 @@ std::optional<bool> NvmlC2cEnabled(const std::string& pci_bus_id, const std::str
   if (pci_bus_id.empty()) return std::nullopt;
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) return std::nullopt;
-  const auto init = reinterpret_cast<InitFn>(dlsym(handle, "nvmlInit_v2"));
-  const auto shutdown = reinterpret_cast<ShutdownFn>(dlsym(handle, "nvmlShutdown"));
+  const auto init = reinterpret_cast<nvml::InitFn>(dlsym(handle, "nvmlInit_v2"));
+  const auto shutdown = reinterpret_cast<nvml::ShutdownFn>(dlsym(handle, "nvmlShutdown"));
   const auto by_pci =
-      reinterpret_cast<HandleByPciFn>(dlsym(handle, "nvmlDeviceGetHandleByPciBusId_v2"));
+      reinterpret_cast<nvml::HandleByPciFn>(dlsym(handle, "nvmlDeviceGetHandleByPciBusId_v2"));
   const auto c2c_mode = reinterpret_cast<C2cModeFn>(dlsym(handle, "nvmlDeviceGetC2cModeInfoV"));
   std::optional<bool> out;
   if (init != nullptr && shutdown != nullptr && by_pci != nullptr && c2c_mode != nullptr &&
       init() == kNvmlSuccess) {
-    NvmlDevice device = nullptr;
+    nvml::Device device = nullptr;
     NvmlC2cModeInfoV1 info{};
     if (by_pci(pci_bus_id.c_str(), &device) == kNvmlSuccess &&
         c2c_mode(device, &info) == kNvmlSuccess) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <stop_token>
 #include <tuple>
@@ -106,15 +107,34 @@ std::string_view ToString(SimFault::Kind kind) {
     case SimFault::Kind::kHang: return "hang";
     case SimFault::Kind::kSlow: return "slow";
     case SimFault::Kind::kLost: return "lost";
+    case SimFault::Kind::kLinkErrors: return "link_errors";
   }
   return "unknown";
 }
 
 std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text) {
-  for (auto kind :
-       {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain, SimFault::Kind::kErrorEvery,
-        SimFault::Kind::kHang, SimFault::Kind::kSlow, SimFault::Kind::kLost}) {
+  for (auto kind : {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain,
+                    SimFault::Kind::kErrorEvery, SimFault::Kind::kHang, SimFault::Kind::kSlow,
+                    SimFault::Kind::kLost, SimFault::Kind::kLinkErrors}) {
     if (ToString(kind) == text) return kind;
+  }
+  return std::nullopt;
+}
+
+std::string_view ToString(SimFault::ErrorCounter counter) {
+  switch (counter) {
+    case SimFault::ErrorCounter::kCorrectable: return "correctable";
+    case SimFault::ErrorCounter::kNonFatal: return "nonfatal";
+    case SimFault::ErrorCounter::kFatal: return "fatal";
+    case SimFault::ErrorCounter::kReplay: return "replay";
+  }
+  return "correctable";
+}
+
+std::optional<SimFault::ErrorCounter> ParseSimErrorCounter(std::string_view text) {
+  for (auto counter : {SimFault::ErrorCounter::kCorrectable, SimFault::ErrorCounter::kNonFatal,
+                       SimFault::ErrorCounter::kFatal, SimFault::ErrorCounter::kReplay}) {
+    if (ToString(counter) == text) return counter;
   }
   return std::nullopt;
 }
@@ -137,6 +157,10 @@ struct SimBackend::State {
 
   mutable std::mutex faults_mutex;
   std::vector<SimFault> faults;
+  // The link_errors faults' counts: when each began on each device's timeline, and what
+  // faults replaced since counted, per (device, hop, counter), so counters never go back.
+  std::vector<std::vector<double>> error_since_s;  // per fault, per device
+  std::map<std::tuple<int, int, SimFault::ErrorCounter>, double> banked_errors;
 
   // Woken only by stop requests: simulated transfers and hangs wait on it.
   std::mutex wait_mutex;
@@ -152,6 +176,36 @@ struct SimBackend::State {
   }
 
   explicit State(const SimOptions& o) : options(o), topology(o) {}
+
+  bool AppliesTo(const SimFault& f, int device) const { return f.device < 0 || f.device == device; }
+  // The device's "now", its lock taken.
+  double NowOf(int device) const {
+    const Device& dev = *devices[device];
+    std::lock_guard lock(dev.mutex);
+    return Now(dev);
+  }
+  // Called with faults_mutex held: the link_errors faults' counts from here on.
+  void StartErrorFaults() {
+    error_since_s.assign(faults.size(), {});
+    for (std::size_t i = 0; i < faults.size(); ++i) {
+      if (faults[i].kind != SimFault::Kind::kLinkErrors) continue;
+      for (int d = 0; d < static_cast<int>(devices.size()); ++d) {
+        error_since_s[i].push_back(NowOf(d));
+      }
+    }
+  }
+  // Called with faults_mutex held: what each link_errors fault counted until now, banked.
+  void BankErrorFaults() {
+    for (std::size_t i = 0; i < faults.size() && i < error_since_s.size(); ++i) {
+      const SimFault& f = faults[i];
+      if (f.kind != SimFault::Kind::kLinkErrors) continue;
+      for (int d = 0; d < static_cast<int>(error_since_s[i].size()); ++d) {
+        if (!AppliesTo(f, d)) continue;
+        banked_errors[{d, f.hop, f.counter}] +=
+            f.rate * std::max(0.0, NowOf(d) - error_since_s[i][static_cast<std::size_t>(d)]);
+      }
+    }
+  }
 
   // The path as trained now: the topology's, the GPU's own link lowered by any downtrain
   // fault.
@@ -219,6 +273,8 @@ SimBackend::SimBackend(SimOptions options) {
     state_->devices.push_back(std::move(device));
   }
   state_->epoch = state_->Clock();
+  std::lock_guard lock(state_->faults_mutex);
+  state_->StartErrorFaults();
 }
 
 SimBackend::~SimBackend() = default;
@@ -300,6 +356,10 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
         if (f.factor > 0) slow *= f.factor;
         break;
       case SimFault::Kind::kDownTrain: break;  // in CurrentPath
+      case SimFault::Kind::kLinkErrors:
+        // Replays and retries cost bandwidth as they grow, as much as the fault says.
+        if (f.factor > 0) degrade *= std::min(f.factor, 1.0);
+        break;
     }
   }
 
@@ -446,7 +506,120 @@ std::vector<ProbeSample> SimBackend::RunConcurrent(const std::vector<int>& devic
 
 void SimBackend::SetFaults(std::vector<SimFault> faults) {
   std::lock_guard lock(state_->faults_mutex);
+  state_->BankErrorFaults();
   state_->faults = std::move(faults);
+  state_->StartErrorFaults();
+}
+
+namespace {
+
+// The error kind a simulated count is filed under, as a current kernel names it.
+std::string_view SimulatedKind(AerClass aer_class) {
+  switch (aer_class) {
+    case AerClass::kCorrectable: return "RxErr";  // a receiver error: the classic bad link
+    case AerClass::kNonFatal: return "CmpltTO";   // a completion timeout
+    case AerClass::kFatal: return "DLP";          // a data link protocol error
+  }
+  return "RxErr";
+}
+
+// Adds `count` errors of `counter` at device `hop` of `errors`' path.
+void AddErrors(LinkErrors& errors, int hop, SimFault::ErrorCounter counter, std::uint64_t count) {
+  if (count == 0) return;
+  if (counter == SimFault::ErrorCounter::kReplay) {
+    if (errors.replays.value) *errors.replays.value += count;
+    return;
+  }
+  if (errors.aer.empty()) return;
+  const std::size_t top = errors.aer.size() - 1;
+  AerCounters& at =
+      errors.aer[hop < 0 ? top : std::min<std::size_t>(static_cast<std::size_t>(hop), top)];
+  const AerClass aer_class = counter == SimFault::ErrorCounter::kCorrectable
+                                 ? AerClass::kCorrectable
+                             : counter == SimFault::ErrorCounter::kNonFatal ? AerClass::kNonFatal
+                                                                            : AerClass::kFatal;
+  const auto i = static_cast<std::size_t>(aer_class);
+  // Files that cannot be read show nothing, as on a real host.
+  if (!at.device[i]) return;
+  *at.device[i] += count;
+  auto kind = std::find_if(at.kinds.begin(), at.kinds.end(), [&](const AerKind& k) {
+    return k.aer_class == aer_class && k.name == SimulatedKind(aer_class);
+  });
+  if (kind == at.kinds.end()) {
+    at.kinds.push_back({aer_class, std::string(SimulatedKind(aer_class)), 0});
+    kind = at.kinds.end() - 1;
+  }
+  kind->count += count;
+  // The error message travels up to the root port, which counts it too.
+  AerCounters& root = errors.aer[top];
+  if (root.root_port && root.rootport[i]) *root.rootport[i] += count;
+}
+
+}  // namespace
+
+LinkErrors SimBackend::ReadLinkErrors(int device, const LinkPath& path) const {
+  LinkErrors out;
+  if (device < 0 || device >= static_cast<int>(state_->devices.size())) return out;
+  if (!state_->options.sysfs_root.empty()) {
+    out.aer = ReadAer(state_->options.sysfs_root, path);
+  } else {
+    for (const PcieLink& link : path.links) {
+      AerCounters c;
+      c.bdf = link.bdf;
+      c.device = {0, 0, 0};
+      out.aer.push_back(std::move(c));
+    }
+  }
+  out.replays.value = 0;
+  if (state_->options.integrated) {
+    out.replays = {std::nullopt, "an integrated GPU has no PCIe link to replay on", true};
+  }
+  // What each counter counted: banked by faults since replaced, and the faults' own.
+  std::map<std::pair<int, SimFault::ErrorCounter>, double> counts;
+  const double now = state_->NowOf(device);
+  {
+    std::lock_guard lock(state_->faults_mutex);
+    for (const auto& [key, count] : state_->banked_errors) {
+      const auto& [d, hop, counter] = key;
+      if (d == device) counts[{hop, counter}] += count;
+    }
+    for (std::size_t i = 0; i < state_->faults.size(); ++i) {
+      const SimFault& f = state_->faults[i];
+      if (f.kind != SimFault::Kind::kLinkErrors || !state_->AppliesTo(f, device)) continue;
+      const auto& since = state_->error_since_s[i];
+      if (static_cast<std::size_t>(device) >= since.size()) continue;
+      counts[{f.hop, f.counter}] +=
+          f.rate * std::max(0.0, now - since[static_cast<std::size_t>(device)]);
+    }
+  }
+  for (const auto& [key, count] : counts) {
+    AddErrors(out, key.first, key.second, static_cast<std::uint64_t>(count));
+  }
+  return out;
+}
+
+namespace {
+
+class SimLinkErrorReader final : public LinkErrorReader {
+ public:
+  explicit SimLinkErrorReader(const SimBackend& sim) : sim_(sim) {}
+  LinkErrors Read(const DeviceInfo& device, const LinkPath& path) override {
+    if (!device.simulated) return {};
+    return sim_.ReadLinkErrors(device.index, path);
+  }
+  std::string Describe() const override {
+    return "simulated (AER counters of the simulated host, replays from 0, plus the "
+           "link_errors faults)";
+  }
+
+ private:
+  const SimBackend& sim_;
+};
+
+}  // namespace
+
+std::unique_ptr<LinkErrorReader> MakeSimLinkErrorReader(const SimBackend& sim) {
+  return std::make_unique<SimLinkErrorReader>(sim);
 }
 
 std::optional<SimLinkCounters> SimBackend::ReadLinkCounters(int device, double ahead_s) const {

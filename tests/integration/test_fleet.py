@@ -194,7 +194,7 @@ def test_series_per_gpu_within_budget(fleet):
     series = fleet.query('count({%s,gpu!=""})' % default)
     per_gpu = float(series[0]["value"][1]) / gpus
     print(f"{gpus} GPUs, {per_gpu:.0f} series per GPU")
-    assert per_gpu <= 320
+    assert per_gpu <= 300
     # And what the rules add (recorded series, fleet-wide ones included), per GPU.
     all_gpus = len(fleet.query("xferd_device_info"))
     recorded = float(fleet.query('count({__name__=~".+:.+"})')[0]["value"][1])

@@ -23,7 +23,7 @@ GEN4X8 = 15.754e9
 UPLINKS = {"uplink_0000:16:00.0": "0,1", "uplink_0000:38:00.0": "2,3",
            "uplink_0000:98:00.0": "4,5", "uplink_0000:b8:00.0": "6,7"}
 # docs/metrics.md, "Series budget": per GPU, per concurrent group, per process.
-BUDGET_PER_GPU, BUDGET_PER_GROUP, BUDGET_PER_PROCESS = 320, 10, 40
+BUDGET_PER_GPU, BUDGET_PER_GROUP, BUDGET_PER_PROCESS = 300, 10, 40
 
 
 def config(tree, extra=""):

@@ -40,7 +40,8 @@ def test_the_alerts_the_issue_asks_for_exist():
             "XferdPcieLinkDowntrained", "XferdProbesFailing", "XferdProbesStale",
             "XferdTargetDown", "XferdBandwidthBelowFleetPeers",
             "XferdHostAggregateBelowExpected",
-            "XferdConcurrentBandwidthFarBelowSolo"} <= set(alert_names())
+            "XferdConcurrentBandwidthFarBelowSolo", "XferdPcieLinkErrorsRising",
+            "XferdPcieUncorrectableErrors"} <= set(alert_names())
 
 
 def test_every_recording_rule_is_checked_by_a_unit_test():

@@ -25,6 +25,109 @@ void FakeClock::Advance(std::chrono::nanoseconds d) {
   now_ += std::chrono::duration_cast<core::SteadyTime::duration>(d);
 }
 
+std::string FakeNvml::ErrorText(probes::NvmlReturn rc) const {
+  switch (rc) {
+    case probes::kNvmlErrorNotSupported: return "Not Supported";
+    case probes::kNvmlErrorNotFound: return "Not Found";
+    case probes::kNvmlErrorGpuIsLost: return "GPU is lost";
+  }
+  return "fake NVML error " + std::to_string(rc);
+}
+
+FakeNvml::Gpu* FakeNvml::Find(probes::NvmlDevice device) {
+  for (auto& [bus_id, gpu] : gpus_) {
+    if (static_cast<const void*>(&gpu) == device) return &gpu;
+  }
+  return nullptr;
+}
+
+probes::NvmlReturn FakeNvml::DeviceByPciBusId(const std::string& bus_id,
+                                              probes::NvmlDevice* device) {
+  std::lock_guard lock(mutex_);
+  auto it = gpus_.find(bus_id);
+  if (!unavailable.empty() || it == gpus_.end()) return probes::kNvmlErrorNotFound;
+  *device = &it->second;
+  return probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::DeviceByUuid(const std::string& uuid, probes::NvmlDevice* device) {
+  std::lock_guard lock(mutex_);
+  for (auto& [bus_id, gpu] : gpus_) {
+    if (unavailable.empty() && !uuid.empty() && gpu.uuid == uuid) {
+      *device = &gpu;
+      return probes::kNvmlSuccess;
+    }
+  }
+  return probes::kNvmlErrorNotFound;
+}
+
+probes::NvmlReturn FakeNvml::GpuUtilization(probes::NvmlDevice device, unsigned* percent) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  *percent = gpu->utilization;
+  return gpu->utilization_rc;
+}
+
+probes::NvmlReturn FakeNvml::PcieThroughput(probes::NvmlDevice device, probes::PcieCounter counter,
+                                            unsigned* kib_per_s) {
+  // As the real call, each sample takes a while (1 ms here, 20 ms in the driver).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  *kib_per_s = counter == probes::PcieCounter::kRx ? gpu->rx_kib_per_s : gpu->tx_kib_per_s;
+  return gpu->throughput_rc;
+}
+
+probes::NvmlReturn FakeNvml::PcieByteCounters(probes::NvmlDevice device,
+                                              probes::NvmlCounterValue* rx,
+                                              probes::NvmlCounterValue* tx) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  ++counter_reads_;
+  if (gpu->counters_rc != probes::kNvmlSuccess) return gpu->counters_rc;
+  Counters& c = gpu->counters;
+  *rx = c.rx;
+  *tx = c.tx;
+  tx->timestamp_us = c.rx.timestamp_us;
+  c.rx.value += c.rx_step;  // unsigned: wraps at 2^64 as the driver's counter would
+  c.tx.value += c.tx_step;
+  c.rx.timestamp_us += c.timestamp_step_us;
+  return probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::UtilizationSamples(probes::NvmlDevice device, std::uint64_t since_us,
+                                                std::vector<probes::NvmlSample>* samples) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  samples->clear();
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  for (const probes::NvmlSample& s : gpu->samples) {
+    if (s.timestamp_us > since_us) samples->push_back(s);
+  }
+  return samples->empty() ? probes::kNvmlErrorNotFound : probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::PcieReplayCounter(probes::NvmlDevice device, unsigned* replays) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  *replays = gpu->replays;
+  return gpu->replays_rc;
+}
+
+void FakeNvml::Set(const std::string& bus_id, const std::function<void(Gpu&)>& change) {
+  std::lock_guard lock(mutex_);
+  change(gpus_[bus_id]);
+}
+
+int FakeNvml::CounterReads() const {
+  std::lock_guard lock(mutex_);
+  return counter_reads_;
+}
+
 FakeBackend::FakeBackend(FakeClock* clock, int devices) : clock_(clock), devices_(devices) {}
 
 std::vector<probes::DeviceInfo> FakeBackend::Devices() const {

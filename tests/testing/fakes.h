@@ -24,6 +24,7 @@
 #include "platform/systemd_notifier.h"
 #include "xferd/probes/backend.h"
 #include "xferd/probes/gpu_load.h"
+#include "xferd/probes/nvml.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::fakes {
@@ -94,6 +95,60 @@ class FakeGpuLoadReader final : public probes::GpuLoadReader {
 
  private:
   Read_ read_;
+};
+
+// NVML as a test scripts it (probes::NvmlApi): each GPU, by PCI bus id, answers what the
+// test set, and its PCIe byte counters advance by a step on every reading, as a link with
+// steady traffic does. Safe to call from several threads (the throughput sampler).
+class FakeNvml final : public probes::NvmlApi {
+ public:
+  struct Counters {
+    probes::NvmlCounterValue rx, tx;         // the next reading (tx takes rx's timestamp)
+    std::uint64_t rx_step = 0, tx_step = 0;  // added after each reading
+    std::int64_t timestamp_step_us = 0;
+  };
+  struct Gpu {
+    std::string uuid;
+    unsigned utilization = 0;
+    probes::NvmlReturn utilization_rc = probes::kNvmlSuccess;
+    unsigned rx_kib_per_s = 0, tx_kib_per_s = 0;
+    probes::NvmlReturn throughput_rc = probes::kNvmlSuccess;
+    Counters counters;
+    probes::NvmlReturn counters_rc = probes::kNvmlSuccess;
+    std::vector<probes::NvmlSample> samples;
+    unsigned replays = 0;
+    probes::NvmlReturn replays_rc = probes::kNvmlSuccess;
+  };
+
+  std::string Unavailable() const override { return unavailable; }
+  std::string DriverVersion() const override { return "580.00-fake"; }
+  std::string ErrorText(probes::NvmlReturn rc) const override;
+  probes::NvmlReturn DeviceByPciBusId(const std::string& bus_id,
+                                      probes::NvmlDevice* device) override;
+  probes::NvmlReturn DeviceByUuid(const std::string& uuid, probes::NvmlDevice* device) override;
+  probes::NvmlReturn GpuUtilization(probes::NvmlDevice device, unsigned* percent) override;
+  probes::NvmlReturn PcieThroughput(probes::NvmlDevice device, probes::PcieCounter counter,
+                                    unsigned* kib_per_s) override;
+  bool HasPcieByteCounters() const override { return has_counters; }
+  probes::NvmlReturn PcieByteCounters(probes::NvmlDevice device, probes::NvmlCounterValue* rx,
+                                      probes::NvmlCounterValue* tx) override;
+  bool HasUtilizationSamples() const override { return has_samples; }
+  probes::NvmlReturn UtilizationSamples(probes::NvmlDevice device, std::uint64_t since_us,
+                                        std::vector<probes::NvmlSample>* samples) override;
+  probes::NvmlReturn PcieReplayCounter(probes::NvmlDevice device, unsigned* replays) override;
+
+  // The GPU at `bus_id`, to set up or change between calls (under the fake's lock).
+  void Set(const std::string& bus_id, const std::function<void(Gpu&)>& change);
+  int CounterReads() const;
+
+  std::string unavailable;  // "" = usable
+  bool has_counters = true, has_samples = true;
+
+ private:
+  Gpu* Find(probes::NvmlDevice device);
+  mutable std::mutex mutex_;
+  std::map<std::string, Gpu> gpus_;  // by PCI bus id; a device handle points at its entry
+  int counter_reads_ = 0;
 };
 
 // GPU `busy_device` at 95% utilisation, every other one idle.

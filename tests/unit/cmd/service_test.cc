@@ -304,6 +304,7 @@ struct SimulatedService {
     seams.reload = [this] { return config; };
     seams.make_busy = [this](const config::Config& c) { return MakeBusyDetector(c, sim.get()); };
     seams.sim = sim.get();
+    seams.link_errors = MakeLinkErrorReader(config, sim.get());
     service = std::make_unique<Service>(config, *sim, sim->Devices(), std::move(seams));
     t0 = clock.Now();
     exit_code = std::async(std::launch::async, [this] { return service->Run(); });
@@ -360,6 +361,47 @@ TEST(SimulatedTime, ADowntrainedLinkIsDegradedWithinFiveMinutesAndNamed) {
   ASSERT_GE(after, 0) << "not DEGRADED within 10 minutes";
   EXPECT_LE(after, 300);
   EXPECT_EQ(Value(s.Scrape(), "xferd_diagnosis", {"cause=\"link_downtrained\""}), 1.0);
+}
+
+// Replays at 120 a minute (15 times DCGM's 8) that cost 40 % of the bandwidth: degraded
+// as fast as any other loss, and the cause says it was the link erring.
+TEST(SimulatedTime, LinkErrorsThatCostBandwidthAreNamedWithTheDefaults) {
+  SimulatedService s;
+  probes::SimFault fault{probes::SimFault::Kind::kLinkErrors};
+  fault.counter = probes::SimFault::ErrorCounter::kReplay;
+  fault.rate = 2;
+  fault.factor = 0.6;
+  const double after = SecondsToDegraded(s, {fault});
+  std::printf("replays 120/min and 0.6 of the bandwidth: DEGRADED %.0f s after the fault\n", after);
+  ASSERT_GE(after, 0) << "not DEGRADED within 10 minutes";
+  EXPECT_LE(after, 300);
+  const std::string text = s.Scrape();
+  EXPECT_EQ(Value(text, "xferd_diagnosis", {"cause=\"link_errors\""}), 1.0);
+  EXPECT_GT(Value(text, "xferd_pcie_replays_total", {"gpu=\"0\""}).value_or(0), 2 * 0.8 * after);
+  EXPECT_EQ(Value(text, "xferd_pcie_error_source_readable", {"source=\"nvml_replay\""}), 1.0);
+}
+
+// The same replays on a link whose bandwidth holds: no verdict moves and no cause is named
+// (XferdPcieLinkErrorsRising speaks for it); a healthy path never shows the cause either.
+TEST(SimulatedTime, LinkErrorsOnALinkThatReadsWellNameNoCause) {
+  SimulatedService s;
+  const auto cause = [&] {
+    return Value(s.Scrape(), "xferd_diagnosis", {"cause=\"link_errors\""}).value_or(-1);
+  };
+  for (int minute = 0; minute < 30; ++minute) {
+    ASSERT_TRUE(s.Advance(60s));
+    EXPECT_EQ(cause(), 0);
+  }
+  probes::SimFault fault{probes::SimFault::Kind::kLinkErrors};
+  fault.counter = probes::SimFault::ErrorCounter::kReplay;
+  fault.rate = 2;
+  s.sim->SetFaults({fault});
+  for (int minute = 0; minute < 30; ++minute) {
+    ASSERT_TRUE(s.Advance(60s));
+    EXPECT_EQ(cause(), 0);
+    EXPECT_FALSE(s.PinnedDegraded());
+  }
+  EXPECT_GT(Value(s.Scrape(), "xferd_pcie_replays_total", {"gpu=\"0\""}).value_or(0), 3000);
 }
 
 // Two hours beside a workload that moves 20 GB/s in bursts 30 % of the time, checked every

@@ -499,6 +499,14 @@ TEST(ConfigValidation, SimulatedFaults) {
       {"kind = \"downtrain\"\nwidth = 5\n", "width"},
       {"kind = \"error_every\"\nevery = 0\n", "every"},
       {"kind = \"lost\"\nevery = 2\n", "every"},
+      {"kind = \"link_errors\"\n", "rate"},
+      {"kind = \"link_errors\"\nrate = 0\n", "rate"},
+      {"kind = \"link_errors\"\nrate = 5\ncounter = \"bad\"\n", "counter"},
+      {"kind = \"link_errors\"\nrate = 5\nhop = 16\n", "hop"},
+      {"kind = \"link_errors\"\nrate = 5\ncounter = \"replay\"\nhop = 2\n", "hop"},
+      {"kind = \"link_errors\"\nrate = 5\nfactor = 1.5\n", "factor"},
+      {"kind = \"link_errors\"\nrate = 5\nevery = 2\n", "every"},
+      {"kind = \"degrade\"\nfactor = 0.5\nrate = 2\n", "rate"},
   };
   for (const auto& [body, key] : cases) {
     EXPECT_EQ(ErrorOf(std::string("[[simulate.fault]]\n") + body).key(),
@@ -506,6 +514,27 @@ TEST(ConfigValidation, SimulatedFaults) {
         << body;
   }
   EXPECT_EQ(ErrorOf("[simulate]\nfault = 3\n").key(), "simulate.fault");
+}
+
+TEST(Config, SimulatedLinkErrors) {
+  const Config c = Parse(
+      "[[simulate.fault]]\nkind = \"link_errors\"\nrate = 12.5\n"
+      "[[simulate.fault]]\nkind = \"link_errors\"\ncounter = \"fatal\"\nrate = 1\nhop = -1\n"
+      "factor = 0.6\ndevice = 0\n");
+  ASSERT_EQ(c.sim.faults.size(), 2u);
+  EXPECT_EQ(c.sim.faults[0].kind, probes::SimFault::Kind::kLinkErrors);
+  EXPECT_EQ(c.sim.faults[0].counter, probes::SimFault::ErrorCounter::kCorrectable);
+  EXPECT_EQ(c.sim.faults[0].rate, 12.5);
+  EXPECT_EQ(c.sim.faults[0].hop, 0);
+  EXPECT_EQ(c.sim.faults[0].factor, 1.0);  // errors alone: bandwidth unchanged
+  EXPECT_EQ(c.sim.faults[1].counter, probes::SimFault::ErrorCounter::kFatal);
+  EXPECT_EQ(c.sim.faults[1].hop, -1);
+  EXPECT_EQ(c.sim.faults[1].factor, 0.6);
+  EXPECT_EQ(c.sim.faults[1].device, 0);
+  const ConfigError e = ErrorOf(
+      "[[simulate.fault]]\nkind = \"link_errors\"\ncounter = \"replays\"\n"
+      "rate = 1\n");
+  EXPECT_THAT(e.fix(), HasSubstr("\"replay\""));
 }
 
 TEST(Config, SimulatedTopologyKeys) {
@@ -923,25 +952,29 @@ TEST(ConfigText, RawControlCharactersAreRefusedBeforeTheParserSeesThem) {
 TEST(ConfigBudget, DefaultsMatchTheDocumentedSeriesAndLimitsAreReported) {
   const SeriesEstimate defaults = EstimateSeries(Settings{});
   EXPECT_EQ(defaults.probes, 13u);
-  EXPECT_EQ(defaults.per_gpu, 305u);  // docs/metrics.md, "Series budget"
+  EXPECT_EQ(defaults.per_gpu, 294u);  // docs/metrics.md, "Series budget"
+  EXPECT_LE(defaults.per_gpu, 300u);  // the budget, link errors of a typical path included
+  EXPECT_EQ(defaults.link_errors_per_gpu, 21u);
   EXPECT_EQ(defaults.concurrent_per_gpu, 6u);
-  EXPECT_EQ(defaults.per_size, 221u);
+  EXPECT_EQ(defaults.per_size, 195u);
   EXPECT_EQ(defaults.baseline_values_per_gpu, 13u * 20);
   // The shipped example is far inside every limit.
   EXPECT_LT(EstimateSeries(LoadConfig(kExample)).per_gpu, kMaxSeriesPerGpu / 4);
   // Over: says by how much.
   std::string sizes;
-  for (int i = 0; i < 9; ++i) sizes += (i ? ", " : "") + std::to_string(4096 << i);
+  for (int i = 0; i < 10; ++i) sizes += (i ? ", " : "") + std::to_string(4096 << i);
   const ConfigError e = ErrorOf("[probe]\nsizes = [" + sizes + "]\n");
   EXPECT_EQ(e.key(), "probe.sizes");
-  // 9 sizes x 13 probes x 17 + 13 + 36 + 6 + 1 + 28, 6 for the concurrent groups, and every
-  // size under 4 MiB: 8 link-bound probes each marked xferd_band_exempt.
-  EXPECT_THAT(e.problem(), HasSubstr("exports 2151 series per GPU"));
-  EXPECT_THAT(e.problem(), HasSubstr("and 72 xferd_band_exempt"));
-  EXPECT_THAT(e.problem(), HasSubstr("over the limit of 2000 by 151 (7%)"));
+  // 10 sizes x 13 probes x 15 + 13 + 30 + 6 + 1 + 28 + 21 of link errors, 6 for the
+  // concurrent groups, and every size under 4 MiB: 8 link-bound probes each marked
+  // xferd_band_exempt.
+  EXPECT_THAT(e.problem(), HasSubstr("exports 2135 series per GPU"));
+  EXPECT_THAT(e.problem(), HasSubstr("21 of link errors on a typical path"));
+  EXPECT_THAT(e.problem(), HasSubstr("and 80 xferd_band_exempt"));
+  EXPECT_THAT(e.problem(), HasSubstr("over the limit of 2000 by 135 (6%)"));
   // One size fewer fits.
   sizes = sizes.substr(0, sizes.rfind(','));
-  EXPECT_EQ(Parse("[probe]\nsizes = [" + sizes + "]\n").sizes.size(), 8u);
+  EXPECT_EQ(Parse("[probe]\nsizes = [" + sizes + "]\n").sizes.size(), 9u);
 }
 
 // A file of 120,000 sizes used to be checked for repeats one by one (hours); now it is

@@ -6,36 +6,48 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <chrono>
+#include <filesystem>
 #include <sstream>
 #include <string>
 
 #include "config/config.h"
 #include "core/contention.h"
 #include "core/health_tracker.h"
+#include "core/link_errors.h"
 #include "core/plan.h"
 #include "exporter/metrics.h"
 #include "xferd/probes/gpu_load.h"
+#include "xferd/probes/link_errors.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::exporter {
 namespace {
 
-std::size_t SeriesOfGpu0(const core::Settings& settings) {
+// On `tree` (a typical path: a GPU behind a switch below a root port) or the built-in host
+// (the GPU and its switch's port).
+std::size_t SeriesOfGpu0(const core::Settings& settings, const std::string& tree = "hgx-8gpu") {
   prometheus::Registry registry;
   Metrics metrics(registry);
   probes::SimOptions options;
   options.time_scale = 0;
+  if (!tree.empty())
+    options.sysfs_root = std::filesystem::path(XFERD_TEST_DATA_DIR) / "sysfs" / tree;
   probes::SimBackend sim(options);
   const probes::DeviceInfo dev = sim.Devices().at(0);
   metrics.SetDevice(dev);
   core::HealthTracker health(settings);
+  core::LinkErrorTracker errors;
   // Each probe inside its link-traffic window, as the scheduler runs it (the link readable).
   const auto load = probes::MakeSimGpuLoadReader(0, 0, &sim);
+  const auto error_reader = probes::MakeSimLinkErrorReader(sim);
   for (int cycle = 0; cycle < 3; ++cycle) {
     core::CycleObservation obs;
     obs.device = dev;
     obs.link_path = sim.ReadLinkPath(dev.index);
     metrics.RecordLinkPath(dev.index, obs.link_path);
+    metrics.RecordLinkErrors(dev, errors.Observe(dev, error_reader->Read(dev, obs.link_path),
+                                                 core::SteadyTime{} + std::chrono::minutes(cycle)));
     for (probes::ProbeSpec spec : core::PlanProbes(settings)) {
       spec.iterations = 4;
       load->BeginWindow(dev);
@@ -71,6 +83,11 @@ TEST(SeriesBudget, TheEstimateIsWhatTheExporterExports) {
     EXPECT_EQ(config::EstimateSeries(settings).per_gpu, SeriesOfGpu0(settings))
         << settings.modes.size() << " modes, " << settings.sizes.size() << " sizes";
   }
+  // Other paths: the link-error series follow the devices on them.
+  EXPECT_EQ(config::EstimateSeries({}, {.devices = 2, .root_port = false}).per_gpu,
+            SeriesOfGpu0({}, ""));
+  EXPECT_EQ(config::EstimateSeries({}, {.devices = 4, .root_port = true}).per_gpu,
+            SeriesOfGpu0({}, "igx-dgpu"));
 }
 
 }  // namespace

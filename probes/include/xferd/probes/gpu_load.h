@@ -35,10 +35,16 @@ class GpuLoadReader {
   }
 };
 
-// NVML through dlopen(`library`), so no NVML header or library is needed to build and a
-// machine without the driver simply reads nothing: Describe() then says why. Its windows
-// use the PCIe byte counters (nvmlDeviceGetFieldValues) where the GPU has them, else
-// PCIe throughput samples taken by a thread while the probe runs.
+class NvmlApi;
+
+// NVML (xferd/probes/nvml.h): a machine without the driver simply reads nothing, and
+// Describe() says why. Its windows use the PCIe byte counters (nvmlDeviceGetFieldValues)
+// where the GPU has them, else PCIe throughput samples taken by a thread while the probe
+// runs. A window the driver did not refresh, whose counters did not move while the probe
+// moved data, or that jumped by more than a link carries is not readable (nullopt): never
+// an idle link.
+std::unique_ptr<GpuLoadReader> MakeNvmlGpuLoadReader(std::shared_ptr<NvmlApi> nvml);
+// The same on OpenNvml(`library`), loaded with dlopen.
 std::unique_ptr<GpuLoadReader> MakeNvmlGpuLoadReader(
     const std::string& library = "libnvidia-ml.so.1");
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "xferd/probes/backend.h"
+#include "xferd/probes/link_errors.h"
 
 namespace xferd::probes {
 
@@ -26,16 +27,28 @@ struct SimFault {
     kHang,        // probes block until cancelled (a hung driver call)
     kSlow,        // every transfer takes `factor` times longer (factor >= 1)
     kLost,        // the device is gone: every probe returns kError "device lost"
+    kLinkErrors,  // a link error counter grows at `rate` on device `hop` of the GPU's path
   };
+  // kLinkErrors: the counter that grows, the kernel's AER counts of a class or NVML's replay
+  // counter of the GPU's own link.
+  enum class ErrorCounter { kCorrectable, kNonFatal, kFatal, kReplay };
   Kind kind = Kind::kDegrade;
   int device = -1;         // -1: every device
-  double factor = 1.0;     // kDegrade, kSlow
+  double factor = 1.0;     // kDegrade, kSlow; kLinkErrors: the bandwidth left (1 = as before)
   int gen = 0, width = 0;  // kDownTrain
   int every = 0;           // kErrorEvery
+  ErrorCounter counter = ErrorCounter::kCorrectable;  // kLinkErrors
+  double rate = 0;  // kLinkErrors: errors per second of the device's simulated time
+  // kLinkErrors: which device of the GPU's path counts them: 0 the GPU, 1 the port above
+  // it, and so on; -1 (or past the top) the top of the path, the root port on a real tree.
+  int hop = 0;
 };
 
 std::string_view ToString(SimFault::Kind kind);  // "degrade", "downtrain", ...
 std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text);
+// "correctable", "nonfatal", "fatal", "replay"
+std::string_view ToString(SimFault::ErrorCounter counter);
+std::optional<SimFault::ErrorCounter> ParseSimErrorCounter(std::string_view text);
 
 // Another process's traffic on each simulated GPU's link ([simulate]
 // foreign_traffic_bytes_per_second, foreign_traffic_duty): bursts at random moments.
@@ -111,6 +124,13 @@ class SimBackend final : public TransferBackend {
   std::optional<SimLinkCounters> ReadLinkCounters(int device, double ahead_s = 0) const;
   // The foreign traffic's rate on `device` now, both directions summed (0 for none).
   double ForeignBytesPerSecond(int device) const;
+
+  // The link error counters of `device`'s `path` now: its sysfs tree's AER files (read as
+  // on a real host) or, on the built-in host, every device readable from 0; NVML's replay
+  // counter from 0; plus what the link_errors faults counted so far on the device's
+  // timeline. Counts survive a change of faults (SetFaults): counters never go back.
+  // Thread-safe.
+  LinkErrors ReadLinkErrors(int device, const LinkPath& path) const;
 
  private:
   struct Outcome {

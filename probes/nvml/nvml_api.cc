@@ -1,0 +1,264 @@
+// NvmlApi on the real library, loaded with dlopen: each call is the NVML function of the
+// same name, its results converted to the interface's types and nothing more. What the
+// values mean is the readers' business (nvml_gpu_load.cc, link_errors.cc).
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "probes/nvml/nvml_abi.h"
+#include "xferd/probes/nvml.h"
+
+namespace xferd::probes {
+namespace {
+
+// NVML's types beyond probes/nvml/nvml_abi.h, from the documented C API (nvml.h).
+struct NvmlUtilization {
+  unsigned int gpu;     // percent of time a kernel ran over the last sample period
+  unsigned int memory;  // percent of time device memory was read or written
+};
+// nvmlValue_t: the value of a field or a sample, its type given next to it.
+union NvmlValue {
+  double d;
+  unsigned int ui;
+  unsigned long ul;
+  unsigned long long ull;
+  long long sll;
+  int si;
+  unsigned short us;
+};
+// nvmlFieldValue_t.
+struct NvmlFieldValue {
+  unsigned int field_id;
+  unsigned int scope_id;
+  long long timestamp_us;  // CPU time the value was read
+  long long latency_us;
+  int value_type;
+  NvmlReturn nvml_return;
+  NvmlValue value;
+};
+static_assert(sizeof(NvmlFieldValue) == 40, "nvmlFieldValue_t is 40 bytes");
+// nvmlSample_t.
+struct NvmlRawSample {
+  unsigned long long timestamp_us;
+  NvmlValue value;
+};
+static_assert(sizeof(NvmlRawSample) == 16, "nvmlSample_t is 16 bytes");
+
+constexpr int kNvmlPcieUtilTxBytes = 0;          // NVML_PCIE_UTIL_TX_BYTES, KB/s
+constexpr int kNvmlPcieUtilRxBytes = 1;          // NVML_PCIE_UTIL_RX_BYTES, KB/s
+constexpr unsigned int kFieldPcieTxBytes = 197;  // NVML_FI_DEV_PCIE_COUNT_TX_BYTES
+constexpr unsigned int kFieldPcieRxBytes = 198;  // NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+constexpr int kSamplesGpuUtilization = 1;        // NVML_GPU_UTILIZATION_SAMPLES
+// nvmlValueType_t
+constexpr int kValueDouble = 0, kValueUInt = 1, kValueULong = 2, kValueULongLong = 3,
+              kValueSLongLong = 4, kValueSInt = 5, kValueUShort = 6;
+// The driver keeps at most this many samples per type; the buffer holds them all.
+constexpr unsigned int kMaxSamples = 120;
+
+using ErrorStringFn = const char* (*)(NvmlReturn);
+using HandleByUuidFn = NvmlReturn (*)(const char*, nvml::Device*);
+using UtilizationFn = NvmlReturn (*)(nvml::Device, NvmlUtilization*);
+using PcieThroughputFn = NvmlReturn (*)(nvml::Device, int, unsigned int*);
+using DriverVersionFn = NvmlReturn (*)(char*, unsigned int);
+using FieldValuesFn = NvmlReturn (*)(nvml::Device, int, NvmlFieldValue*);
+using SamplesFn = NvmlReturn (*)(nvml::Device, int, unsigned long long, int*, unsigned int*,
+                                 NvmlRawSample*);
+using ReplayCounterFn = NvmlReturn (*)(nvml::Device, unsigned int*);
+
+double ValueAsDouble(int type, const NvmlValue& v) {
+  switch (type) {
+    case kValueDouble: return v.d;
+    case kValueUInt: return v.ui;
+    case kValueULong: return static_cast<double>(v.ul);
+    case kValueULongLong: return static_cast<double>(v.ull);
+    case kValueSLongLong: return static_cast<double>(v.sll);
+    case kValueSInt: return v.si;
+    case kValueUShort: return v.us;
+  }
+  return 0;
+}
+
+nvml::Device Raw(NvmlDevice device) {
+  return static_cast<nvml::Device>(const_cast<void*>(device));
+}
+
+class DlopenNvml final : public NvmlApi {
+ public:
+  explicit DlopenNvml(const std::string& library) {
+    handle_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle_ == nullptr) {
+      const char* err = dlerror();
+      unavailable_ = fmt::format("{} not loadable ({}); is the NVIDIA driver installed?", library,
+                                 err ? err : "unknown error");
+      return;
+    }
+    init_ = Symbol<nvml::InitFn>("nvmlInit_v2");
+    shutdown_ = Symbol<nvml::ShutdownFn>("nvmlShutdown");
+    error_string_ = Symbol<ErrorStringFn>("nvmlErrorString");
+    by_pci_ = Symbol<nvml::HandleByPciFn>("nvmlDeviceGetHandleByPciBusId_v2");
+    by_uuid_ = Symbol<HandleByUuidFn>("nvmlDeviceGetHandleByUUID");
+    utilization_ = Symbol<UtilizationFn>("nvmlDeviceGetUtilizationRates");
+    pcie_ = Symbol<PcieThroughputFn>("nvmlDeviceGetPcieThroughput");
+    // Optional: older drivers lack them, and the readers then do without.
+    field_values_ = Symbol<FieldValuesFn>("nvmlDeviceGetFieldValues");
+    samples_ = Symbol<SamplesFn>("nvmlDeviceGetSamples");
+    replays_ = Symbol<ReplayCounterFn>("nvmlDeviceGetPcieReplayCounter");
+    auto* driver_version = Symbol<DriverVersionFn>("nvmlSystemGetDriverVersion");
+    if (!init_ || !shutdown_ || !by_pci_ || !by_uuid_ || !utilization_ || !pcie_) {
+      unavailable_ = fmt::format("{} lacks the functions xferd needs (an old driver?)", library);
+      return;
+    }
+    const NvmlReturn rc = init_();
+    if (rc != kNvmlSuccess) {
+      unavailable_ = fmt::format("nvmlInit failed: {}", ErrorText(rc));
+      return;
+    }
+    initialised_ = true;
+    char version[96] = {};
+    if (driver_version != nullptr && driver_version(version, sizeof version) == kNvmlSuccess) {
+      driver_version_ = version;
+    }
+  }
+
+  ~DlopenNvml() override {
+    if (initialised_) shutdown_();
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+
+  std::string Unavailable() const override { return unavailable_; }
+  std::string DriverVersion() const override { return driver_version_; }
+
+  std::string ErrorText(NvmlReturn rc) const override {
+    if (error_string_ != nullptr) {
+      if (const char* s = error_string_(rc)) return s;
+    }
+    return fmt::format("NVML error {}", rc);
+  }
+
+  NvmlReturn DeviceByPciBusId(const std::string& bus_id, NvmlDevice* device) override {
+    if (!initialised_) return kNvmlErrorUnknown;
+    nvml::Device raw = nullptr;
+    const NvmlReturn rc = by_pci_(bus_id.c_str(), &raw);
+    *device = raw;
+    return rc;
+  }
+
+  NvmlReturn DeviceByUuid(const std::string& uuid, NvmlDevice* device) override {
+    if (!initialised_) return kNvmlErrorUnknown;
+    nvml::Device raw = nullptr;
+    const NvmlReturn rc = by_uuid_(uuid.c_str(), &raw);
+    *device = raw;
+    return rc;
+  }
+
+  NvmlReturn GpuUtilization(NvmlDevice device, unsigned* percent) override {
+    if (!initialised_) return kNvmlErrorUnknown;
+    NvmlUtilization util{};
+    const NvmlReturn rc = utilization_(Raw(device), &util);
+    *percent = util.gpu;
+    return rc;
+  }
+
+  NvmlReturn PcieThroughput(NvmlDevice device, PcieCounter counter, unsigned* kib_per_s) override {
+    if (!initialised_) return kNvmlErrorUnknown;
+    return pcie_(Raw(device),
+                 counter == PcieCounter::kRx ? kNvmlPcieUtilRxBytes : kNvmlPcieUtilTxBytes,
+                 kib_per_s);
+  }
+
+  bool HasPcieByteCounters() const override { return initialised_ && field_values_ != nullptr; }
+
+  NvmlReturn PcieByteCounters(NvmlDevice device, NvmlCounterValue* rx,
+                              NvmlCounterValue* tx) override {
+    if (!HasPcieByteCounters()) return kNvmlErrorNotSupported;
+    NvmlFieldValue values[2] = {};
+    values[0].field_id = kFieldPcieRxBytes;
+    values[1].field_id = kFieldPcieTxBytes;
+    const NvmlReturn rc = field_values_(Raw(device), 2, values);
+    if (rc != kNvmlSuccess) return rc;
+    const auto convert = [](const NvmlFieldValue& v, NvmlCounterValue* out) {
+      out->status = v.nvml_return;
+      out->is_64_bit = v.value_type == kValueULongLong || v.value_type == kValueSLongLong;
+      // 64-bit types as they are (the bits of a signed counter are its count); the others
+      // widened, so that a reader can still tell them apart by is_64_bit.
+      out->value = out->is_64_bit
+                       ? v.value.ull
+                       : static_cast<std::uint64_t>(ValueAsDouble(v.value_type, v.value));
+      out->timestamp_us = v.timestamp_us;
+    };
+    convert(values[0], rx);
+    convert(values[1], tx);
+    return kNvmlSuccess;
+  }
+
+  bool HasUtilizationSamples() const override { return initialised_ && samples_ != nullptr; }
+
+  NvmlReturn UtilizationSamples(NvmlDevice device, std::uint64_t since_us,
+                                std::vector<NvmlSample>* samples) override {
+    samples->clear();
+    if (!HasUtilizationSamples()) return kNvmlErrorNotSupported;
+    NvmlRawSample buffer[kMaxSamples] = {};
+    unsigned int count = kMaxSamples;
+    int type = kValueUInt;
+    const NvmlReturn rc =
+        samples_(Raw(device), kSamplesGpuUtilization, since_us, &type, &count, buffer);
+    if (rc != kNvmlSuccess) return rc;
+    for (unsigned int i = 0; i < std::min(count, kMaxSamples); ++i) {
+      samples->push_back({buffer[i].timestamp_us, ValueAsDouble(type, buffer[i].value)});
+    }
+    return kNvmlSuccess;
+  }
+
+  NvmlReturn PcieReplayCounter(NvmlDevice device, unsigned* replays) override {
+    if (!initialised_) return kNvmlErrorUnknown;
+    if (replays_ == nullptr) return kNvmlErrorNotSupported;
+    return replays_(Raw(device), replays);
+  }
+
+ private:
+  template <typename Fn>
+  Fn Symbol(const char* name) {
+    return reinterpret_cast<Fn>(dlsym(handle_, name));
+  }
+
+  void* handle_ = nullptr;
+  bool initialised_ = false;
+  std::string unavailable_, driver_version_;
+  nvml::InitFn init_ = nullptr;
+  nvml::ShutdownFn shutdown_ = nullptr;
+  ErrorStringFn error_string_ = nullptr;
+  nvml::HandleByPciFn by_pci_ = nullptr;
+  HandleByUuidFn by_uuid_ = nullptr;
+  UtilizationFn utilization_ = nullptr;
+  PcieThroughputFn pcie_ = nullptr;
+  FieldValuesFn field_values_ = nullptr;
+  SamplesFn samples_ = nullptr;
+  ReplayCounterFn replays_ = nullptr;
+};
+
+}  // namespace
+
+std::shared_ptr<NvmlApi> OpenNvml(const std::string& library) {
+  // One per library while anyone holds it: nvmlInit and nvmlShutdown pair up per instance.
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<NvmlApi>> open;
+  std::lock_guard lock(mutex);
+  if (auto held = open[library].lock()) return held;
+  auto made = std::make_shared<DlopenNvml>(library);
+  open[library] = made;
+  return made;
+}
+
+NvmlReturn FindNvmlDevice(NvmlApi& nvml, const DeviceInfo& device, NvmlDevice* out) {
+  *out = nullptr;
+  NvmlReturn rc = kNvmlErrorNotFound;
+  if (!device.pci_bus_id.empty()) rc = nvml.DeviceByPciBusId(device.pci_bus_id, out);
+  if (rc != kNvmlSuccess && !device.uuid.empty()) rc = nvml.DeviceByUuid(device.uuid, out);
+  if (rc != kNvmlSuccess) *out = nullptr;
+  return rc;
+}
+
+}  // namespace xferd::probes
