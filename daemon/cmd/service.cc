@@ -251,6 +251,7 @@ LinkErrorGrowth Service::ReadLinkErrors(const DeviceCycle& dc) {
   const LinkErrorReading reading = link_errors_.Observe(
       dc.device, seams_.link_errors->Read(dc.device, path), seams_.clock->Now());
   metrics_.RecordLinkErrors(dc.device, reading);
+  status_board_.RecordLinkErrors(dc.device, reading);
   return link_errors_.Growth(dc.device.uuid);
 }
 

@@ -66,9 +66,11 @@ json Errors(const std::optional<std::vector<LinkErrorCounter>>& counters) {
   json list = json::array();
   for (const LinkErrorCounter& c : *counters) {
     list.push_back({{"device", Text(c.device)},
-                    {"counter", Text(c.counter)},
+                    {"counter", c.counter},
+                    {"source", c.source},
+                    {"class", c.aer_class.empty() ? json(nullptr) : json(c.aer_class)},
                     {"readable", c.readable},
-                    {"value", c.readable && std::isfinite(c.value) ? json(c.value) : json(nullptr)},
+                    {"value", c.value ? json(*c.value) : json(nullptr)},
                     {"reason", c.readable ? std::string() : Text(c.reason)}});
   }
   return {{"read", true}, {"reason", ""}, {"counters", std::move(list)}};
@@ -176,9 +178,26 @@ void StatusBoard::RecordHealth(const core::DeviceHealth& health, DeviceVerdict v
   d.busy = busy;
 }
 
-void StatusBoard::RecordLinkErrors(int gpu, std::vector<LinkErrorCounter> counters) {
+void StatusBoard::RecordLinkErrors(const probes::DeviceInfo& device,
+                                   const core::LinkErrorReading& reading) {
+  std::vector<LinkErrorCounter> counters;
+  for (const core::LinkErrorDevice& d : reading.aer) {
+    for (probes::AerClass c : probes::kAllAerClasses) {
+      const auto i = static_cast<std::size_t>(c);
+      auto add = [&](std::string_view file, const std::optional<std::uint64_t>& value) {
+        counters.push_back({d.read.bdf, std::string(file), "aer", std::string(probes::ToString(c)),
+                            d.readable && value.has_value(), value,
+                            d.problem.empty() ? "not in this device's files" : d.problem});
+      };
+      add(probes::DeviceFileOf(c), d.read.device[i]);
+      if (d.read.root_port) add(probes::RootPortFileOf(c), d.read.rootport[i]);
+    }
+  }
+  counters.push_back({device.pci_bus_id, "nvml_pcie_replay", "nvml_replay", "",
+                      reading.replays_readable && reading.replays.has_value(), reading.replays,
+                      reading.replays_problem});
   std::lock_guard lock(mutex_);
-  devices_[gpu].link_errors = std::move(counters);
+  devices_[device.index].link_errors = std::move(counters);
 }
 
 std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_point now) const {

@@ -25,6 +25,7 @@
 
 #include "core/health_tracker.h"
 #include "core/incident_log.h"
+#include "core/link_errors.h"
 #include "exporter/metrics.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
@@ -36,14 +37,16 @@ namespace xferd::exporter {
 inline constexpr int kStatusVersion = 1;
 
 // One error counter on a GPU's PCIe path (the kernel's AER counters of each device, NVML's
-// replay counter), as the reader that collects them hands it over each cycle. Until a
-// reader calls RecordLinkErrors for a GPU, its "link.errors" says the counters are not read.
+// replay counter), as the status document lists it. Until the service hands a GPU's reading
+// over (RecordLinkErrors), its "link.errors" says the counters are not read.
 struct LinkErrorCounter {
-  std::string device;   // the PCI address on the path it was read from; "" for the GPU's own
-  std::string counter;  // e.g. "aer_dev_correctable", "aer_dev_fatal", "nvml_pcie_replay"
-  bool readable = false;
-  double value = 0;    // the count (when readable)
-  std::string reason;  // why not readable: "no AER capability", "permission denied", ...
+  std::string device;   // the PCI address on the path it was read from (the GPU's for replays)
+  std::string counter;  // e.g. "aer_dev_correctable", "aer_rootport_total_err_fatal", "nvml_pcie_replay"
+  std::string source;   // "aer" or "nvml_replay", as xferd_pcie_error_source_readable says
+  std::string aer_class;               // "correctable", "nonfatal", "fatal"; "" for replays
+  bool readable = false;               // the source was read and trusted this cycle
+  std::optional<std::uint64_t> value;  // the count as read, as the counter series shows it
+  std::string reason;                  // why not readable: "no AER counters in sysfs", ...
 };
 
 // What the service knows of itself when a request comes in.
@@ -71,8 +74,9 @@ class StatusBoard {
   // After each cycle: the GPU's health, its verdict (IncidentLog::Observe) and whether the
   // busy detector skipped it.
   void RecordHealth(const core::DeviceHealth& health, core::DeviceVerdict verdict, bool busy);
-  // The link error counters of one GPU's path, replacing the last ones.
-  void RecordLinkErrors(int gpu, std::vector<LinkErrorCounter> counters);
+  // The link error counters of one GPU's path as judged this cycle (the reading
+  // Metrics::RecordLinkErrors publishes), replacing the last ones.
+  void RecordLinkErrors(const probes::DeviceInfo& device, const core::LinkErrorReading& reading);
 
   // The document (JSON text, one line). `now` stamps it.
   std::string Render(const DaemonStatus& daemon, std::chrono::system_clock::time_point now) const;

@@ -130,10 +130,27 @@ def check_against_metrics(doc, m):
                            ("narrowest", pcie["narrowest"])):
             assert got["generation"] == one(m, "xferd_pcie_link_generation", gpu=gpu, state=state)
             assert got["width"] == one(m, "xferd_pcie_link_width", gpu=gpu, state=state)
-        assert close(pcie["narrowest"]["bytes_per_second"],
-                     one(m, "xferd_pcie_path_narrowest_link_bytes_per_second", gpu=gpu))
-        # The error counters are another reader's: "not read" until it hands them over.
-        assert link["errors"]["read"] is False and link["errors"]["counters"] == []
+        # The link's error counters: each value is its counter series' (absent while not
+        # readable, never 0), each source's readability the gauge's.
+        errors = link["errors"]
+        assert errors["read"] is True and errors["counters"], errors
+        family = {"aer_dev_": "xferd_pcie_aer_errors_total",
+                  "aer_rootport_": "xferd_pcie_aer_rootport_errors_total"}
+        sources = {}
+        for c in errors["counters"]:
+            if c["source"] == "nvml_replay":
+                metric = one(m, "xferd_pcie_replays_total", gpu=gpu)
+            else:
+                name = next(f for prefix, f in family.items() if c["counter"].startswith(prefix))
+                metric = one(m, name, gpu=gpu, device=c["device"], **{"class": c["class"]})
+            assert (c["value"] is None) == (metric is None), (c, metric)
+            if metric is not None:
+                assert close(c["value"], metric), (c, metric)
+            sources.setdefault((c["device"], c["source"]), []).append(c["readable"])
+        for (device, source), readable in sources.items():
+            gauge = one(m, "xferd_pcie_error_source_readable", gpu=gpu, device=device,
+                        source=source)
+            assert gauge == (1 if all(readable) else 0), (device, source, readable, gauge)
 
         # Contention.
         c = g["contention"]

@@ -158,15 +158,44 @@ TEST(StatusBoard, SaysWhatWasRecorded) {
 TEST(StatusBoard, LinkErrorsAppearOnceAReaderHandsThemOver) {
   core::IncidentLog log;
   StatusBoard board(log);
-  board.SetDevice(Gpu(0));
-  board.RecordLinkErrors(0, {{"0000:01:00.0", "aer_dev_correctable", true, 12, ""},
-                             {"", "nvml_pcie_replay", false, 0, "NVML not loaded"}});
+  const probes::DeviceInfo gpu = Gpu(0);
+  board.SetDevice(gpu);
+  EXPECT_EQ(Render(board)["gpus"][0]["link"]["errors"]["read"], false);
+
+  // The GPU's own AER files, read; a root port above it whose files are missing (a VM, AER
+  // off); NVML's replay counter not there.
+  core::LinkErrorReading reading;
+  core::LinkErrorDevice own;
+  own.read.bdf = gpu.pci_bus_id;
+  own.read.device = {12, 0, 0};
+  own.readable = true;
+  core::LinkErrorDevice port;
+  port.read.bdf = "0000:00:01.0";
+  port.read.root_port = true;
+  port.problem = "no AER counters in sysfs";
+  reading.aer = {own, port};
+  reading.replays_problem = "NVML not loaded";
+  board.RecordLinkErrors(gpu, reading);
+
   const json errors = Render(board)["gpus"][0]["link"]["errors"];
   EXPECT_EQ(errors["read"], true);
-  ASSERT_EQ(errors["counters"].size(), 2u);
-  EXPECT_EQ(errors["counters"][0]["value"], 12);
-  EXPECT_TRUE(errors["counters"][1]["value"].is_null()) << "not readable is no value, never 0";
-  EXPECT_EQ(errors["counters"][1]["reason"], "NVML not loaded");
+  ASSERT_EQ(errors["counters"].size(), 3u + 6u + 1u);  // the GPU's 3, the root port's 3 + 3
+  const json& cor = errors["counters"][0];
+  EXPECT_EQ(cor["device"], gpu.pci_bus_id);
+  EXPECT_EQ(cor["counter"], "aer_dev_correctable");
+  EXPECT_EQ(cor["class"], "correctable");
+  EXPECT_EQ(cor["readable"], true);
+  EXPECT_EQ(cor["value"], 12);
+  const json& missing = errors["counters"][3];
+  EXPECT_EQ(missing["device"], "0000:00:01.0");
+  EXPECT_EQ(missing["readable"], false);
+  EXPECT_TRUE(missing["value"].is_null()) << "not readable is no value, never 0";
+  EXPECT_EQ(missing["reason"], "no AER counters in sysfs");
+  const json& replays = errors["counters"].back();
+  EXPECT_EQ(replays["counter"], "nvml_pcie_replay");
+  EXPECT_EQ(replays["source"], "nvml_replay");
+  EXPECT_TRUE(replays["value"].is_null());
+  EXPECT_EQ(replays["reason"], "NVML not loaded");
 }
 
 TEST(StatusBoard, RendersWhileTheProbeThreadRecords) {
