@@ -20,13 +20,12 @@
 #include "cmd/backend.h"
 #include "cmd/commands.h"
 #include "cmd/probe_concurrent.h"
-#include "cmd/watched_probe.h"
 #include "config/config.h"
 #include "core/band.h"
 #include "core/busy_detector.h"
-#include "core/contention.h"
 #include "core/health_tracker.h"
 #include "core/plan.h"
+#include "core/probe_runner.h"
 #include "platform/exit_codes.h"
 #include "xferd/probes/stats.h"
 #include "xferd/probes/topology.h"
@@ -69,40 +68,22 @@ double NarrowestRate(const probes::LinkPath& path) {
 
 Row Judge(ProbeSample sample, const probes::LinkPath& path, const probes::ExpectedBand& band) {
   Row row;
-  switch (sample.status) {
-    case ProbeStatus::kUnsupported: row.verdict = "unsupported: " + sample.message; break;
-    case ProbeStatus::kError:
-      row.verdict = "error: " + sample.message;
-      row.bad = true;
-      break;
-    case ProbeStatus::kTimeout:
-      row.verdict = "timeout";
-      row.bad = true;
-      break;
-    case ProbeStatus::kOk: {
-      const probes::ProbeSpec& spec = sample.spec;
-      if (const double rate = NarrowestRate(path); rate > 0) {
-        row.percent_of_link = 100.0 * PerDirection(spec.direction, sample.MedianBandwidth()) / rate;
-      }
-      if (sample.Contended()) {
-        // Another process shared the link: the figure is the neighbour's doing.
-        row.verdict = "contended: " + sample.contention.reason;
-        break;
-      }
-      const BandVerdict verdict =
-          JudgeBand(spec.mode, spec.direction, spec.size_bytes, sample.MedianBandwidth(), band);
-      row.verdict = std::string(ToString(verdict));
-      row.bad = verdict == BandVerdict::kBelowBand;
-      break;
+  if (sample.status == ProbeStatus::kOk) {
+    if (const double rate = NarrowestRate(path); rate > 0) {
+      row.percent_of_link =
+          100.0 * PerDirection(sample.spec.direction, sample.MedianBandwidth()) / rate;
     }
   }
+  const SampleVerdict verdict = JudgeSample(sample, band);
+  row.verdict = verdict.text;
+  row.bad = verdict.bad;
   row.sample = std::move(sample);
   return row;
 }
 
-DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceInfo& info,
-                         const std::vector<ProbeSpec>& plan, const Config& config,
-                         BusyDetector& load) {
+DeviceReport ProbeDevice(ProbeRunner& runner, probes::TransferBackend& backend,
+                         const probes::DeviceInfo& info, const std::vector<ProbeSpec>& plan,
+                         const Config& config, BusyDetector& load) {
   DeviceReport report;
   report.info = info;
   const probes::Capabilities caps = backend.GetCapabilities(info.index);
@@ -117,15 +98,16 @@ DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceI
       samples.push_back(std::move(skipped));
       continue;
     }
-    // Read the path during the first link-bound probe, when the link carries traffic.
-    const bool watch = !link_read && probes::IsLinkBound(spec.mode, spec.direction);
-    // The link's traffic is read around it and judged for contention, as the daemon does.
-    load.BeginProbe(info);
-    ProbeSample sample = RunWatched(backend, info.index, spec, watch ? &report.path : nullptr);
-    sample.traffic = load.EndProbe(info);
-    sample.contention = JudgeContention(sample, {config.busy_pcie_bytes_per_s});
-    samples.push_back(std::move(sample));
-    link_read = link_read || watch;
+    // The path is read during the first link-bound probe, while the link carries traffic;
+    // the link's traffic around each probe is judged for contention, as the daemon does.
+    std::optional<Measured> m =
+        runner.Run(info, spec, &load, config,
+                   !link_read && probes::IsLinkBound(spec.mode, spec.direction), {});
+    if (m->link) {
+      report.path = std::move(*m->link);
+      link_read = true;
+    }
+    samples.push_back(std::move(m->sample));
   }
   if (!link_read) report.path = backend.ReadLinkPath(info.index);
   report.band = ResolveBand(config, info, report.path);
@@ -417,9 +399,11 @@ int RunProbeCommand(const ProbeCommandOptions& options) {
   Config windows_only = config;
   windows_only.busy_detection = false;
   const std::unique_ptr<BusyDetector> load = MakeBusyDetector(windows_only, made.sim);
+  SteadyClock clock;
+  ProbeRunner runner(backend, clock, HangWatch::kCancel);
   std::vector<DeviceReport> reports;
   for (const auto& info : selected) {
-    reports.push_back(ProbeDevice(backend, info, plan, config, *load));
+    reports.push_back(ProbeDevice(runner, backend, info, plan, config, *load));
   }
   if (options.json) {
     PrintJson(backend.Name(), reports);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/probe_runner.h"
 #include "xferd/probes/stats.h"
 
 namespace xferd::core {
@@ -32,8 +33,7 @@ HealthTracker::Reading HealthTracker::JudgeReading(const Settings& config,
   const double median = sample.MedianBandwidth();
   const std::vector<double> learned(state.medians.begin(), state.medians.end());
   Reading r;
-  r.below_band = JudgeBand(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes, median,
-                           band) == BandVerdict::kBelowBand;
+  r.below_band = JudgeSample(sample, band).BelowBand();
   r.below_baseline = static_cast<int>(learned.size()) >= kMinBaselineCycles &&
                      median < config.drift_fraction * probes::RobustBaseline(learned);
   return r;
