@@ -1,23 +1,18 @@
 // `xferd probe`: every planned probe once on every selected GPU, as a table or JSON. The
-// GPUs, the probes, the band and the verdict come from core (plan.h, band.h), as for
-// `xferd run`; what is its own is running each probe once and printing the results.
+// GPUs, the probes and the band come from core (plan.h, band.h), and each probe is run and
+// judged by core's ProbeRunner (probe_runner.h), as for `xferd run`; what is its own is
+// choosing to run each probe once and printing the results.
 #include <algorithm>
-#include <atomic>
 #include <cctype>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <stdexcept>
-#include <stop_token>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cmd/backend.h"
+#include "cmd/band_output.h"
 #include "cmd/commands.h"
 #include "cmd/probe_concurrent.h"
 #include "config/config.h"
@@ -53,23 +48,15 @@ struct Row {
 struct DeviceReport {
   probes::DeviceInfo info;
   probes::LinkPath path;
-  probes::ExpectedBand band;
+  core::ExpectedBand band;
   std::vector<Row> rows;
   std::vector<Diagnosis> diagnoses;  // likely causes of what the rows show; usually none
 };
 
-// What the GPU's host link carries per direction: NVLink-C2C's rate, else the narrowest
-// PCIe link's.
-double NarrowestRate(const probes::LinkPath& path) {
-  if (path.c2c) return probes::kC2cBytesPerSecond;
-  const probes::PcieLink* link = path.Narrowest();
-  return link != nullptr ? link->CurrentBytesPerSecond() : 0.0;
-}
-
-Row Judge(ProbeSample sample, const probes::LinkPath& path, const probes::ExpectedBand& band) {
+Row Judge(ProbeSample sample, const probes::LinkPath& path, const core::ExpectedBand& band) {
   Row row;
   if (sample.status == ProbeStatus::kOk) {
-    if (const double rate = NarrowestRate(path); rate > 0) {
+    if (const double rate = HostLinkRate(path); rate > 0) {
       row.percent_of_link =
           100.0 * PerDirection(sample.spec.direction, sample.MedianBandwidth()) / rate;
     }
@@ -283,10 +270,7 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
            {"numa_node", r.path.numa_node},
            {"iommu_type", r.path.iommu_type},
            {"note", r.path.note}}},
-         {"expected_band",
-          {{"lower_bytes_per_s", r.band.lower_bytes_per_s},
-           {"upper_bytes_per_s", r.band.upper_bytes_per_s},
-           {"source", r.band.source}}},
+         {"expected_band", BandJson(r.band)},
          {"diagnoses", diagnoses}});
     for (const Row& row : r.rows) {
       const ProbeSample& s = row.sample;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cmd/band_output.h"
 #include "core/band.h"
 #include "core/host_groups.h"
 #include "core/probe_runner.h"
@@ -25,7 +26,7 @@ struct RunReport {
 
 struct GroupReport {
   core::HostGroup group;
-  probes::ExpectedBand band;
+  core::ExpectedBand band;
   std::vector<RunReport> runs;
 };
 
@@ -162,10 +163,7 @@ nlohmann::json Json(const std::string& backend, const std::vector<probes::Device
                           {"gpus", g.group.gpus},
                           {"shared_link", g.group.shared_link},
                           {"capacity_bytes_per_s", g.group.capacity_bytes_per_s},
-                          {"expected_band",
-                           {{"lower_bytes_per_s", g.band.lower_bytes_per_s},
-                            {"upper_bytes_per_s", g.band.upper_bytes_per_s},
-                            {"source", g.band.source}}},
+                          {"expected_band", BandJson(g.band)},
                           {"runs", runs}});
   }
   nlohmann::json diagnoses = nlohmann::json::array();
@@ -255,16 +253,6 @@ int RunConcurrentProbes(probes::TransferBackend& backend,
                  bad);
   }
   return bad > 0 ? 1 : 0;
-}
-
-std::string Gbps(double bytes_per_s) {
-  return fmt::format("{:.2f}", bytes_per_s / 1e9);
-}
-
-std::string BandText(const probes::ExpectedBand& band) {
-  if (!band.Known()) return band.source;
-  return fmt::format("{}-{} GB/s per direction ({})", Gbps(band.lower_bytes_per_s),
-                     Gbps(band.upper_bytes_per_s), band.source);
 }
 
 }  // namespace xferd::cmd

@@ -228,12 +228,11 @@ void Service::LogConcurrent(const GroupRun& run, const Config& config) {
                                ? fmt::format("{:.2f}", s.MedianBandwidth() / 1e9)
                                : std::string(probes::ToString(s.status)));
   }
-  const probes::ExpectedBand band = GroupBand(run.group, config);
+  const core::ExpectedBand band = GroupBand(run.group, config);
   spdlog::info("concurrent {} pinned {}: GPUs {} GB/s; together {}{}", run.group.name,
                probes::ToString(run.spec.direction), members,
                run.AllOk() ? fmt::format("{:.2f} GB/s", run.Aggregate() / 1e9) : "n/a",
-               // The band is per direction: both ways at once is the host's memory's business.
-               band.Known() && run.spec.direction != probes::Direction::kBidirectional
+               band.Known() && AggregateHeldToBand(run.spec.direction)
                    ? fmt::format(" (expected {:.2f}-{:.2f})", band.lower_bytes_per_s / 1e9,
                                  band.upper_bytes_per_s / 1e9)
                    : "");

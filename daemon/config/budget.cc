@@ -54,10 +54,7 @@ SeriesEstimate EstimateSeries(const core::Settings& settings) {
   std::size_t exempt = 0;
   for (const std::uint64_t size : settings.sizes) {
     for (const probes::ProbeSpec& spec : plan) {
-      if (probes::IsLinkBound(spec.mode, spec.direction) &&
-          !core::HeldToBand(spec.mode, spec.direction, size)) {
-        ++exempt;
-      }
+      if (core::BandExempt(spec.mode, spec.direction, size)) ++exempt;
     }
   }
   e.probes = plan.size() * settings.sizes.size();

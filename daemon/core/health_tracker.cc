@@ -13,8 +13,8 @@ using probes::ProbeStatus;
 using probes::TransferMode;
 
 // The series judged worst for a headline: below band first, then the largest shortfall.
-double Shortfall(const SeriesHealth& s, const probes::ExpectedBand& device_band) {
-  const probes::ExpectedBand band = ModeBand(device_band, s.mode, s.direction);
+double Shortfall(const SeriesHealth& s, const ExpectedBand& device_band) {
+  const ExpectedBand band = ModeBand(device_band, s.mode, s.direction);
   if (s.below_band && band.lower_bytes_per_s > 0) {
     return 1.0 + (1.0 - PerDirection(s.direction, s.median_bytes_per_s) / band.lower_bytes_per_s);
   }
@@ -27,7 +27,7 @@ double Shortfall(const SeriesHealth& s, const probes::ExpectedBand& device_band)
 }  // namespace
 
 HealthTracker::Reading HealthTracker::JudgeReading(const Settings& config,
-                                                   const probes::ExpectedBand& band,
+                                                   const ExpectedBand& band,
                                                    const SeriesState& state,
                                                    const probes::ProbeSample& sample) {
   const double median = sample.MedianBandwidth();
@@ -140,7 +140,7 @@ DeviceHealth HealthTracker::Observe(const CycleObservation& obs) {
   device.last.gpu = obs.device.index;
   device.last.uuid = uuid;
   device.last.band = ResolveBand(config_, obs.device, obs.link_path);
-  const probes::ExpectedBand& band = device.last.band;
+  const ExpectedBand& band = device.last.band;
   const int k = std::max(1, config_.consecutive_bad);
   const auto window = static_cast<std::size_t>(std::max(1, config_.baseline_window));
 

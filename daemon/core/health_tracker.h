@@ -41,7 +41,7 @@ struct PairVerdict {
 struct DeviceHealth {
   int gpu = 0;
   std::string uuid;
-  probes::ExpectedBand band;
+  ExpectedBand band;
   std::vector<SeriesHealth> series;   // every series seen, ordered
   std::vector<PairVerdict> verdicts;  // every (mode, direction) seen, ordered
   std::vector<Diagnosis> diagnoses;   // the causes that hold after the last cycle
@@ -108,7 +108,7 @@ class HealthTracker {
   };
   // The one rule a reading is judged by: the mode's band, and drift against the series'
   // learned history.
-  static Reading JudgeReading(const Settings& config, const probes::ExpectedBand& band,
+  static Reading JudgeReading(const Settings& config, const ExpectedBand& band,
                               const SeriesState& state, const probes::ProbeSample& sample);
   struct DeviceState {
     DeviceHealth last;

@@ -130,7 +130,7 @@ std::optional<Measured> ProbeRunner::Run(const probes::DeviceInfo& device,
   if (stop.stop_requested()) return std::nullopt;  // cut short: not a result
   m.elapsed_s = duration<double>(end - m.started).count();
   HoldToDeadline(m.sample, spec, m.elapsed_s, cancelled);
-  m.sample.contention = JudgeContention(m.sample, {settings.busy_pcie_bytes_per_s});
+  m.sample.contention = JudgeContention(m.sample, ContentionThresholdsOf(settings));
   m.cost_s = CostOf(m.sample, m.elapsed_s);
   if (read_link && m.sample.status == probes::ProbeStatus::kOk) {
     // Right after traffic, before an idle link trains down to save power.
@@ -188,7 +188,7 @@ std::optional<Stall> ProbeRunner::CheckStall(SteadyTime now) {
   return stall;
 }
 
-SampleVerdict JudgeSample(const probes::ProbeSample& sample, const probes::ExpectedBand& band) {
+SampleVerdict JudgeSample(const probes::ProbeSample& sample, const ExpectedBand& band) {
   SampleVerdict v;
   switch (sample.status) {
     case probes::ProbeStatus::kUnsupported: v.text = "unsupported: " + sample.message; break;
@@ -217,10 +217,9 @@ SampleVerdict JudgeSample(const probes::ProbeSample& sample, const probes::Expec
   return v;
 }
 
-AggregateVerdict JudgeAggregate(const GroupRun& run, const probes::ExpectedBand& band) {
+AggregateVerdict JudgeAggregate(const GroupRun& run, const ExpectedBand& band) {
   if (!run.AllOk()) return {true, "error: a member's probe failed"};
-  // Per direction: both ways at once is bounded by the host's memory, not a link.
-  if (run.spec.direction == probes::Direction::kBidirectional) {
+  if (!AggregateHeldToBand(run.spec.direction)) {
     return {false, "n/a (both ways: not held to the band)"};
   }
   if (!band.Known()) return {false, "n/a (no expected band)"};

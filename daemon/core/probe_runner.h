@@ -126,7 +126,7 @@ struct SampleVerdict {
   std::string text;
   bool BelowBand() const { return band == BandVerdict::kBelowBand; }
 };
-SampleVerdict JudgeSample(const probes::ProbeSample& sample, const probes::ExpectedBand& band);
+SampleVerdict JudgeSample(const probes::ProbeSample& sample, const ExpectedBand& band);
 
 // The verdict of a group's aggregate against its band (GroupBand): "ok", "below expected"
 // (bad), "error: a member's probe failed" (bad), or why it is not held to the band ("n/a
@@ -135,6 +135,6 @@ struct AggregateVerdict {
   bool bad = false;
   std::string text;
 };
-AggregateVerdict JudgeAggregate(const GroupRun& run, const probes::ExpectedBand& band);
+AggregateVerdict JudgeAggregate(const GroupRun& run, const ExpectedBand& band);
 
 }  // namespace xferd::core

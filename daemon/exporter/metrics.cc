@@ -362,14 +362,13 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
   }
   bandwidth_.Add(series).Set(sample.MedianBandwidth());
   // Only the exceptions get a series: a default config (64 MiB) adds none.
-  if (probes::IsLinkBound(sample.spec.mode, sample.spec.direction) &&
-      !core::HeldToBand(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes)) {
+  if (core::BandExempt(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes)) {
     band_exempt_.Add(series).Set(1);
   }
   last_success_.Add({{"gpu", gpu}, {"mode", mode}}).Set(UnixNow());
 }
 
-void Metrics::RecordConcurrent(const core::GroupRun& run, const probes::ExpectedBand& band) {
+void Metrics::RecordConcurrent(const core::GroupRun& run, const core::ExpectedBand& band) {
   const ChangeMark mark(generation_);
   const std::string& group = run.group.name;
   const std::string direction = Dir(run.spec.direction);
@@ -428,11 +427,8 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
     // A mode held to its own share of the band gets its own series, with mode and
     // direction labels: only where it differs (managed_prefetch h2d).
     for (const auto& [mode, direction] : probes::AllModeDirections()) {
-      if (!probes::IsLinkBound(mode, direction) ||
-          core::ProfileOf(mode, direction).band_scale == 1.0) {
-        continue;
-      }
-      const probes::ExpectedBand band = core::ModeBand(health.band, mode, direction);
+      if (!core::HasOwnBand(mode, direction)) continue;
+      const core::ExpectedBand band = core::ModeBand(health.band, mode, direction);
       const Labels labels{{"gpu", gpu}, {"mode", Mode(mode)}, {"direction", Dir(direction)}};
       Labels lower = labels, upper = labels;
       lower.emplace("bound", "lower");

@@ -78,7 +78,7 @@ class Metrics {
   // the group's aggregate (only when every member's probe was ok; else the series is
   // removed rather than left stale), its expected band `band`, the group's info series, and
   // each member's device time.
-  void RecordConcurrent(const core::GroupRun& run, const probes::ExpectedBand& band);
+  void RecordConcurrent(const core::GroupRun& run, const core::ExpectedBand& band);
 
   // A probe that did not run: kSkippedBusy or kUnsupported.
   void RecordSkipped(int gpu, probes::TransferMode mode, ProbeResult result);

@@ -226,7 +226,7 @@ TEST(ProbeRunner, AGroupRunHoldsEveryMemberToTheDeadlineInGroupOrder) {
 }
 
 TEST(JudgeSample, SaysWhatFailedWhatWasContendedAndWhatTheBandSays) {
-  const probes::ExpectedBand band{20e9, 26e9, "config"};
+  const ExpectedBand band{20e9, 26e9, "config"};
   probes::ProbeSample s;
   s.spec = Spec();
   s.bytes_per_transfer = s.spec.size_bytes;
@@ -268,7 +268,7 @@ TEST(JudgeSample, SaysWhatFailedWhatWasContendedAndWhatTheBandSays) {
 }
 
 TEST(JudgeAggregate, HoldsEachDirectionsSumToTheGroupsBand) {
-  const probes::ExpectedBand band{40e9, 52e9, "group"};
+  const ExpectedBand band{40e9, 52e9, "group"};
   GroupRun run;
   run.spec = Spec();
   for (int i = 0; i < 2; ++i) {
@@ -280,7 +280,7 @@ TEST(JudgeAggregate, HoldsEachDirectionsSumToTheGroupsBand) {
     run.samples.push_back(s);
   }
   EXPECT_EQ(JudgeAggregate(run, band).text, "ok");
-  EXPECT_EQ(JudgeAggregate(run, probes::ExpectedBand{}).text, "n/a (no expected band)");
+  EXPECT_EQ(JudgeAggregate(run, ExpectedBand{}).text, "n/a (no expected band)");
   run.samples[1].durations_s = {run.spec.size_bytes / 10e9};
   EXPECT_EQ(JudgeAggregate(run, band).text, "below expected");
   EXPECT_TRUE(JudgeAggregate(run, band).bad);
