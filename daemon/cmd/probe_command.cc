@@ -3,7 +3,6 @@
 // judged by core's ProbeRunner (probe_runner.h), as for `xferd run`; what is its own is
 // choosing to run each probe once and printing the results.
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -29,7 +28,6 @@ namespace xferd::cmd {
 
 using namespace xferd::config;
 using namespace xferd::core;
-using namespace xferd::web;
 namespace {
 
 using probes::Direction;
@@ -305,62 +303,17 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
   std::printf("%s\n", doc.dump(2).c_str());
 }
 
-std::string Lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-
-// The daemon's config (--config) or its defaults, with the flags applied over it: the
-// settings `xferd run` would plan from, so both commands probe and judge alike.
-Config ProbeConfig(const ProbeCommandOptions& options) {
-  Config config = options.config_file.empty() ? Config{} : LoadConfig(options.config_file);
-  const ProbeCommandOptions defaults;
-  if (options.simulate) config.simulate = true;
-  if (options.sysfs_root) config.sim.sysfs_root = *options.sysfs_root;
-  // --seed wins over the config's seed unless left at its default.
-  if (options.config_file.empty() || options.seed != defaults.seed) config.sim.seed = options.seed;
-  if (!options.modes.empty()) {
-    config.modes.clear();
-    for (const std::string& text : options.modes) {
-      const auto mode = probes::ParseMode(Lower(text));
-      if (!mode) {
-        throw UsageError("unknown mode \"" + text +
-                         "\" in --mode; valid modes: " + probes::AllModeNames());
-      }
-      if (std::find(config.modes.begin(), config.modes.end(), *mode) == config.modes.end()) {
-        config.modes.push_back(*mode);
-      }
-    }
-  }
-  if (!options.sizes.empty()) {
-    config.sizes.clear();
-    for (const std::string& text : options.sizes) {
-      const auto size = probes::ParseSize(text);
-      if (!size || *size == 0) {
-        throw UsageError("bad transfer size \"" + text +
-                         "\" in --size; write a positive size such as 4KiB, 64MiB or 1GiB");
-      }
-      config.sizes.push_back(*size);
-    }
-  }
-  // Flags left at their defaults give way to the file.
-  if (options.iterations != defaults.iterations) config.iterations = options.iterations;
-  if (options.warmup != defaults.warmup) config.warmup = options.warmup;
-  return config;
-}
-
 constexpr const char* kNoDeviceHint =
     "no NVIDIA driver/GPU found; run `xferd probe --simulate` to try the simulated device";
 
 }  // namespace
 
 int RunProbeCommand(const ProbeCommandOptions& options) {
-  const Config config = ProbeConfig(options);
+  const Config config = ConfigWithFlags(options.flags);
   const std::vector<ProbeSpec> plan = PlanProbes(config, Deadlines::kStretchedToSize);
   if (plan.empty()) throw UsageError("no probe selected (check --mode)");
 
-  const Backend made = MakeBackend(config, "probe", options.sysfs_root.value_or("/sys"));
+  const Backend made = MakeBackend(config, "probe", options.flags.sysfs_root.value_or("/sys"));
   probes::TransferBackend& backend = *made.backend;
   const std::vector<probes::DeviceInfo> all = backend.Devices();
   if (all.empty()) throw probes::NoDeviceError(kNoDeviceHint);

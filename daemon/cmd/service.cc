@@ -326,7 +326,7 @@ void Service::FinishReload() {
     next.simulate = running->simulate;
     next.gpus = running->gpus;
     SetLogLevel(next.log_level);
-    if (seams_.sim != nullptr) seams_.sim->SetFaults(next.sim.faults);
+    if (seams_.on_reload) seams_.on_reload(next);
     if (next.web.basic_auth_users != running->web.basic_auth_users) {
       http_->SetBasicAuthUsers(next.web.basic_auth_users);
     }
@@ -336,6 +336,7 @@ void Service::FinishReload() {
       busy_description_ = busy->Describe();
       spdlog::info("busy detection: {}", busy_description_);
     }
+    metrics_.SetPlan(next);
     health_.Reconfigure(next);
     scheduler_->Reconfigure(next, std::move(busy));
     {
@@ -386,6 +387,7 @@ void Service::StartServing(const Config& config) {
 void Service::Prepare(const Config& config) {
   metrics_.SetBuildInfo();
   for (const auto& d : devices_) metrics_.SetDevice(d);
+  metrics_.SetPlan(config);
   metrics_.RecordConfigReload(
       true, duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
 

@@ -19,12 +19,14 @@ constexpr std::size_t kHistogramBuckets = 13;              // 12 boundaries and 
 constexpr std::size_t kHistogram = kHistogramBuckets + 2;  // and _sum, _count
 constexpr std::size_t kGauges = 2;                         // bandwidth, baseline
 constexpr std::size_t kPerModeDirection = 1;               // xferd_bandwidth_degraded
-constexpr std::size_t kRunResults = 6 * 6;  // xferd_probe_runs_total: every mode x result
-constexpr std::size_t kPerMode = 1;         // xferd_probe_last_success_timestamp_seconds
-constexpr std::size_t kOverlap = 1;         // xferd_overlap_ratio, with pinned_async
-// expected band 2 and managed_prefetch h2d's own 2, diagnosis 10, PCIe link 7, device
-// seconds 2, device and host link info 2, foreign traffic 2 and the link's readability 1.
-constexpr std::size_t kFixedPerGpu = 2 + 2 + 10 + 7 + 2 + 2 + 2 + 1;
+// Per probed mode: xferd_probe_runs_total of each result, and
+// xferd_probe_last_success_timestamp_seconds.
+constexpr std::size_t kPerMode = 6 + 1;
+constexpr std::size_t kOverlap = 1;  // xferd_overlap_ratio, with pinned_async
+constexpr std::size_t kOwnBand = 2;  // a probed pair's own band (core::OwnBandPairs)
+// expected band 2, diagnosis 10, PCIe link 7, device seconds 2, device and host link info 2,
+// foreign traffic 2 and the link's readability 1.
+constexpr std::size_t kFixedPerGpu = 2 + 10 + 7 + 2 + 2 + 2 + 1;
 // xferd_concurrent_bandwidth_bytes_per_second on a multi-GPU host: 3 directions for each
 // group a GPU is in (the host's, and its switch uplink's). Counted against the limit as an
 // allowance: how many groups there are is the host's topology, not the file's.
@@ -59,9 +61,9 @@ SeriesEstimate EstimateSeries(const core::Settings& settings) {
   }
   e.probes = plan.size() * settings.sizes.size();
   e.per_size = plan.size() * kGauges + with_histogram * kHistogram;
-  e.per_gpu = e.per_size * settings.sizes.size() + pairs.size() * kPerModeDirection + kRunResults +
-              settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) + kFixedPerGpu +
-              exempt;
+  e.per_gpu = e.per_size * settings.sizes.size() + pairs.size() * kPerModeDirection +
+              settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) +
+              core::OwnBandPairs(settings).size() * kOwnBand + kFixedPerGpu + exempt;
   e.exempt_per_gpu = exempt;
   e.concurrent_per_gpu = settings.concurrent ? kConcurrentPerGpu : 0;
   e.baseline_values_per_gpu = e.probes * static_cast<std::size_t>(settings.baseline_window);

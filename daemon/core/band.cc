@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/host_groups.h"
 #include "core/plan.h"
 
@@ -134,6 +136,18 @@ bool BandExempt(probes::TransferMode mode, probes::Direction direction, std::uin
 
 bool HasOwnBand(probes::TransferMode mode, probes::Direction direction) {
   return probes::IsLinkBound(mode, direction) && ProfileOf(mode, direction).band_scale != 1.0;
+}
+
+std::vector<std::pair<probes::TransferMode, probes::Direction>> OwnBandPairs(
+    const Settings& settings) {
+  // Every size plans the same pairs: plan one.
+  Settings one_size = settings;
+  one_size.sizes.resize(std::min<std::size_t>(settings.sizes.size(), 1));
+  std::vector<std::pair<probes::TransferMode, probes::Direction>> pairs;
+  for (const probes::ProbeSpec& spec : PlanProbes(one_size)) {
+    if (HasOwnBand(spec.mode, spec.direction)) pairs.emplace_back(spec.mode, spec.direction);
+  }
+  return pairs;
 }
 
 BandVerdict JudgeBand(probes::TransferMode mode, probes::Direction direction,

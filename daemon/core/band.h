@@ -11,8 +11,9 @@
 //   each mode's share of the band ........ ProfileOf (one table: band_scale, and the
 //                                          smallest size held, for modes whose small
 //                                          transfers are bounded by per-copy overhead)
-//   which results the band holds ......... HeldToBand; BandExempt and HasOwnBand for the
-//                                          series exported beside them
+//   which results the band holds ......... HeldToBand; BandExempt and HasOwnBand (of the
+//                                          pairs probed: OwnBandPairs) for the series
+//                                          exported beside them
 //   the verdict .......................... JudgeBand (per direction, ModeBand's lower bound)
 //   a concurrent group's band ............ GroupBand, AggregateHeldToBand
 // Figures: docs/health.md ("Per-mode bands") and docs/gpu-results.md.
@@ -21,6 +22,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/settings.h"
 #include "xferd/probes/topology.h"
@@ -104,6 +107,10 @@ bool BandExempt(probes::TransferMode mode, probes::Direction direction, std::uin
 // A link-bound (mode, direction) held to a share of the band other than 1: its band is
 // exported as a series of its own beside the GPU's.
 bool HasOwnBand(probes::TransferMode mode, probes::Direction direction);
+// The (mode, direction) pairs `settings` probes that HasOwnBand, in plan order: the own-band
+// series a GPU exports (none for a pair the config does not probe).
+std::vector<std::pair<probes::TransferMode, probes::Direction>> OwnBandPairs(
+    const Settings& settings);
 
 // ---- The verdict --------------------------------------------------------------------------
 

@@ -50,6 +50,12 @@ std::string Dir(Direction direction) {
   return std::string(probes::ToString(direction));
 }
 
+// The labels of a pair's own band series.
+Labels PairBandLabels(const std::string& gpu, TransferMode mode, Direction direction,
+                      const char* bound) {
+  return {{"gpu", gpu}, {"mode", Mode(mode)}, {"direction", Dir(direction)}, {"bound", bound}};
+}
+
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -255,11 +261,6 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
   host_link_info_
       .Add({{"gpu", gpu}, {"type", std::string(probes::ToString(probes::HostLinkOf(device)))}})
       .Set(1);
-  for (TransferMode mode : probes::kAllModes) {
-    for (ProbeResult r : kAllProbeResults) {
-      probe_runs_.Add({{"gpu", gpu}, {"mode", Mode(mode)}, {"result", std::string(ToString(r))}});
-    }
-  }
   for (DiagnosisCause cause : kAllDiagnosisCauses) {
     diagnosis_.Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}}).Set(0);
   }
@@ -267,6 +268,24 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
   cycle_device_.Add({{"gpu", gpu}});
   std::lock_guard lock(mutex_);
   cycle_device_s_.try_emplace(device.index, 0.0);
+  devices_.push_back(device.index);
+  for (TransferMode mode : modes_) AddRunCounters(device.index, mode);
+}
+
+void Metrics::SetPlan(const core::Settings& settings) {
+  const ChangeMark mark(generation_);
+  std::lock_guard lock(mutex_);
+  modes_ = settings.modes;
+  for (int gpu : devices_) {
+    for (TransferMode mode : modes_) AddRunCounters(gpu, mode);
+  }
+}
+
+void Metrics::AddRunCounters(int gpu, TransferMode mode) {
+  for (ProbeResult r : kAllProbeResults) {
+    probe_runs_.Add(
+        {{"gpu", Gpu(gpu)}, {"mode", Mode(mode)}, {"result", std::string(ToString(r))}});
+  }
 }
 
 void Metrics::RecordLinkPath(int gpu_index, const probes::LinkPath& path) {
@@ -425,17 +444,24 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
     expected_.Add({{"gpu", gpu}, {"bound", "lower"}}).Set(health.band.lower_bytes_per_s);
     expected_.Add({{"gpu", gpu}, {"bound", "upper"}}).Set(health.band.upper_bytes_per_s);
     // A mode held to its own share of the band gets its own series, with mode and
-    // direction labels: only where it differs (managed_prefetch h2d).
-    for (const auto& [mode, direction] : probes::AllModeDirections()) {
-      if (!core::HasOwnBand(mode, direction)) continue;
-      const core::ExpectedBand band = core::ModeBand(health.band, mode, direction);
-      const Labels labels{{"gpu", gpu}, {"mode", Mode(mode)}, {"direction", Dir(direction)}};
-      Labels lower = labels, upper = labels;
-      lower.emplace("bound", "lower");
-      upper.emplace("bound", "upper");
-      expected_.Add(lower).Set(band.lower_bytes_per_s);
-      expected_.Add(upper).Set(band.upper_bytes_per_s);
+    // direction labels: only where it differs (managed_prefetch h2d), and only while the
+    // configuration probes it.
+    std::set<Pair> exported;
+    for (const core::PairBand& p : health.pair_bands) {
+      expected_.Add(PairBandLabels(gpu, p.mode, p.direction, "lower"))
+          .Set(p.band.lower_bytes_per_s);
+      expected_.Add(PairBandLabels(gpu, p.mode, p.direction, "upper"))
+          .Set(p.band.upper_bytes_per_s);
+      exported.emplace(p.mode, p.direction);
     }
+    std::lock_guard lock(mutex_);
+    for (const auto& [mode, direction] : pair_bands_[health.gpu]) {
+      if (exported.contains({mode, direction})) continue;
+      for (const char* bound : {"lower", "upper"}) {
+        expected_.Remove(&expected_.Add(PairBandLabels(gpu, mode, direction, bound)));
+      }
+    }
+    pair_bands_[health.gpu] = std::move(exported);
   }
   for (const SeriesHealth& s : health.series) {
     if (s.baseline_bytes_per_s <= 0) continue;

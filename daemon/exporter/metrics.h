@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -56,8 +57,14 @@ class Metrics {
   // xferd_build_info{version, cuda_version, cuda_backend, build_type} = 1.
   void SetBuildInfo();
 
-  // xferd_device_info = 1 and every per-GPU counter at 0 so rate() works from the start.
+  // xferd_device_info = 1 and every per-GPU counter at 0 so rate() works from the start
+  // (the run counters of the modes SetPlan named).
   void SetDevice(const probes::DeviceInfo& device);
+
+  // The modes a configuration probes, at the start and after each reload: their run
+  // counters start at 0 on every GPU SetDevice named, so rate() works from their first
+  // probe. A mode the configuration never probed has none.
+  void SetPlan(const core::Settings& settings);
 
   // Link generation/width (current and max of the narrowest link), its bytes/s.
   void RecordLinkPath(int gpu, const probes::LinkPath& path);
@@ -83,7 +90,8 @@ class Metrics {
   // A probe that did not run: kSkippedBusy or kUnsupported.
   void RecordSkipped(int gpu, probes::TransferMode mode, ProbeResult result);
 
-  // Verdicts, baselines, expected band, diagnosis after Observe.
+  // Verdicts, baselines, expected band (and those of the probed pairs with a band of their
+  // own; one no longer probed goes), diagnosis after Observe.
   void RecordHealth(const core::DeviceHealth& health);
 
   // After each cycle (all GPUs): wall time and outcome; also publishes each GPU's device
@@ -102,6 +110,10 @@ class Metrics {
 
  private:
   using SeriesKey = std::tuple<int, probes::TransferMode, probes::Direction, std::uint64_t>;
+  using Pair = std::pair<probes::TransferMode, probes::Direction>;
+
+  // xferd_probe_runs_total of `mode` on GPU `gpu`, every result at 0.
+  void AddRunCounters(int gpu, probes::TransferMode mode);
 
   prometheus::Registry& registry_;
   prometheus::Family<prometheus::Histogram>& duration_;
@@ -141,6 +153,9 @@ class Metrics {
   std::map<SeriesKey, prometheus::Histogram*> histograms_;
   std::map<int, double> cycle_device_s_;  // device time of the cycle in progress, per GPU
   std::map<std::string, prometheus::Gauge*> group_info_by_group_;  // its current labels
+  std::vector<int> devices_;                                       // SetDevice's GPUs
+  std::vector<probes::TransferMode> modes_;                        // SetPlan's modes
+  std::map<int, std::set<Pair>> pair_bands_;  // per GPU: the pairs whose own band is exported
 };
 
 }  // namespace xferd::exporter

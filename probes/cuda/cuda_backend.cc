@@ -16,11 +16,11 @@
 #include <utility>
 #include <vector>
 
-#include "device_identity.h"
-#include "host_memory.h"
-#include "kernels.h"
+#include "probes/cuda/device_identity.h"
+#include "probes/cuda/host_memory.h"
+#include "probes/cuda/kernels.h"
+#include "probes/cuda/resources.h"
 #include "probes/nvml/nvml_c2c.h"
-#include "resources.h"
 #include "xferd/probes/stats.h"
 
 namespace xferd::probes {

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <vector>
 
-#include "../../probes/cuda/device_identity.h"
-#include "../../probes/cuda/host_memory.h"
+#include "probes/cuda/device_identity.h"
+#include "probes/cuda/host_memory.h"
 
 namespace xferd::probes::cuda {
 namespace {

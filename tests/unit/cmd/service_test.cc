@@ -65,6 +65,7 @@ struct Harness {
   fakes::FakeSignals signals;
   core::SteadyClock clock;
   std::function<config::Config()> reload;
+  std::vector<config::Config> reloaded;  // what the reload hook was handed, in order
   std::unique_ptr<Service> service;
   std::future<int> exit_code;
 
@@ -77,6 +78,7 @@ struct Harness {
     seams.notifier = &notifier;
     seams.signals = &signals;
     seams.reload = [this] { return reload(); };
+    seams.on_reload = [this](const config::Config& c) { reloaded.push_back(c); };
     seams.make_busy = [](const config::Config&) {
       return core::MakeDisabledBusyDetector("off (test)");
     };
@@ -132,6 +134,9 @@ TEST(Service, ReloadSaysReloadingThenReadyAndAppliesTheNewConfig) {
   h.reload = [&] { return next; };
   h.Start(FastConfig(h.dir.path()));
   h.Reload();
+  // What follows the file (the simulated device's faults) was handed the new config.
+  ASSERT_EQ(h.reloaded.size(), 1u);
+  EXPECT_EQ(h.reloaded[0].sizes, (std::vector<std::uint64_t>{2 << 20}));
   // Cycles after the reload probe the new size.
   const auto probed_2mib = [&] {
     const auto ran = h.backend.Ran();
@@ -152,6 +157,7 @@ TEST(Service, BadReloadKeepsTheRunningConfigAndSetsTheMetricToZero) {
   h.Start(FastConfig(h.dir.path()));
   h.Reload();
   EXPECT_THAT(h.Scrape(), HasSubstr("xferd_config_last_reload_successful 0"));
+  EXPECT_TRUE(h.reloaded.empty()) << "a bad file reaches nothing that follows the config";
   // Still probing, with the running config.
   const std::size_t before = h.backend.Ran().size();
   for (int i = 0; i < 500 && h.backend.Ran().size() < before + 4; ++i) {
@@ -303,7 +309,7 @@ struct SimulatedService {
     seams.signals = &signals;
     seams.reload = [this] { return config; };
     seams.make_busy = [this](const config::Config& c) { return MakeBusyDetector(c, sim.get()); };
-    seams.sim = sim.get();
+    seams.on_reload = [this](const config::Config& c) { sim->SetFaults(c.sim.faults); };
     service = std::make_unique<Service>(config, *sim, sim->Devices(), std::move(seams));
     t0 = clock.Now();
     exit_code = std::async(std::launch::async, [this] { return service->Run(); });
