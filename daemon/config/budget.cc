@@ -12,9 +12,9 @@
 namespace xferd::config {
 namespace {
 
-// The exporter's families, as docs/metrics.md counts them per GPU. The exporter's unit test
-// series_budget_test.cc counts the exposition of real cycles against this arithmetic, so a
-// family added there fails that test until it is counted here.
+// The exporter's families, as docs/metrics.md counts them per GPU. The unit test
+// tests/unit/config/series_budget_test.cc counts the exposition of real cycles against this
+// arithmetic, so a family added to the exporter fails that test until it is counted here.
 constexpr std::size_t kHistogramBuckets = 13;              // 12 boundaries and +Inf
 constexpr std::size_t kHistogram = kHistogramBuckets + 2;  // and _sum, _count
 constexpr std::size_t kGauges = 2;                         // bandwidth, baseline

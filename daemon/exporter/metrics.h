@@ -105,7 +105,7 @@ class Metrics {
 
   // Changes after every write to the registry's values (by the methods above, after they
   // wrote), so text rendered at generation g is current while Generation() == g: /metrics
-  // serves the registry's text from a cache in between (exporter_routes.h).
+  // serves the registry's text from a cache in between (exporter/routes.h).
   std::uint64_t Generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:

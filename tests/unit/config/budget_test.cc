@@ -1,0 +1,55 @@
+// The series and state budget a file is held to (config/budget.cc): the defaults' figures
+// and a refusal that says by how much. The estimate against real expositions:
+// series_budget_test.cc.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "unit/config/config_testing.h"
+
+namespace xferd::config {
+
+using namespace xferd::core;
+using namespace xferd::web;
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+TEST(ConfigBudget, DefaultsMatchTheDocumentedSeriesAndLimitsAreReported) {
+  const SeriesEstimate defaults = EstimateSeries(Settings{});
+  EXPECT_EQ(defaults.probes, 13u);
+  EXPECT_EQ(defaults.per_gpu, 305u);  // docs/metrics.md, "Series budget"
+  EXPECT_EQ(defaults.concurrent_per_gpu, 6u);
+  EXPECT_EQ(defaults.per_size, 221u);
+  EXPECT_EQ(defaults.baseline_values_per_gpu, 13u * 20);
+  // The shipped example is far inside every limit.
+  EXPECT_LT(EstimateSeries(LoadConfig(kExample)).per_gpu, kMaxSeriesPerGpu / 4);
+  // Over: says by how much.
+  std::string sizes;
+  for (int i = 0; i < 9; ++i) sizes += (i ? ", " : "") + std::to_string(4096 << i);
+  const ConfigError e = ErrorOf("[probe]\nsizes = [" + sizes + "]\n");
+  EXPECT_EQ(e.key(), "probe.sizes");
+  // 9 sizes x 13 probes x 17 + 13 + 6 modes x 7 + 1 + 2 + 26, 6 for the concurrent groups,
+  // and every size under 4 MiB: 8 link-bound probes each marked xferd_band_exempt.
+  EXPECT_THAT(e.problem(), HasSubstr("exports 2151 series per GPU"));
+  EXPECT_THAT(e.problem(), HasSubstr("and 72 xferd_band_exempt"));
+  EXPECT_THAT(e.problem(), HasSubstr("over the limit of 2000 by 151 (7%)"));
+  // One size fewer fits.
+  sizes = sizes.substr(0, sizes.rfind(','));
+  EXPECT_EQ(Parse("[probe]\nsizes = [" + sizes + "]\n").sizes.size(), 8u);
+}
+
+// A file of 120,000 sizes used to be checked for repeats one by one (hours); now it is
+// refused for its series in a moment (a hang would fail the test by its timeout).
+TEST(ConfigBudget, HugeListsAreRefusedWithoutAQuadraticScan) {
+  std::string text = "[probe]\nsizes = [";
+  for (int i = 0; i < 120000; ++i) text += (i ? "," : "") + std::to_string(1024 + i);
+  text += "]\n";
+  EXPECT_EQ(ErrorOf(text).key(), "probe.sizes");
+}
+
+}  // namespace
+}  // namespace xferd::config
