@@ -124,7 +124,7 @@ TEST(ProbeRunner, TheLinkIsReadWhenAskedAndOnlyAfterAProbeThatFinished) {
   FakeBackend backend(&clock);
   backend.link_path = Gen4x16();
   ProbeRunner runner(backend, clock, HangWatch::kReport);
-  const auto& gpu = backend.Devices()[0];
+  const probes::DeviceInfo gpu = backend.Devices()[0];
   EXPECT_FALSE(runner.Run(gpu, Spec(), nullptr, {}, false, {})->link);
   EXPECT_EQ(backend.link_reads, 0);
   const auto read = runner.Run(gpu, Spec(), nullptr, {}, true, {});
