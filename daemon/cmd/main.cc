@@ -25,8 +25,7 @@ int main(int argc, char** argv) {
                       "Address to listen on, e.g. :9742 or 127.0.0.1:9742");
   run_cmd->add_option("--web.config.file", run.flags.web_config_file,
                       "exporter-toolkit web config (YAML) for TLS and basic auth");
-  run_cmd->add_option("--web.telemetry-path", run.flags.telemetry_path,
-                      "Path for metrics (/metrics)");
+  run_cmd->add_option("--web.telemetry-path", run.flags.telemetry_path, "Metrics path (/metrics)");
   run_cmd->add_option("--state-dir", run.flags.state_dir, "Directory for the persisted baselines");
   run_cmd->add_option("--log.level", run.flags.log_level, "trace|debug|info|warn|error");
   run_cmd->add_flag("--simulate", run.flags.simulate, "Use the simulated device instead of GPUs");
@@ -36,8 +35,7 @@ int main(int argc, char** argv) {
 
   ProbeCommandOptions probe;
   auto* probe_cmd = app.add_subcommand("probe", "Run every probe once and print the results");
-  probe_cmd->add_flag("--simulate", probe.flags.simulate,
-                      "Use the simulated device instead of GPUs");
+  probe_cmd->add_flag("--simulate", probe.flags.simulate, "Use the simulated device, not GPUs");
   probe_cmd->add_flag("--json", probe.json, "Print JSON instead of a table");
   probe_cmd->add_flag("--concurrent", probe.concurrent,
                       "Probe the GPUs alone, then every concurrent group at once (pinned, each "
@@ -46,13 +44,9 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   probe_cmd->add_option("--size", probe.flags.sizes, "Transfer sizes, e.g. 64MiB (repeatable)")
       ->delimiter(',');
-  probe_cmd
-      ->add_option("--iterations", probe.flags.iterations,
-                   "Timed transfers per probe (default 20, or probe.iterations)")
+  probe_cmd->add_option("--iterations", probe.flags.iterations, "Timed transfers per probe")
       ->check(CLI::Range(1, 100000));
-  probe_cmd
-      ->add_option("--warmup", probe.flags.warmup,
-                   "Untimed transfers before them (default 2, or probe.warmup)")
+  probe_cmd->add_option("--warmup", probe.flags.warmup, "Untimed transfers before them")
       ->check(CLI::Range(0, 1000));
   probe_cmd->add_option("--gpu", probe.gpus, "GPU index or UUID (repeatable; default all)")
       ->delimiter(',');
@@ -60,7 +54,7 @@ int main(int argc, char** argv) {
   probe_cmd->add_option("--sysfs-root", probe.flags.sysfs_root,
                         "Root of sysfs (default /sys); with --simulate, the tree the simulated "
                         "GPUs come from");
-  probe_cmd->add_option("--seed", probe.flags.seed, "Seed of the simulated device (default 1)");
+  probe_cmd->add_option("--seed", probe.flags.seed, "Seed of the simulated device");
 
   CheckConfigOptions check;
   auto* check_cmd = app.add_subcommand("check-config", "Validate a configuration file");

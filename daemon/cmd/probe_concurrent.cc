@@ -102,6 +102,27 @@ void PrintTable(const std::vector<probes::DeviceInfo>& devices,
   std::printf("\n");
 }
 
+nlohmann::json DeviceJson(const probes::DeviceInfo& d, const probes::LinkPath& path) {
+  const probes::PcieLink* narrowest = path.Narrowest();
+  nlohmann::json bdfs = nlohmann::json::array();
+  for (const probes::PcieLink& l : path.links) bdfs.push_back(l.bdf);
+  return {
+      {"index", d.index},
+      {"uuid", d.uuid},
+      {"name", d.name},
+      {"pci_bus_id", d.pci_bus_id},
+      {"simulated", d.simulated},
+      {"numa_node", path.numa_node},
+      {"host_link", probes::ToString(probes::HostLinkOf(d))},
+      {"narrowest_link",
+       narrowest != nullptr ? nlohmann::json{{"bdf", narrowest->bdf},
+                                             {"link", probes::FormatLink(narrowest->current_gen,
+                                                                         narrowest->current_width)},
+                                             {"bytes_per_s", narrowest->CurrentBytesPerSecond()}}
+                            : nlohmann::json()},
+      {"link_path_bdfs", bdfs}};
+}
+
 nlohmann::json Json(const std::string& backend, const std::vector<probes::DeviceInfo>& devices,
                     const std::vector<probes::LinkPath>& paths,
                     const std::vector<GroupReport>& groups,
@@ -110,29 +131,8 @@ nlohmann::json Json(const std::string& backend, const std::vector<probes::Device
   nlohmann::json out_devices = nlohmann::json::array();
   bool simulated = false;
   for (std::size_t i = 0; i < devices.size(); ++i) {
-    const probes::DeviceInfo& d = devices[i];
-    simulated = simulated || d.simulated;
-    const probes::PcieLink* narrowest = paths[i].Narrowest();
-    out_devices.push_back(
-        {{"index", d.index},
-         {"uuid", d.uuid},
-         {"name", d.name},
-         {"pci_bus_id", d.pci_bus_id},
-         {"simulated", d.simulated},
-         {"numa_node", paths[i].numa_node},
-         {"host_link", probes::ToString(probes::HostLinkOf(d))},
-         {"narrowest_link",
-          narrowest != nullptr
-              ? nlohmann::json{{"bdf", narrowest->bdf},
-                               {"link", probes::FormatLink(narrowest->current_gen,
-                                                           narrowest->current_width)},
-                               {"bytes_per_s", narrowest->CurrentBytesPerSecond()}}
-              : nlohmann::json()},
-         {"link_path_bdfs", [&] {
-            nlohmann::json bdfs = nlohmann::json::array();
-            for (const probes::PcieLink& l : paths[i].links) bdfs.push_back(l.bdf);
-            return bdfs;
-          }()}});
+    simulated = simulated || devices[i].simulated;
+    out_devices.push_back(DeviceJson(devices[i], paths[i]));
   }
   nlohmann::json out_groups = nlohmann::json::array();
   for (const GroupReport& g : groups) {
