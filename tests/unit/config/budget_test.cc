@@ -1,22 +1,12 @@
 // The series and state budget a file is held to (config/budget.cc): the defaults' figures
 // and a refusal that says by how much. The estimate against real expositions:
 // series_budget_test.cc.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <string>
 
 #include "unit/config/config_testing.h"
 
 namespace xferd::config {
-
-using namespace xferd::core;
-using namespace xferd::web;
-
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 
 TEST(ConfigBudget, DefaultsMatchTheDocumentedSeriesAndLimitsAreReported) {
   const SeriesEstimate defaults = EstimateSeries(Settings{});

@@ -2,22 +2,12 @@
 // capped.
 #include "config/config_error.h"
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <string>
 
 #include "unit/config/config_testing.h"
 
 namespace xferd::config {
-
-using namespace xferd::core;
-using namespace xferd::web;
-
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 
 TEST(ConfigErrors, EchoedInputIsEscapedAndCapped) {
   const ConfigError e("f.toml", 3, std::string("bad\x1b[2Jkey\n") + std::string(100000, 'k'),

@@ -2,6 +2,7 @@
 // file would be parsed, and the ConfigError a text gets.
 #pragma once
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,6 +15,12 @@
 
 namespace xferd::config {
 
+// What the config's tests name most: the layers the config is made of, and the matchers.
+using namespace xferd::core;
+using namespace xferd::web;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
 inline const std::filesystem::path kDataDir = XFERD_TEST_DATA_DIR;
 inline const std::filesystem::path kExample = kDataDir / ".." / ".." / "deploy" / "xferd.toml";
 // A syntactically valid bcrypt hash (of "secret", cost 4).
@@ -21,12 +28,7 @@ inline constexpr const char* kHash = "$2b$04$aHyav/PGMFasSu1k8usBye249LsIcGIogrG
 
 class TempDir : public fakes::TempDir {
  public:
-  TempDir() : fakes::TempDir("config") {
-    // Traversable by the unprivileged user the unreadable-file test runs as.
-    std::filesystem::permissions(path(), std::filesystem::perms::owner_all |
-                                             std::filesystem::perms::group_exec |
-                                             std::filesystem::perms::others_exec);
-  }
+  TempDir() : fakes::TempDir("config") {}
 };
 
 inline std::string ReadAll(const std::filesystem::path& path) {

@@ -1,18 +1,8 @@
 // [health] (config/health_section.cc): the [[health.band]] overrides.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "unit/config/config_testing.h"
 
 namespace xferd::config {
-
-using namespace xferd::core;
-using namespace xferd::web;
-
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 
 TEST(ConfigValidation, Bands) {
   EXPECT_EQ(ErrorOf("[[health.band]]\nlower = \"1GB/s\"\nupper = \"2GB/s\"\n").key(),

@@ -1,9 +1,6 @@
 // A file to a Config (config/load.cc): the defaults, the shipped example, every key, and
 // what is refused before and while TOML is parsed: empty, oversized and unreadable files,
 // syntax errors, invalid UTF-8, non-ASCII outside strings, raw control characters.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -13,15 +10,9 @@
 #include "unit/config/config_testing.h"
 
 namespace xferd::config {
-
-using namespace xferd::core;
-using namespace xferd::web;
-
 namespace {
 
 using std::chrono::milliseconds;
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 
 TEST(Config, CommentOnlyFileGivesDefaults) {
   const Config c = Parse("# all defaults\n");

@@ -1,22 +1,13 @@
 // [probe] (config/probe_section.cc): budgets and deadlines that follow a short interval,
 // the simulated device's faster cadence, and the pinned memory the sizes need.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <chrono>
 
 #include "unit/config/config_testing.h"
 
 namespace xferd::config {
-
-using namespace xferd::core;
-using namespace xferd::web;
-
 namespace {
 
 using std::chrono::milliseconds;
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 
 TEST(Config, ShortIntervalScalesUnsetBudgetAndDeadline) {
   const Config c = Parse("[probe]\ninterval = \"4s\"\n");

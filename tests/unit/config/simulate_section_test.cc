@@ -1,8 +1,5 @@
 // [simulate] (config/simulate_section.cc): the link, the faults, the topology keys, the
 // unsupported modes and the simulated load.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <string>
 #include <utility>
 
@@ -10,14 +7,7 @@
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::config {
-
-using namespace xferd::core;
-using namespace xferd::web;
-
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 
 TEST(Config, LinkStringSetsGenerationAndWidth) {
   const Config c = Parse("[simulate]\nlink = \"Gen5x16\"\n");

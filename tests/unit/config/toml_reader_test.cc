@@ -1,23 +1,13 @@
 // The schema-driven reader every section reads its keys with (config/toml_reader.cc): the
 // message of every error (file, line, key, problem, fix), unknown keys with the closest
 // known one, wrong types, ranges, NUL inside strings.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <string>
 #include <utility>
 
 #include "unit/config/config_testing.h"
 
 namespace xferd::config {
-
-using namespace xferd::core;
-using namespace xferd::web;
-
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 
 TEST(ConfigValidation, MessageNamesFileLineKeyProblemAndFix) {
   const ConfigError e = ErrorOf("# comment\n[probe]\ninterval = \"10ms\"\n");

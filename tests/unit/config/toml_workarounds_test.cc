@@ -2,22 +2,12 @@
 // only where TOML nests.
 #include "config/toml_workarounds.h"
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <string>
 
 #include "unit/config/config_testing.h"
 
 namespace xferd::config {
-
-using namespace xferd::core;
-using namespace xferd::web;
-
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 
 TEST(ConfigNesting, LimitsCountOnlyWhatTomlNests) {
   // At the limits: accepted by the scan (toml++ then judges the keys).

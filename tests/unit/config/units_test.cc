@@ -1,23 +1,14 @@
 // Durations and bandwidths (config/units.cc): what the file and the flags may write.
 #include "config/units.h"
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <chrono>
 
 #include "unit/config/config_testing.h"
 
 namespace xferd::config {
-
-using namespace xferd::core;
-using namespace xferd::web;
-
 namespace {
 
 using std::chrono::milliseconds;
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 
 TEST(Config, ValueSyntaxes) {
   EXPECT_EQ(ParseDuration("500ms"), milliseconds(500));

@@ -1,7 +1,5 @@
 // The exporter-toolkit web config (config/web_config_yaml.cc): TLS files and bcrypt users,
 // relative paths, every refusal with the YAML's line, chains, FIFOs.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <string>
@@ -14,8 +12,6 @@ namespace xferd::config {
 using namespace xferd::core;
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using namespace xferd::web;
 
 class WebConfigTest : public ::testing::Test {

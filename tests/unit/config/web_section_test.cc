@@ -1,21 +1,11 @@
 // [web] (config/web_section.cc): the listen address and the telemetry path, checked by
 // the same functions as the flags and the server.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <string>
 
 #include "unit/config/config_testing.h"
 
 namespace xferd::config {
-
-using namespace xferd::core;
-using namespace xferd::web;
-
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 
 TEST(Config, ListenAddressForms) {
   for (const char* good : {":9742", ":0", "127.0.0.1:9742", "localhost:65535", "[::1]:9742",
