@@ -52,6 +52,7 @@ class SimulatedFleet {
   SimulatedFleet(int gpus, int warm_cycles)
       : backend_(Options(gpus)), health_(config_), metrics_(*registry_) {
     metrics_.SetBuildInfo();
+    metrics_.SetPlan(config_);
     const auto plan = PlanProbes(config_);
     for (const auto& device : backend_.Devices()) {
       metrics_.SetDevice(device);

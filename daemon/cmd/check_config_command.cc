@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cmd/backend.h"
+#include "cmd/band_output.h"
 #include "cmd/commands.h"
 #include "config/config.h"
 #include "core/band.h"
@@ -57,12 +58,6 @@ void PrintSummary(const std::string& file, const Config& c) {
     std::printf("  simulate:   %d device(s), gen%dx%d, %zu fault(s)\n", c.sim.devices,
                 c.sim.link_gen, c.sim.link_width, c.sim.faults.size());
   }
-}
-
-nlohmann::json BandJson(const probes::ExpectedBand& band) {
-  return {{"lower_bytes_per_s", band.lower_bytes_per_s},
-          {"upper_bytes_per_s", band.upper_bytes_per_s},
-          {"source", band.source}};
 }
 
 // The GPUs the simulated device offers that the config selects, with their bands.

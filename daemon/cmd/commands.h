@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "platform/exit_codes.h"
 
 namespace xferd::cmd {
@@ -20,35 +21,46 @@ class UsageError : public platform::Error {
       : platform::Error(platform::Failure::kUsage, message) {}
 };
 
-// `xferd probe`: one-shot run of the selected modes, a table or JSON on stdout.
-struct ProbeCommandOptions {
-  bool simulate = false;
-  bool json = false;
-  // The GPUs alone and then together per concurrent group (pinned, each way), instead of
-  // every mode: cmd/probe_concurrent.h.
-  bool concurrent = false;
-  std::vector<std::string> modes;  // empty = every mode
-  std::vector<std::string> sizes;  // empty = the default size
-  int iterations = 20;
-  int warmup = 2;
-  std::vector<std::string> gpus;  // indices or UUIDs; empty = every GPU
-  std::string config_file;        // optional: the daemon's config (bands, plan, sim options)
-  // Root of sysfs (/sys when unset); for the simulated device, the tree its GPUs come from.
-  std::optional<std::string> sysfs_root;
-  std::uint64_t seed = 1;
-};
-int RunProbeCommand(const ProbeCommandOptions& options);
-
-// `xferd run`: the daemon. Flags override the config file.
-struct RunCommandOptions {
-  std::string config_file;                     // empty = defaults
+// The flags `xferd run` and `xferd probe` lay over the configuration file (each command
+// offers those that concern it). A flag that was given wins over the file; one that was not
+// leaves the file's value, or the default.
+struct ConfigFlags {
+  std::string config_file;                // -c, --config; empty = the defaults
+  bool simulate = false;                  // --simulate
+  std::optional<std::string> sysfs_root;  // --sysfs-root
+  // run
   std::optional<std::string> listen_address;   // --web.listen-address
   std::optional<std::string> web_config_file;  // --web.config.file
   std::optional<std::string> telemetry_path;   // --web.telemetry-path
   std::optional<std::string> state_dir;        // --state-dir
   std::optional<std::string> log_level;        // --log.level
-  bool simulate = false;                       // --simulate
-  std::optional<std::string> sysfs_root;       // --sysfs-root
+  // probe
+  std::vector<std::string> modes;     // --mode; empty = the file's
+  std::vector<std::string> sizes;     // --size; empty = the file's
+  std::optional<int> iterations;      // --iterations
+  std::optional<int> warmup;          // --warmup
+  std::optional<std::uint64_t> seed;  // --seed, of the simulated device
+};
+
+// The one merge of flags over the file: the file (or the defaults), then each flag given,
+// checked by the same functions as the file's keys. Throws ConfigError (exit 78) for what
+// the file or the web config says, UsageError (exit 64) for a bad flag.
+config::Config ConfigWithFlags(const ConfigFlags& flags);
+
+// `xferd probe`: one-shot run of the selected modes, a table or JSON on stdout.
+struct ProbeCommandOptions {
+  ConfigFlags flags;  // the daemon's config (bands, plan, sim options) and what overrides it
+  bool json = false;
+  // The GPUs alone and then together per concurrent group (pinned, each way), instead of
+  // every mode: cmd/probe_concurrent.h.
+  bool concurrent = false;
+  std::vector<std::string> gpus;  // indices or UUIDs; empty = every GPU
+};
+int RunProbeCommand(const ProbeCommandOptions& options);
+
+// `xferd run`: the daemon. Flags override the config file.
+struct RunCommandOptions {
+  ConfigFlags flags;
 };
 int RunDaemonCommand(const RunCommandOptions& options);
 

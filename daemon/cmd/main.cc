@@ -20,41 +20,41 @@ int main(int argc, char** argv) {
 
   RunCommandOptions run;
   auto* run_cmd = app.add_subcommand("run", "Run the daemon: probe periodically, serve /metrics");
-  run_cmd->add_option("-c,--config", run.config_file, "TOML configuration file");
-  run_cmd->add_option("--web.listen-address", run.listen_address,
+  run_cmd->add_option("-c,--config", run.flags.config_file, "TOML configuration file");
+  run_cmd->add_option("--web.listen-address", run.flags.listen_address,
                       "Address to listen on, e.g. :9742 or 127.0.0.1:9742");
-  run_cmd->add_option("--web.config.file", run.web_config_file,
+  run_cmd->add_option("--web.config.file", run.flags.web_config_file,
                       "exporter-toolkit web config (YAML) for TLS and basic auth");
-  run_cmd->add_option("--web.telemetry-path", run.telemetry_path, "Path for metrics (/metrics)");
-  run_cmd->add_option("--state-dir", run.state_dir, "Directory for the persisted baselines");
-  run_cmd->add_option("--log.level", run.log_level, "trace|debug|info|warn|error");
-  run_cmd->add_flag("--simulate", run.simulate, "Use the simulated device instead of GPUs");
-  run_cmd->add_option("--sysfs-root", run.sysfs_root,
+  run_cmd->add_option("--web.telemetry-path", run.flags.telemetry_path, "Metrics path (/metrics)");
+  run_cmd->add_option("--state-dir", run.flags.state_dir, "Directory for the persisted baselines");
+  run_cmd->add_option("--log.level", run.flags.log_level, "trace|debug|info|warn|error");
+  run_cmd->add_flag("--simulate", run.flags.simulate, "Use the simulated device instead of GPUs");
+  run_cmd->add_option("--sysfs-root", run.flags.sysfs_root,
                       "Root of sysfs (default /sys); with --simulate, the tree the simulated "
                       "GPUs come from");
 
   ProbeCommandOptions probe;
   auto* probe_cmd = app.add_subcommand("probe", "Run every probe once and print the results");
-  probe_cmd->add_flag("--simulate", probe.simulate, "Use the simulated device instead of GPUs");
+  probe_cmd->add_flag("--simulate", probe.flags.simulate, "Use the simulated device, not GPUs");
   probe_cmd->add_flag("--json", probe.json, "Print JSON instead of a table");
   probe_cmd->add_flag("--concurrent", probe.concurrent,
                       "Probe the GPUs alone, then every concurrent group at once (pinned, each "
                       "way): per-GPU alone vs together, aggregate vs its expected band");
-  probe_cmd->add_option("--mode", probe.modes, "Modes to run (repeatable; default all)")
+  probe_cmd->add_option("--mode", probe.flags.modes, "Modes to run (repeatable; default all)")
       ->delimiter(',');
-  probe_cmd->add_option("--size", probe.sizes, "Transfer sizes, e.g. 64MiB (repeatable)")
+  probe_cmd->add_option("--size", probe.flags.sizes, "Transfer sizes, e.g. 64MiB (repeatable)")
       ->delimiter(',');
-  probe_cmd->add_option("--iterations", probe.iterations, "Timed transfers per probe")
+  probe_cmd->add_option("--iterations", probe.flags.iterations, "Timed transfers per probe")
       ->check(CLI::Range(1, 100000));
-  probe_cmd->add_option("--warmup", probe.warmup, "Untimed transfers before them")
+  probe_cmd->add_option("--warmup", probe.flags.warmup, "Untimed transfers before them")
       ->check(CLI::Range(0, 1000));
   probe_cmd->add_option("--gpu", probe.gpus, "GPU index or UUID (repeatable; default all)")
       ->delimiter(',');
-  probe_cmd->add_option("-c,--config", probe.config_file, "TOML config (bands, sim options)");
-  probe_cmd->add_option("--sysfs-root", probe.sysfs_root,
+  probe_cmd->add_option("-c,--config", probe.flags.config_file, "TOML config (bands, sim options)");
+  probe_cmd->add_option("--sysfs-root", probe.flags.sysfs_root,
                         "Root of sysfs (default /sys); with --simulate, the tree the simulated "
                         "GPUs come from");
-  probe_cmd->add_option("--seed", probe.seed, "Seed of the simulated device");
+  probe_cmd->add_option("--seed", probe.flags.seed, "Seed of the simulated device");
 
   CheckConfigOptions check;
   auto* check_cmd = app.add_subcommand("check-config", "Validate a configuration file");

@@ -1,33 +1,26 @@
 // `xferd probe`: every planned probe once on every selected GPU, as a table or JSON. The
-// GPUs, the probes, the band and the verdict come from core (plan.h, band.h), as for
-// `xferd run`; what is its own is running each probe once and printing the results.
+// GPUs, the probes and the band come from core (plan.h, band.h), and each probe is run and
+// judged by core's ProbeRunner (probe_runner.h), as for `xferd run`; what is its own is
+// choosing to run each probe once and printing the results.
 #include <algorithm>
-#include <atomic>
-#include <cctype>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <stdexcept>
-#include <stop_token>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cmd/backend.h"
+#include "cmd/band_output.h"
 #include "cmd/commands.h"
 #include "cmd/probe_concurrent.h"
-#include "cmd/watched_probe.h"
 #include "config/config.h"
 #include "core/band.h"
 #include "core/busy_detector.h"
-#include "core/contention.h"
 #include "core/health_tracker.h"
 #include "core/link_errors.h"
 #include "core/plan.h"
+#include "core/probe_runner.h"
 #include "platform/exit_codes.h"
 #include "xferd/probes/stats.h"
 #include "xferd/probes/topology.h"
@@ -36,7 +29,6 @@ namespace xferd::cmd {
 
 using namespace xferd::config;
 using namespace xferd::core;
-using namespace xferd::web;
 namespace {
 
 using probes::Direction;
@@ -55,7 +47,7 @@ struct Row {
 struct DeviceReport {
   probes::DeviceInfo info;
   probes::LinkPath path;
-  probes::ExpectedBand band;
+  core::ExpectedBand band;
   std::vector<Row> rows;
   std::vector<Diagnosis> diagnoses;  // likely causes of what the rows show; usually none
   LinkErrorReading link_errors;      // the path's error counters after the probes
@@ -69,50 +61,24 @@ struct LinkErrorWatch {
   LinkErrorTracker tracker;
 };
 
-// What the GPU's host link carries per direction: NVLink-C2C's rate, else the narrowest
-// PCIe link's.
-double NarrowestRate(const probes::LinkPath& path) {
-  if (path.c2c) return probes::kC2cBytesPerSecond;
-  const probes::PcieLink* link = path.Narrowest();
-  return link != nullptr ? link->CurrentBytesPerSecond() : 0.0;
-}
-
-Row Judge(ProbeSample sample, const probes::LinkPath& path, const probes::ExpectedBand& band) {
+Row Judge(ProbeSample sample, const probes::LinkPath& path, const core::ExpectedBand& band) {
   Row row;
-  switch (sample.status) {
-    case ProbeStatus::kUnsupported: row.verdict = "unsupported: " + sample.message; break;
-    case ProbeStatus::kError:
-      row.verdict = "error: " + sample.message;
-      row.bad = true;
-      break;
-    case ProbeStatus::kTimeout:
-      row.verdict = "timeout";
-      row.bad = true;
-      break;
-    case ProbeStatus::kOk: {
-      const probes::ProbeSpec& spec = sample.spec;
-      if (const double rate = NarrowestRate(path); rate > 0) {
-        row.percent_of_link = 100.0 * PerDirection(spec.direction, sample.MedianBandwidth()) / rate;
-      }
-      if (sample.Contended()) {
-        // Another process shared the link: the figure is the neighbour's doing.
-        row.verdict = "contended: " + sample.contention.reason;
-        break;
-      }
-      const BandVerdict verdict =
-          JudgeBand(spec.mode, spec.direction, spec.size_bytes, sample.MedianBandwidth(), band);
-      row.verdict = std::string(ToString(verdict));
-      row.bad = verdict == BandVerdict::kBelowBand;
-      break;
+  if (sample.status == ProbeStatus::kOk) {
+    if (const double rate = HostLinkRate(path); rate > 0) {
+      row.percent_of_link =
+          100.0 * PerDirection(sample.spec.direction, sample.MedianBandwidth()) / rate;
     }
   }
+  const SampleVerdict verdict = JudgeSample(sample, band);
+  row.verdict = verdict.text;
+  row.bad = verdict.bad;
   row.sample = std::move(sample);
   return row;
 }
 
-DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceInfo& info,
-                         const std::vector<ProbeSpec>& plan, const Config& config,
-                         BusyDetector& load, LinkErrorWatch& errors) {
+DeviceReport ProbeDevice(ProbeRunner& runner, probes::TransferBackend& backend,
+                         const probes::DeviceInfo& info, const std::vector<ProbeSpec>& plan,
+                         const Config& config, BusyDetector& load, LinkErrorWatch& errors) {
   DeviceReport report;
   report.info = info;
   const auto now = [] { return std::chrono::steady_clock::now(); };
@@ -129,15 +95,16 @@ DeviceReport ProbeDevice(probes::TransferBackend& backend, const probes::DeviceI
       samples.push_back(std::move(skipped));
       continue;
     }
-    // Read the path during the first link-bound probe, when the link carries traffic.
-    const bool watch = !link_read && probes::IsLinkBound(spec.mode, spec.direction);
-    // The link's traffic is read around it and judged for contention, as the daemon does.
-    load.BeginProbe(info);
-    ProbeSample sample = RunWatched(backend, info.index, spec, watch ? &report.path : nullptr);
-    sample.traffic = load.EndProbe(info);
-    sample.contention = JudgeContention(sample, {config.busy_pcie_bytes_per_s});
-    samples.push_back(std::move(sample));
-    link_read = link_read || watch;
+    // The path is read during the first link-bound probe, while the link carries traffic;
+    // the link's traffic around each probe is judged for contention, as the daemon does.
+    std::optional<Measured> m =
+        runner.Run(info, spec, &load, config,
+                   !link_read && probes::IsLinkBound(spec.mode, spec.direction), {});
+    if (m->link) {
+      report.path = std::move(*m->link);
+      link_read = true;
+    }
+    samples.push_back(std::move(m->sample));
   }
   if (!link_read) report.path = backend.ReadLinkPath(info.index);
   report.band = ResolveBand(config, info, report.path);
@@ -364,10 +331,7 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
            {"numa_node", r.path.numa_node},
            {"iommu_type", r.path.iommu_type},
            {"note", r.path.note}}},
-         {"expected_band",
-          {{"lower_bytes_per_s", r.band.lower_bytes_per_s},
-           {"upper_bytes_per_s", r.band.upper_bytes_per_s},
-           {"source", r.band.source}}},
+         {"expected_band", BandJson(r.band)},
          {"link_errors", LinkErrorsJson(r)},
          {"diagnoses", diagnoses}});
     for (const Row& row : r.rows) {
@@ -403,62 +367,17 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
   std::printf("%s\n", doc.dump(2).c_str());
 }
 
-std::string Lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-
-// The daemon's config (--config) or its defaults, with the flags applied over it: the
-// settings `xferd run` would plan from, so both commands probe and judge alike.
-Config ProbeConfig(const ProbeCommandOptions& options) {
-  Config config = options.config_file.empty() ? Config{} : LoadConfig(options.config_file);
-  const ProbeCommandOptions defaults;
-  if (options.simulate) config.simulate = true;
-  if (options.sysfs_root) config.sim.sysfs_root = *options.sysfs_root;
-  // --seed wins over the config's seed unless left at its default.
-  if (options.config_file.empty() || options.seed != defaults.seed) config.sim.seed = options.seed;
-  if (!options.modes.empty()) {
-    config.modes.clear();
-    for (const std::string& text : options.modes) {
-      const auto mode = probes::ParseMode(Lower(text));
-      if (!mode) {
-        throw UsageError("unknown mode \"" + text +
-                         "\" in --mode; valid modes: " + probes::AllModeNames());
-      }
-      if (std::find(config.modes.begin(), config.modes.end(), *mode) == config.modes.end()) {
-        config.modes.push_back(*mode);
-      }
-    }
-  }
-  if (!options.sizes.empty()) {
-    config.sizes.clear();
-    for (const std::string& text : options.sizes) {
-      const auto size = probes::ParseSize(text);
-      if (!size || *size == 0) {
-        throw UsageError("bad transfer size \"" + text +
-                         "\" in --size; write a positive size such as 4KiB, 64MiB or 1GiB");
-      }
-      config.sizes.push_back(*size);
-    }
-  }
-  // Flags left at their defaults give way to the file.
-  if (options.iterations != defaults.iterations) config.iterations = options.iterations;
-  if (options.warmup != defaults.warmup) config.warmup = options.warmup;
-  return config;
-}
-
 constexpr const char* kNoDeviceHint =
     "no NVIDIA driver/GPU found; run `xferd probe --simulate` to try the simulated device";
 
 }  // namespace
 
 int RunProbeCommand(const ProbeCommandOptions& options) {
-  const Config config = ProbeConfig(options);
+  const Config config = ConfigWithFlags(options.flags);
   const std::vector<ProbeSpec> plan = PlanProbes(config, Deadlines::kStretchedToSize);
   if (plan.empty()) throw UsageError("no probe selected (check --mode)");
 
-  const Backend made = MakeBackend(config, "probe", options.sysfs_root.value_or("/sys"));
+  const Backend made = MakeBackend(config, "probe", options.flags.sysfs_root.value_or("/sys"));
   probes::TransferBackend& backend = *made.backend;
   const std::vector<probes::DeviceInfo> all = backend.Devices();
   if (all.empty()) throw probes::NoDeviceError(kNoDeviceHint);
@@ -482,11 +401,13 @@ int RunProbeCommand(const ProbeCommandOptions& options) {
   windows_only.busy_detection = false;
   const std::unique_ptr<BusyDetector> load = MakeBusyDetector(windows_only, made.sim);
   const std::unique_ptr<probes::LinkErrorReader> reader =
-      MakeLinkErrorReader(config, made.sim, options.sysfs_root.value_or("/sys"));
+      MakeLinkErrorReader(config, made.sim, options.flags.sysfs_root.value_or("/sys"));
   LinkErrorWatch errors{*reader, {}};
+  SteadyClock clock;
+  ProbeRunner runner(backend, clock, HangWatch::kCancel);
   std::vector<DeviceReport> reports;
   for (const auto& info : selected) {
-    reports.push_back(ProbeDevice(backend, info, plan, config, *load, errors));
+    reports.push_back(ProbeDevice(runner, backend, info, plan, config, *load, errors));
   }
   if (options.json) {
     PrintJson(backend.Name(), reports);

@@ -7,9 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "cmd/watched_probe.h"
+#include "cmd/band_output.h"
 #include "core/band.h"
 #include "core/host_groups.h"
+#include "core/probe_runner.h"
 
 namespace xferd::cmd {
 namespace {
@@ -20,36 +21,14 @@ using probes::ProbeStatus;
 
 struct RunReport {
   core::GroupRun run;
-  std::string verdict;  // of the aggregate against the band
-  bool bad = false;
+  core::AggregateVerdict verdict;  // of the aggregate against the group's band
 };
 
 struct GroupReport {
   core::HostGroup group;
-  probes::ExpectedBand band;
+  core::ExpectedBand band;
   std::vector<RunReport> runs;
 };
-
-// The aggregate against the group's band: per direction, so both ways at once is not held
-// to it (the host's memory, not a link, bounds that).
-RunReport Judge(core::GroupRun run, const probes::ExpectedBand& band) {
-  RunReport r;
-  if (!run.AllOk()) {
-    r.verdict = "error: a member's probe failed";
-    r.bad = true;
-  } else if (run.spec.direction == Direction::kBidirectional) {
-    r.verdict = "n/a (both ways: not held to the band)";
-  } else if (!band.Known()) {
-    r.verdict = "n/a (no expected band)";
-  } else if (run.Aggregate() < band.lower_bytes_per_s) {
-    r.verdict = "below expected";
-    r.bad = true;
-  } else {
-    r.verdict = "ok";
-  }
-  r.run = std::move(run);
-  return r;
-}
 
 double SoloSum(const core::GroupRun& run) {
   double sum = 0;
@@ -108,7 +87,7 @@ void PrintTable(const std::vector<probes::DeviceInfo>& devices,
           "  %-5s %-5s %11s %14s %7s  %s\n", dir.c_str(), "sum", Gbps(solo_sum).c_str(),
           aggregate > 0 ? Gbps(aggregate).c_str() : "-",
           aggregate > 0 && solo_sum > 0 ? fmt::format("{:.2f}", aggregate / solo_sum).c_str() : "-",
-          r.verdict.c_str());
+          r.verdict.text.c_str());
     }
   }
   if (!causes.empty()) {
@@ -123,6 +102,27 @@ void PrintTable(const std::vector<probes::DeviceInfo>& devices,
   std::printf("\n");
 }
 
+nlohmann::json DeviceJson(const probes::DeviceInfo& d, const probes::LinkPath& path) {
+  const probes::PcieLink* narrowest = path.Narrowest();
+  nlohmann::json bdfs = nlohmann::json::array();
+  for (const probes::PcieLink& l : path.links) bdfs.push_back(l.bdf);
+  return {
+      {"index", d.index},
+      {"uuid", d.uuid},
+      {"name", d.name},
+      {"pci_bus_id", d.pci_bus_id},
+      {"simulated", d.simulated},
+      {"numa_node", path.numa_node},
+      {"host_link", probes::ToString(probes::HostLinkOf(d))},
+      {"narrowest_link",
+       narrowest != nullptr ? nlohmann::json{{"bdf", narrowest->bdf},
+                                             {"link", probes::FormatLink(narrowest->current_gen,
+                                                                         narrowest->current_width)},
+                                             {"bytes_per_s", narrowest->CurrentBytesPerSecond()}}
+                            : nlohmann::json()},
+      {"link_path_bdfs", bdfs}};
+}
+
 nlohmann::json Json(const std::string& backend, const std::vector<probes::DeviceInfo>& devices,
                     const std::vector<probes::LinkPath>& paths,
                     const std::vector<GroupReport>& groups,
@@ -131,29 +131,8 @@ nlohmann::json Json(const std::string& backend, const std::vector<probes::Device
   nlohmann::json out_devices = nlohmann::json::array();
   bool simulated = false;
   for (std::size_t i = 0; i < devices.size(); ++i) {
-    const probes::DeviceInfo& d = devices[i];
-    simulated = simulated || d.simulated;
-    const probes::PcieLink* narrowest = paths[i].Narrowest();
-    out_devices.push_back(
-        {{"index", d.index},
-         {"uuid", d.uuid},
-         {"name", d.name},
-         {"pci_bus_id", d.pci_bus_id},
-         {"simulated", d.simulated},
-         {"numa_node", paths[i].numa_node},
-         {"host_link", probes::ToString(probes::HostLinkOf(d))},
-         {"narrowest_link",
-          narrowest != nullptr
-              ? nlohmann::json{{"bdf", narrowest->bdf},
-                               {"link", probes::FormatLink(narrowest->current_gen,
-                                                           narrowest->current_width)},
-                               {"bytes_per_s", narrowest->CurrentBytesPerSecond()}}
-              : nlohmann::json()},
-         {"link_path_bdfs", [&] {
-            nlohmann::json bdfs = nlohmann::json::array();
-            for (const probes::PcieLink& l : paths[i].links) bdfs.push_back(l.bdf);
-            return bdfs;
-          }()}});
+    simulated = simulated || devices[i].simulated;
+    out_devices.push_back(DeviceJson(devices[i], paths[i]));
   }
   nlohmann::json out_groups = nlohmann::json::array();
   for (const GroupReport& g : groups) {
@@ -178,16 +157,13 @@ nlohmann::json Json(const std::string& backend, const std::vector<probes::Device
                       {"per_gpu", per_gpu},
                       {"aggregate_bytes_per_s", r.run.Aggregate()},
                       {"solo_sum_bytes_per_s", SoloSum(r.run)},
-                      {"verdict", r.verdict}});
+                      {"verdict", r.verdict.text}});
     }
     out_groups.push_back({{"name", g.group.name},
                           {"gpus", g.group.gpus},
                           {"shared_link", g.group.shared_link},
                           {"capacity_bytes_per_s", g.group.capacity_bytes_per_s},
-                          {"expected_band",
-                           {{"lower_bytes_per_s", g.band.lower_bytes_per_s},
-                            {"upper_bytes_per_s", g.band.upper_bytes_per_s},
-                            {"source", g.band.source}}},
+                          {"expected_band", BandJson(g.band)},
                           {"runs", runs}});
   }
   nlohmann::json diagnoses = nlohmann::json::array();
@@ -216,36 +192,38 @@ int RunConcurrentProbes(probes::TransferBackend& backend,
                         const config::Config& config, bool json) {
   const std::vector<probes::ProbeSpec> plan =
       core::PlanConcurrent(config, core::Deadlines::kStretchedToSize);
+  core::SteadyClock clock;
+  core::ProbeRunner runner(backend, clock, core::HangWatch::kCancel);
   // Each GPU alone first: the figure each concurrent one is held against, and its path,
   // read while its link carries traffic.
   std::vector<probes::LinkPath> paths(selected.size());
   std::map<std::pair<int, Direction>, ProbeSample> solo;
   int bad = 0;
   for (std::size_t i = 0; i < selected.size(); ++i) {
+    bool link_read = false;
     for (const probes::ProbeSpec& spec : plan) {
-      ProbeSample s = RunWatched(backend, selected[i].index, spec,
-                                 spec.direction == Direction::kH2D ? &paths[i] : nullptr);
-      if (s.status != ProbeStatus::kOk) ++bad;
-      solo[{selected[i].index, spec.direction}] = std::move(s);
+      std::optional<core::Measured> m = runner.Run(
+          selected[i], spec, nullptr, config, !link_read && spec.direction == Direction::kH2D, {});
+      if (m->link) {
+        paths[i] = std::move(*m->link);
+        link_read = true;
+      }
+      if (m->sample.status != ProbeStatus::kOk) ++bad;
+      solo[{selected[i].index, spec.direction}] = std::move(m->sample);
     }
+    if (!link_read) paths[i] = backend.ReadLinkPath(selected[i].index);
   }
   std::vector<GroupReport> groups;
   std::map<int, std::vector<core::Diagnosis>> causes;
   for (const core::HostGroup& group : core::FindGroups(selected, paths, 1)) {
     GroupReport g{group, core::GroupBand(group, config), {}};
     for (const probes::ProbeSpec& spec : plan) {
-      core::GroupRun run;
-      run.group = group;
-      run.spec = spec;
-      run.samples = RunConcurrentWatched(backend, group.gpus, spec);
+      std::vector<double> alone;
       for (int gpu : group.gpus) {
-        for (const probes::DeviceInfo& d : selected) {
-          if (d.index == gpu) run.devices.push_back(d);
-        }
-        const ProbeSample& alone = solo[{gpu, spec.direction}];
-        run.solo_bytes_per_s.push_back(alone.status == ProbeStatus::kOk ? alone.MedianBandwidth()
-                                                                        : 0.0);
+        const ProbeSample& s = solo[{gpu, spec.direction}];
+        alone.push_back(s.status == ProbeStatus::kOk ? s.MedianBandwidth() : 0.0);
       }
+      core::GroupRun run = runner.RunGroup(group, selected, alone, spec, {})->run;
       for (const auto& [gpu, d] : core::DiagnoseSharedUplink(run)) {
         auto& list = causes[gpu];
         const core::DiagnosisCause cause = d.cause;  // clang: no structured binding in a lambda
@@ -254,9 +232,9 @@ int RunConcurrentProbes(probes::TransferBackend& backend,
         });
         if (!known) list.push_back(d);
       }
-      RunReport r = Judge(std::move(run), g.band);
-      if (r.bad) ++bad;
-      g.runs.push_back(std::move(r));
+      const core::AggregateVerdict verdict = core::JudgeAggregate(run, g.band);
+      if (verdict.bad) ++bad;
+      g.runs.push_back({std::move(run), verdict});
     }
     groups.push_back(std::move(g));
   }
@@ -275,14 +253,6 @@ int RunConcurrentProbes(probes::TransferBackend& backend,
                  bad);
   }
   return bad > 0 ? 1 : 0;
-}
-
-std::string Gbps(double bytes_per_s) { return fmt::format("{:.2f}", bytes_per_s / 1e9); }
-
-std::string BandText(const probes::ExpectedBand& band) {
-  if (!band.Known()) return band.source;
-  return fmt::format("{}-{} GB/s per direction ({})", Gbps(band.lower_bytes_per_s),
-                     Gbps(band.upper_bytes_per_s), band.source);
 }
 
 }  // namespace xferd::cmd

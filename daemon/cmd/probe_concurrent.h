@@ -17,11 +17,4 @@ int RunConcurrentProbes(probes::TransferBackend& backend,
                         const std::vector<probes::DeviceInfo>& selected,
                         const config::Config& config, bool json);
 
-// Bytes per second as the probe tables print them: GB/s with two decimals ("54.97").
-std::string Gbps(double bytes_per_s);
-
-// A band as the probe tables print it: "39.70-52.30 GB/s per direction (SOURCE)", or only
-// its source where it is unknown (which says why).
-std::string BandText(const probes::ExpectedBand& band);
-
 }  // namespace xferd::cmd

@@ -264,12 +264,11 @@ void Service::LogConcurrent(const GroupRun& run, const Config& config) {
                                ? fmt::format("{:.2f}", s.MedianBandwidth() / 1e9)
                                : std::string(probes::ToString(s.status)));
   }
-  const probes::ExpectedBand band = GroupBand(run.group, config);
+  const core::ExpectedBand band = GroupBand(run.group, config);
   spdlog::info("concurrent {} pinned {}: GPUs {} GB/s; together {}{}", run.group.name,
                probes::ToString(run.spec.direction), members,
                run.AllOk() ? fmt::format("{:.2f} GB/s", run.Aggregate() / 1e9) : "n/a",
-               // The band is per direction: both ways at once is the host's memory's business.
-               band.Known() && run.spec.direction != probes::Direction::kBidirectional
+               band.Known() && AggregateHeldToBand(run.spec.direction)
                    ? fmt::format(" (expected {:.2f}-{:.2f})", band.lower_bytes_per_s / 1e9,
                                  band.upper_bytes_per_s / 1e9)
                    : "");
@@ -364,7 +363,7 @@ void Service::FinishReload() {
     next.simulate = running->simulate;
     next.gpus = running->gpus;
     SetLogLevel(next.log_level);
-    if (seams_.sim != nullptr) seams_.sim->SetFaults(next.sim.faults);
+    if (seams_.on_reload) seams_.on_reload(next);
     if (next.web.basic_auth_users != running->web.basic_auth_users) {
       http_->SetBasicAuthUsers(next.web.basic_auth_users);
     }
@@ -374,6 +373,7 @@ void Service::FinishReload() {
       busy_description_ = busy->Describe();
       spdlog::info("busy detection: {}", busy_description_);
     }
+    metrics_.SetPlan(next);
     health_.Reconfigure(next);
     scheduler_->Reconfigure(next, std::move(busy));
     {
@@ -429,6 +429,7 @@ void Service::Prepare(const Config& config) {
     metrics_.SetDevice(d);
     status_board_.SetDevice(d);
   }
+  metrics_.SetPlan(config);
   metrics_.RecordConfigReload(
       true, duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
 

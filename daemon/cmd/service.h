@@ -3,8 +3,9 @@
 // scheduler's cycles; the HTTP server serves from its own threads. How a probe result
 // flows from the backend to /metrics, the verdict and the log: docs/architecture.md.
 //
-// The seams (time, the backend, busy detection, systemd, signals, reloading the config)
-// are injected, so tests drive a whole service in-process (tests/unit/cmd/service_test.cc).
+// The seams (time, the backend, busy detection, systemd, signals, reloading the config
+// and what else follows a reload) are injected, so tests drive a whole service in-process
+// (tests/unit/cmd/service_test.cc).
 #pragma once
 
 #include <prometheus/registry.h>
@@ -34,7 +35,6 @@
 #include "web/http_server.h"
 #include "xferd/probes/backend.h"
 #include "xferd/probes/link_errors.h"
-#include "xferd/probes/sim_backend.h"
 
 namespace xferd::cmd {
 
@@ -47,8 +47,9 @@ struct ServiceSeams {
   std::function<config::Config()> reload;
   // The busy detector for a configuration (at start and on each reload).
   std::function<std::unique_ptr<core::BusyDetector>(const config::Config&)> make_busy;
-  // The simulated backend, when it is one: its faults follow the config on reload.
-  probes::SimBackend* sim = nullptr;
+  // Called on the main thread with a reloaded configuration that is about to apply, before
+  // the probe loop sees it: what else follows the file (the simulated device its faults).
+  std::function<void(const config::Config&)> on_reload;
   // The link's error counters on each GPU's path, read after every cycle; none: not read.
   std::shared_ptr<probes::LinkErrorReader> link_errors;
   std::uint64_t jitter_seed = 1;

@@ -12,22 +12,21 @@
 namespace xferd::config {
 namespace {
 
-// The exporter's families, as docs/metrics.md counts them per GPU. The exporter's unit test
-// series_budget_test.cc counts the exposition of real cycles against this arithmetic, so a
-// family added there fails that test until it is counted here.
+// The exporter's families, as docs/metrics.md counts them per GPU. The unit test
+// tests/unit/config/series_budget_test.cc counts the exposition of real cycles against this
+// arithmetic, so a family added to the exporter fails that test until it is counted here.
 constexpr std::size_t kHistogramBuckets = 11;              // 10 boundaries and +Inf
 constexpr std::size_t kHistogram = kHistogramBuckets + 2;  // and _sum, _count
 constexpr std::size_t kGauges = 2;                         // bandwidth, baseline
 constexpr std::size_t kPerModeDirection = 1;               // xferd_bandwidth_degraded
-// xferd_probe_runs_total, created at 0 for every mode and result but `unsupported`, which
-// comes with the first probe that reports it.
-constexpr std::size_t kRunResults = 6 * 5;
-constexpr std::size_t kPerMode = 1;  // xferd_probe_last_success_timestamp_seconds
+// Per probed mode: xferd_probe_runs_total of each result but `unsupported` (which comes
+// with the first probe that reports it), and xferd_probe_last_success_timestamp_seconds.
+constexpr std::size_t kPerMode = 5 + 1;
 constexpr std::size_t kOverlap = 1;  // xferd_overlap_ratio, with pinned_async
-// expected band 2 and managed_prefetch h2d's own 2, diagnosis 11, PCIe generation and width
-// 6, device seconds 2, device and host link info 2, foreign traffic 2 and the link's
-// readability 1.
-constexpr std::size_t kFixedPerGpu = 2 + 2 + 11 + 6 + 2 + 2 + 2 + 1;
+constexpr std::size_t kOwnBand = 2;  // a probed pair's own band (core::OwnBandPairs)
+// expected band 2, diagnosis 11, PCIe generation and width 6, device seconds 2, device and
+// host link info 2, foreign traffic 2 and the link's readability 1.
+constexpr std::size_t kFixedPerGpu = 2 + 11 + 6 + 2 + 2 + 2 + 1;
 // The link's error counters (exporter/link_error_metrics.h): per device of the path its 3
 // AER classes and whether they are readable, the root port's 3 totals, NVML's replay
 // counter and whether it is readable.
@@ -64,18 +63,16 @@ SeriesEstimate EstimateSeries(const core::Settings& settings, const PathShape& p
   std::size_t exempt = 0;
   for (const std::uint64_t size : settings.sizes) {
     for (const probes::ProbeSpec& spec : plan) {
-      if (probes::IsLinkBound(spec.mode, spec.direction) &&
-          !core::HeldToBand(spec.mode, spec.direction, size)) {
-        ++exempt;
-      }
+      if (core::BandExempt(spec.mode, spec.direction, size)) ++exempt;
     }
   }
   e.probes = plan.size() * settings.sizes.size();
   e.per_size = plan.size() * kGauges + with_histogram * kHistogram;
   e.link_errors_per_gpu = path.devices * kLinkErrorsPerDevice +
                           (path.root_port ? kLinkErrorsRootPort : 0) + kLinkErrorsReplays;
-  e.per_gpu = e.per_size * settings.sizes.size() + pairs.size() * kPerModeDirection + kRunResults +
-              settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) + kFixedPerGpu + exempt +
+  e.per_gpu = e.per_size * settings.sizes.size() + pairs.size() * kPerModeDirection +
+              settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) +
+              core::OwnBandPairs(settings).size() * kOwnBand + kFixedPerGpu + exempt +
               e.link_errors_per_gpu;
   e.exempt_per_gpu = exempt;
   e.concurrent_per_gpu = settings.concurrent ? kConcurrentPerGpu : 0;

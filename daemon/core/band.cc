@@ -2,14 +2,74 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "core/host_groups.h"
 #include "core/plan.h"
 
 namespace xferd::core {
+
+double BandRate(const probes::PcieLink& link) {
+  return link.CurrentBytesPerSecond();
+}
+
+double HostLinkRate(const probes::LinkPath& path) {
+  if (path.c2c) return probes::kC2cBytesPerSecond;
+  if (!path.pcie) return 0.0;
+  double lowest = 0;
+  for (const probes::PcieLink& link : path.links) {
+    const double rate = BandRate(link);
+    if (rate > 0 && (lowest == 0 || rate < lowest)) lowest = rate;
+  }
+  return lowest;
+}
+
+namespace {
+
+// The link whose BandRate is the lowest on the path (the first of equals, as
+// LinkPath::Narrowest); nullptr when none is known.
+const probes::PcieLink* BandLink(const probes::LinkPath& path) {
+  const probes::PcieLink* lowest = nullptr;
+  for (const probes::PcieLink& link : path.links) {
+    const double rate = BandRate(link);
+    if (rate > 0 && (lowest == nullptr || rate < BandRate(*lowest))) lowest = &link;
+  }
+  return lowest;
+}
+
+}  // namespace
+
+ExpectedBand BandFromPath(const probes::LinkPath& path, double lower_fraction,
+                          double upper_fraction) {
+  ExpectedBand band;
+  if (path.c2c) {
+    band.lower_bytes_per_s = lower_fraction * HostLinkRate(path);
+    band.upper_bytes_per_s = upper_fraction * HostLinkRate(path);
+    band.source = "NVLink-C2C, 450 GB/s per direction";
+    return band;
+  }
+  if (!path.pcie) {
+    band.source = "unknown: not a PCIe device";
+    return band;
+  }
+  const probes::PcieLink* link = BandLink(path);
+  if (link == nullptr) {
+    band.source = "unknown: " + (path.note.empty() ? std::string("no link rate known") : path.note);
+    return band;
+  }
+  band.lower_bytes_per_s = lower_fraction * BandRate(*link);
+  band.upper_bytes_per_s = upper_fraction * BandRate(*link);
+  band.source =
+      "link " + probes::FormatLink(link->current_gen, link->current_width) + " at " + link->bdf;
+  return band;
+}
 
 const ModeProfile& ProfileOf(probes::TransferMode mode, probes::Direction direction) {
   using probes::Direction;
   using probes::TransferMode;
   const bool h2d = direction != Direction::kD2H;
+  // One row per (mode, direction), alike on every host link today (PCIe of any generation,
+  // NVLink-C2C): where a mode's share differs by link, it differs here.
   // cost_fraction: about 0.7 x what each reached of a Gen5 x16 link (63 GB/s) in the
   // probe's device time on a healthy H200 (docs/gpu-results.md, 64 MiB, 22 transfers).
   static const ModeProfile kPageableH2D{1.0, 0.07}, kPageableD2H{1.0, 0.14};
@@ -30,11 +90,11 @@ const ModeProfile& ProfileOf(probes::TransferMode mode, probes::Direction direct
   return kOther;
 }
 
-probes::ExpectedBand ModeBand(const probes::ExpectedBand& band, probes::TransferMode mode,
-                              probes::Direction direction) {
+ExpectedBand ModeBand(const ExpectedBand& band, probes::TransferMode mode,
+                      probes::Direction direction) {
   const double scale = ProfileOf(mode, direction).band_scale;
   if (scale == 1.0 || !band.Known()) return band;
-  probes::ExpectedBand scaled = band;
+  ExpectedBand scaled = band;
   scaled.lower_bytes_per_s *= scale;
   scaled.upper_bytes_per_s *= scale;
   scaled.source = band.source + fmt::format(", x {:g} for {} {}", scale, probes::ToString(mode),
@@ -42,12 +102,12 @@ probes::ExpectedBand ModeBand(const probes::ExpectedBand& band, probes::Transfer
   return scaled;
 }
 
-probes::ExpectedBand ResolveBand(const Settings& settings, const probes::DeviceInfo& device,
-                                 const probes::LinkPath& path) {
+ExpectedBand ResolveBand(const Settings& settings, const probes::DeviceInfo& device,
+                         const probes::LinkPath& path) {
   for (const BandOverride& o : settings.bands) {
     if (NamesDevice(o.gpu, device)) return {o.lower_bytes_per_s, o.upper_bytes_per_s, "config"};
   }
-  return probes::BandFromPath(path, settings.band_lower_fraction, settings.band_upper_fraction);
+  return BandFromPath(path, settings.band_lower_fraction, settings.band_upper_fraction);
 }
 
 double PerDirection(probes::Direction direction, double bytes_per_s) {
@@ -70,9 +130,29 @@ bool HeldToBand(probes::TransferMode mode, probes::Direction direction, std::uin
          size_bytes >= ProfileOf(mode, direction).band_min_size_bytes;
 }
 
+bool BandExempt(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes) {
+  return probes::IsLinkBound(mode, direction) && !HeldToBand(mode, direction, size_bytes);
+}
+
+bool HasOwnBand(probes::TransferMode mode, probes::Direction direction) {
+  return probes::IsLinkBound(mode, direction) && ProfileOf(mode, direction).band_scale != 1.0;
+}
+
+std::vector<std::pair<probes::TransferMode, probes::Direction>> OwnBandPairs(
+    const Settings& settings) {
+  // Every size plans the same pairs: plan one.
+  Settings one_size = settings;
+  one_size.sizes.resize(std::min<std::size_t>(settings.sizes.size(), 1));
+  std::vector<std::pair<probes::TransferMode, probes::Direction>> pairs;
+  for (const probes::ProbeSpec& spec : PlanProbes(one_size)) {
+    if (HasOwnBand(spec.mode, spec.direction)) pairs.emplace_back(spec.mode, spec.direction);
+  }
+  return pairs;
+}
+
 BandVerdict JudgeBand(probes::TransferMode mode, probes::Direction direction,
                       std::uint64_t size_bytes, double median_bytes_per_s,
-                      const probes::ExpectedBand& band) {
+                      const ExpectedBand& band) {
   if (!probes::IsLinkBound(mode, direction)) return BandVerdict::kNotLinkBound;
   if (!band.Known()) return BandVerdict::kNoBand;
   if (!HeldToBand(mode, direction, size_bytes)) return BandVerdict::kLatencyBound;
@@ -81,6 +161,26 @@ BandVerdict JudgeBand(probes::TransferMode mode, probes::Direction direction,
     return BandVerdict::kBelowBand;
   }
   return BandVerdict::kOk;
+}
+
+ExpectedBand GroupBand(const HostGroup& group, const Settings& settings) {
+  ExpectedBand band;
+  if (group.capacity_bytes_per_s <= 0) {
+    band.source = "unknown: a member's path has no known link rate";
+    return band;
+  }
+  band.lower_bytes_per_s = settings.band_lower_fraction * group.capacity_bytes_per_s;
+  band.upper_bytes_per_s = settings.band_upper_fraction * group.capacity_bytes_per_s;
+  band.source =
+      group.shared_link.empty()
+          ? fmt::format("{:.1f} GB/s over the members' paths", group.capacity_bytes_per_s / 1e9)
+          : fmt::format("{:.1f} GB/s over the members' paths, shared link {}",
+                        group.capacity_bytes_per_s / 1e9, group.shared_link);
+  return band;
+}
+
+bool AggregateHeldToBand(probes::Direction direction) {
+  return direction != probes::Direction::kBidirectional;
 }
 
 }  // namespace xferd::core

@@ -1,10 +1,29 @@
-// The expected band of a GPU and the rule that holds a result to it: the one place both
-// `xferd probe` (its verdict column) and `xferd run` (below_band, the verdict, the
-// diagnosis) take them from.
+// The expected band: what a GPU's link should carry, and the rules that hold a result to
+// it. Every band xferd shows or judges by comes from here: `xferd probe` (its verdict
+// column), `xferd run` (below_band, the verdict, the diagnosis, the exported band series),
+// `xferd probe --concurrent` and the concurrent groups (a group's aggregate band), and
+// check-config's plan. probes/ only says what the hardware is (the path, each link's rate,
+// whether a mode is bounded by the host rather than the link); the band is decided here.
+//
+// Each rule has one place, the one to change when the rule changes:
+//   the rate a band is a share of ........ BandRate (one link), HostLinkRate (a GPU's path)
+//   a GPU's band ......................... ResolveBand (an override, else BandFromPath)
+//   each mode's share of the band ........ ProfileOf (one table: band_scale, and the
+//                                          smallest size held, for modes whose small
+//                                          transfers are bounded by per-copy overhead)
+//   which results the band holds ......... HeldToBand; BandExempt and HasOwnBand (of the
+//                                          pairs probed: OwnBandPairs) for the series
+//                                          exported beside them
+//   the verdict .......................... JudgeBand (per direction, ModeBand's lower bound)
+//   a concurrent group's band ............ GroupBand, AggregateHeldToBand
+// Figures: docs/health.md ("Per-mode bands") and docs/gpu-results.md.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/settings.h"
 #include "xferd/probes/topology.h"
@@ -12,13 +31,48 @@
 
 namespace xferd::core {
 
+struct HostGroup;
+
+// ---- What a band is a share of ------------------------------------------------------------
+
+// The per-direction rate of one PCIe link that bands are a share of: the rate the link
+// trained to, so a downtrained link narrows the band (and link_downtrained names the cause).
+double BandRate(const probes::PcieLink& link);
+
+// The rate of a GPU's way to host memory that its band is a share of: NVLink-C2C's rate for
+// a C2C path, else the lowest BandRate on its PCIe path; 0 when none is known (an integrated
+// GPU, an unreadable path). Also what `xferd probe`'s "% link" column divides by.
+double HostLinkRate(const probes::LinkPath& path);
+
+// ---- A GPU's band -------------------------------------------------------------------------
+
+struct ExpectedBand {
+  double lower_bytes_per_s = 0;
+  double upper_bytes_per_s = 0;
+  std::string source;  // "config", "link Gen4 x16 at 0000:00:01.0", "unknown: ..."
+  bool Known() const { return upper_bytes_per_s > 0; }
+};
+
+// [lower_fraction, upper_fraction] x HostLinkRate(path), named after the link it follows
+// (the seed's 20-26 GB/s for Gen4 x16 at 0.63-0.83; an NVLink-C2C path's 284-374 GB/s).
+// Unknown (zeros, the source says why) when no rate is known.
+ExpectedBand BandFromPath(const probes::LinkPath& path, double lower_fraction,
+                          double upper_fraction);
+
+// The expected band of one GPU: a [[health.band]] naming it (by index or UUID, any case),
+// else BandFromPath with the settings' fractions. It is the band of pinned copies; ModeBand
+// gives each mode's.
+ExpectedBand ResolveBand(const Settings& settings, const probes::DeviceInfo& device,
+                         const probes::LinkPath& path);
+
+// ---- Each mode's share of it --------------------------------------------------------------
+
 // Smaller transfers are dominated by their fixed latency (a few us), not the link: they are
 // judged against their baseline only. At 4 MiB the floor costs under 5% even on Gen5 x16.
 inline constexpr std::uint64_t kBandMinSizeBytes = 4ull << 20;
 
 // What each (mode, direction) reaches on healthy hardware, in one table: how far the band
-// holds it, and how fast it moves data for a cost estimate. Figures: docs/health.md
-// ("Per-mode bands") and docs/gpu-results.md.
+// holds it, and how fast it moves data for a cost estimate.
 struct ModeProfile {
   // The share of the GPU's band (the band of pinned copies) a link-bound mode is held to:
   // 1 = the band as it is. managed_prefetch h2d reads 62-71 % of the link on healthy
@@ -37,14 +91,28 @@ struct ModeProfile {
 const ModeProfile& ProfileOf(probes::TransferMode mode, probes::Direction direction);
 
 // The band `mode` and `direction` are held to: `band` scaled by its profile's band_scale.
-probes::ExpectedBand ModeBand(const probes::ExpectedBand& band, probes::TransferMode mode,
-                              probes::Direction direction);
+ExpectedBand ModeBand(const ExpectedBand& band, probes::TransferMode mode,
+                      probes::Direction direction);
 
-// The expected band of one GPU: a [[health.band]] naming it (by index or UUID, any case),
-// else the band of its narrowest PCIe link with the settings' fractions. It is the band of
-// pinned copies; ModeBand gives each mode's.
-probes::ExpectedBand ResolveBand(const Settings& settings, const probes::DeviceInfo& device,
-                                 const probes::LinkPath& path);
+// ---- Which results it holds ---------------------------------------------------------------
+
+// Whether a result of this (mode, direction, size) is held to the band at all: link-bound
+// (probes::IsLinkBound) and at least its profile's band_min_size_bytes.
+bool HeldToBand(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes);
+
+// A link-bound probe smaller than the size its mode is held at: judged against its
+// baseline only (xferd_band_exempt).
+bool BandExempt(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes);
+
+// A link-bound (mode, direction) held to a share of the band other than 1: its band is
+// exported as a series of its own beside the GPU's.
+bool HasOwnBand(probes::TransferMode mode, probes::Direction direction);
+// The (mode, direction) pairs `settings` probes that HasOwnBand, in plan order: the own-band
+// series a GPU exports (none for a pair the config does not probe).
+std::vector<std::pair<probes::TransferMode, probes::Direction>> OwnBandPairs(
+    const Settings& settings);
+
+// ---- The verdict --------------------------------------------------------------------------
 
 // What the band (per direction) is compared with: both directions at once count the bytes
 // of both, so half of them.
@@ -61,15 +129,21 @@ enum class BandVerdict {
 // "n/a (under the band's size)": the words of `xferd probe`'s verdict column.
 std::string_view ToString(BandVerdict verdict);
 
-// Whether a result of this (mode, direction, size) is held to the band at all: link-bound
-// (probes::IsLinkBound) and at least its profile's band_min_size_bytes.
-bool HeldToBand(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes);
-
 // The band rule for a result of `median_bytes_per_s`: link-bound (mode, direction) only
 // (probes::IsLinkBound), sizes of at least band_min_size_bytes, compared per direction with
 // the lower bound of the mode's band (ModeBand of the GPU's `band`).
 BandVerdict JudgeBand(probes::TransferMode mode, probes::Direction direction,
                       std::uint64_t size_bytes, double median_bytes_per_s,
-                      const probes::ExpectedBand& band);
+                      const ExpectedBand& band);
+
+// ---- A concurrent group's band ------------------------------------------------------------
+
+// The expected aggregate per direction: the band fractions x what the members' paths carry
+// together (HostGroup::capacity_bytes_per_s, of BandRate); unknown when the capacity is.
+ExpectedBand GroupBand(const HostGroup& group, const Settings& settings);
+
+// Whether a group's aggregate in `direction` is held to its band: per direction only; both
+// ways at once is bounded by the host's memory, not a link.
+bool AggregateHeldToBand(probes::Direction direction);
 
 }  // namespace xferd::core

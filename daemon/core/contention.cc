@@ -6,6 +6,14 @@
 
 namespace xferd::core {
 
+ContentionThresholds ContentionThresholdsOf(const Settings& settings) {
+  return {settings.busy_pcie_bytes_per_s};
+}
+
+double ForeignTrafficLimit(const ContentionThresholds& thresholds, double own_bytes_per_s) {
+  return std::max(thresholds.foreign_bytes_per_s, kForeignNoiseShare * own_bytes_per_s);
+}
+
 probes::Contention JudgeContention(const probes::ProbeSample& sample,
                                    const ContentionThresholds& thresholds) {
   probes::Contention c;
@@ -59,13 +67,12 @@ probes::Contention JudgeContention(const probes::ProbeSample& sample,
   c.foreign_d2h_bytes_per_s = std::max(window_d2h / t.window_s, after_d2h);
 
   const double own_rate = (own_h2d + own_d2h) / t.window_s;
-  const double limit = std::max(thresholds.foreign_bytes_per_s, kForeignNoiseShare * own_rate);
-  if (window_rate >= limit) {
+  if (window_rate >= ForeignTrafficLimit(thresholds, own_rate)) {
     c.state = probes::ContentionState::kContended;
     c.reason = fmt::format("{:.1f} GB/s foreign traffic during the probe (h2d {:.1f}, d2h {:.1f})",
                            window_rate / 1e9, window_h2d / t.window_s / 1e9,
                            window_d2h / t.window_s / 1e9);
-  } else if (after_rate >= thresholds.foreign_bytes_per_s) {
+  } else if (after_rate >= ForeignTrafficLimit(thresholds, 0)) {
     c.state = probes::ContentionState::kContended;
     c.reason =
         fmt::format("{:.1f} GB/s foreign traffic right after the probe (h2d {:.1f}, d2h {:.1f})",

@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "core/settings.h"
 #include "xferd/probes/types.h"
 
 namespace xferd::core {
@@ -31,11 +32,19 @@ struct ContentionThresholds {
   double foreign_bytes_per_s = 2e9;
 };
 
+// The thresholds `settings` set ([busy] pcie_bytes_per_second).
+ContentionThresholds ContentionThresholdsOf(const Settings& settings);
+
+// The foreign traffic (bytes/s, both directions summed) at which a probe moving
+// `own_bytes_per_s` of its own counts as contended: the threshold, or the counters' noise
+// on the probe's own rate where that is more. After the probe has ended its own rate is 0.
+double ForeignTrafficLimit(const ContentionThresholds& thresholds, double own_bytes_per_s);
+
 // Judge `sample`'s traffic window: kUnknown without one (no NVML, unsupported GPU), for
 // a probe that did not finish (its own bytes are not known), or when the counted window
 // missed most of the probe's own bytes (kOwnTrafficMinSeen); else kContended when the
-// foreign traffic over the window, or in the reading right after it, reaches
-// max(threshold, kForeignNoiseShare x the probe's own rate), kClear otherwise. The foreign
+// foreign traffic over the window, or in the reading right after it, reaches its
+// ForeignTrafficLimit, kClear otherwise. The foreign
 // rates are filled in either way.
 probes::Contention JudgeContention(const probes::ProbeSample& sample,
                                    const ContentionThresholds& thresholds);

@@ -261,7 +261,7 @@ std::pair<const SeriesHealth*, const SeriesHealth*> Worst(
 
 }  // namespace
 
-std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::ExpectedBand& band,
+std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const ExpectedBand& band,
                                 const std::vector<const SeriesHealth*>& observed,
                                 double drift_fraction) {
   std::vector<Diagnosis> out;
@@ -289,7 +289,7 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const probes::Expec
     if (auto d = LinkErrors(obs.link_errors, obs.device.pci_bus_id)) out.push_back(std::move(*d));
   }
   if (worst_band) {
-    const probes::ExpectedBand mode_band = ModeBand(band, worst_band->mode, worst_band->direction);
+    const ExpectedBand mode_band = ModeBand(band, worst_band->mode, worst_band->direction);
     out.push_back({DiagnosisCause::kBelowBand,
                    PairName(worst_band->mode, worst_band->direction) + " " +
                        BandReading(*worst_band) + " < " + FormatGBps(mode_band.lower_bytes_per_s) +

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/band.h"
 #include "core/link_errors.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
@@ -96,7 +97,7 @@ struct FlipAhead {
 // The causes one cycle shows on one device: `observed` are the series this cycle measured
 // (their below_band / below_baseline already judged), `band` the device's expected band.
 std::vector<Diagnosis> Diagnose(const CycleObservation& observation,
-                                const probes::ExpectedBand& band,
+                                const ExpectedBand& band,
                                 const std::vector<const SeriesHealth*>& observed,
                                 double drift_fraction);
 

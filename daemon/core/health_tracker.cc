@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/probe_runner.h"
 #include "xferd/probes/stats.h"
 
 namespace xferd::core {
@@ -12,8 +13,8 @@ using probes::ProbeStatus;
 using probes::TransferMode;
 
 // The series judged worst for a headline: below band first, then the largest shortfall.
-double Shortfall(const SeriesHealth& s, const probes::ExpectedBand& device_band) {
-  const probes::ExpectedBand band = ModeBand(device_band, s.mode, s.direction);
+double Shortfall(const SeriesHealth& s, const ExpectedBand& device_band) {
+  const ExpectedBand band = ModeBand(device_band, s.mode, s.direction);
   if (s.below_band && band.lower_bytes_per_s > 0) {
     return 1.0 + (1.0 - PerDirection(s.direction, s.median_bytes_per_s) / band.lower_bytes_per_s);
   }
@@ -25,15 +26,13 @@ double Shortfall(const SeriesHealth& s, const probes::ExpectedBand& device_band)
 
 }  // namespace
 
-HealthTracker::Reading HealthTracker::JudgeReading(const Settings& config,
-                                                   const probes::ExpectedBand& band,
+HealthTracker::Reading HealthTracker::JudgeReading(const Settings& config, const ExpectedBand& band,
                                                    const SeriesState& state,
                                                    const probes::ProbeSample& sample) {
   const double median = sample.MedianBandwidth();
   const std::vector<double> learned(state.medians.begin(), state.medians.end());
   Reading r;
-  r.below_band = JudgeBand(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes, median,
-                           band) == BandVerdict::kBelowBand;
+  r.below_band = JudgeSample(sample, band).BelowBand();
   r.below_baseline = static_cast<int>(learned.size()) >= kMinBaselineCycles &&
                      median < config.drift_fraction * probes::RobustBaseline(learned);
   return r;
@@ -144,93 +143,107 @@ void HealthTracker::Reconfigure(const Settings& config) {
 
 DeviceHealth HealthTracker::Observe(const CycleObservation& obs) {
   std::lock_guard lock(mutex_);
-  const std::string& uuid = obs.device.uuid;
-  DeviceState& device = devices_[uuid];
+  DeviceState& device = devices_[obs.device.uuid];
   device.last.gpu = obs.device.index;
-  device.last.uuid = uuid;
+  device.last.uuid = obs.device.uuid;
   device.last.band = ResolveBand(config_, obs.device, obs.link_path);
-  const probes::ExpectedBand& band = device.last.band;
-  const int k = std::max(1, config_.consecutive_bad);
-  const auto window = static_cast<std::size_t>(std::max(1, config_.baseline_window));
-
-  std::vector<Key> observed_keys;
+  device.last.pair_bands.clear();
+  for (const auto& [mode, direction] : OwnBandPairs(config_)) {
+    device.last.pair_bands.push_back(
+        {mode, direction, ModeBand(device.last.band, mode, direction)});
+  }
+  std::vector<Key> observed;  // in the order first measured
   for (const probes::ProbeSample& sample : obs.samples) {
     const Key key{sample.spec.mode, sample.spec.direction, sample.spec.size_bytes};
-    auto [it, inserted] = device.series.try_emplace(key);
-    SeriesState& state = it->second;
-    SeriesHealth& h = state.health;
-    if (inserted) {
-      h.mode = sample.spec.mode;
-      h.direction = sample.spec.direction;
-      h.size_bytes = sample.spec.size_bytes;
-      // Take over what the state file held for this series.
-      auto dev_it = restored_.find(uuid);
-      if (dev_it != restored_.end()) {
-        auto series_it = dev_it->second.find(SeriesKey(h.mode, h.direction, h.size_bytes));
-        if (series_it != dev_it->second.end()) {
-          for (double m : series_it->second) state.medians.push_back(m);
-          while (state.medians.size() > window) state.medians.pop_front();
-          dev_it->second.erase(series_it);
-          if (dev_it->second.empty()) restored_.erase(dev_it);
-        }
-      }
+    Fold(SeriesOf(device, obs.device.uuid, key), sample, device.last.band, obs.busy);
+    if (std::find(observed.begin(), observed.end(), key) == observed.end()) {
+      observed.push_back(key);
     }
-    if (std::find(observed_keys.begin(), observed_keys.end(), key) == observed_keys.end()) {
-      observed_keys.push_back(key);
-    }
-    h.status = sample.status;
-    h.below_band = h.below_baseline = h.contended = false;
-    if (sample.status == ProbeStatus::kUnsupported) continue;
-    if (sample.status != ProbeStatus::kOk || sample.durations_s.empty()) {
-      // A failed probe says nothing about bandwidth, and is no evidence of health either.
-      h.good_streak = 0;
-      continue;
-    }
-    if (sample.Contended()) {
-      // It measured the neighbour sharing the link: neither judged nor learned, and the
-      // streaks stay where they were (it is evidence of nothing).
-      h.contended = true;
-      continue;
-    }
-
-    const double median = sample.MedianBandwidth();
-    h.median_bytes_per_s = median;
-    const Reading reading = JudgeReading(config_, band, state, sample);
-    h.below_band = reading.below_band;
-    h.below_baseline = reading.below_baseline;
-
-    // Contention is not a device fault: a busy cycle moves neither verdict nor baseline.
-    if (!obs.busy) {
-      if (h.Bad()) {
-        ++h.bad_streak;
-        h.good_streak = 0;
-        if (h.bad_streak >= k) h.degraded = true;
-      } else {
-        ++h.good_streak;
-        h.bad_streak = 0;
-        if (h.good_streak >= k) h.degraded = false;
-      }
-      // A drop below the baseline is not learned, or the baseline would follow the fault.
-      if (!h.below_baseline) {
-        state.medians.push_back(median);
-        while (state.medians.size() > window) state.medians.pop_front();
-      }
-    }
-    const std::vector<double> now_learned(state.medians.begin(), state.medians.end());
-    h.baseline_bytes_per_s = probes::RobustBaseline(now_learned);
-    h.baseline_cycles = static_cast<int>(now_learned.size());
   }
+  Publish(device);
+  Explain(device, obs, observed);
+  return device.last;
+}
 
-  // Publish every series known for this device, and roll verdicts up per pair.
+HealthTracker::SeriesState& HealthTracker::SeriesOf(DeviceState& device, const std::string& uuid,
+                                                    const Key& key) {
+  auto [it, inserted] = device.series.try_emplace(key);
+  SeriesState& state = it->second;
+  if (!inserted) return state;
+  SeriesHealth& h = state.health;
+  std::tie(h.mode, h.direction, h.size_bytes) = key;
+  // Take over what the state file held for this series.
+  auto dev_it = restored_.find(uuid);
+  if (dev_it == restored_.end()) return state;
+  auto series_it = dev_it->second.find(KeyText(key));
+  if (series_it == dev_it->second.end()) return state;
+  const auto window = static_cast<std::size_t>(std::max(1, config_.baseline_window));
+  for (double m : series_it->second) state.medians.push_back(m);
+  while (state.medians.size() > window) state.medians.pop_front();
+  dev_it->second.erase(series_it);
+  if (dev_it->second.empty()) restored_.erase(dev_it);
+  return state;
+}
+
+void HealthTracker::Fold(SeriesState& state, const probes::ProbeSample& sample,
+                         const ExpectedBand& band, bool busy) {
+  SeriesHealth& h = state.health;
+  h.status = sample.status;
+  h.below_band = h.below_baseline = h.contended = false;
+  if (sample.status == ProbeStatus::kUnsupported) return;
+  if (sample.status != ProbeStatus::kOk || sample.durations_s.empty()) {
+    // A failed probe says nothing about bandwidth, and is no evidence of health either.
+    h.good_streak = 0;
+    return;
+  }
+  if (sample.Contended()) {
+    // It measured the neighbour sharing the link: neither judged nor learned, and the
+    // streaks stay where they were (it is evidence of nothing).
+    h.contended = true;
+    return;
+  }
+  h.median_bytes_per_s = sample.MedianBandwidth();
+  const Reading reading = JudgeReading(config_, band, state, sample);
+  h.below_band = reading.below_band;
+  h.below_baseline = reading.below_baseline;
+  // Contention is not a device fault: a busy cycle moves neither verdict nor baseline.
+  if (!busy) {
+    Count(h);
+    // A drop below the baseline is not learned, or the baseline would follow the fault.
+    if (!h.below_baseline) Learn(state, h.median_bytes_per_s);
+  }
+  const std::vector<double> learned(state.medians.begin(), state.medians.end());
+  h.baseline_bytes_per_s = probes::RobustBaseline(learned);
+  h.baseline_cycles = static_cast<int>(learned.size());
+}
+
+void HealthTracker::Count(SeriesHealth& h) const {
+  const int k = std::max(1, config_.consecutive_bad);
+  if (h.Bad()) {
+    ++h.bad_streak;
+    h.good_streak = 0;
+    if (h.bad_streak >= k) h.degraded = true;
+  } else {
+    ++h.good_streak;
+    h.bad_streak = 0;
+    if (h.good_streak >= k) h.degraded = false;
+  }
+}
+
+void HealthTracker::Learn(SeriesState& state, double median) const {
+  const auto window = static_cast<std::size_t>(std::max(1, config_.baseline_window));
+  state.medians.push_back(median);
+  while (state.medians.size() > window) state.medians.pop_front();
+}
+
+void HealthTracker::Publish(DeviceState& device) {
   device.last.series.clear();
   std::map<std::pair<TransferMode, Direction>, bool> pairs;
-  std::vector<const SeriesHealth*> observed;
   for (auto& [key, state] : device.series) {
     device.last.series.push_back(state.health);
     bool& degraded = pairs[{state.health.mode, state.health.direction}];
     degraded = degraded || state.health.degraded;
   }
-  for (const Key& key : observed_keys) observed.push_back(&device.series.at(key).health);
   std::map<std::pair<TransferMode, Direction>, bool> before;
   for (const PairVerdict& v : device.last.verdicts) before[{v.mode, v.direction}] = v.degraded;
   device.last.verdicts.clear();
@@ -239,13 +252,19 @@ DeviceHealth HealthTracker::Observe(const CycleObservation& obs) {
     const bool was = it != before.end() && it->second;
     device.last.verdicts.push_back({pair.first, pair.second, degraded, degraded != was});
   }
-  device.last.diagnoses = Diagnose(obs, band, observed, config_.drift_fraction);
+}
+
+void HealthTracker::Explain(DeviceState& device, const CycleObservation& obs,
+                            const std::vector<Key>& observed_keys) const {
+  std::vector<const SeriesHealth*> observed;
+  for (const Key& key : observed_keys) observed.push_back(&device.series.at(key).health);
+  device.last.diagnoses = Diagnose(obs, device.last.band, observed, config_.drift_fraction);
   // One shared_uplink per device: the first group and direction that shows it.
   for (const auto& [key, diagnosis] : device.concurrent) {
-    if (diagnosis && !device.last.Has(diagnosis->cause))
+    if (diagnosis && !device.last.Has(diagnosis->cause)) {
       device.last.diagnoses.push_back(*diagnosis);
+    }
   }
-  return device.last;
 }
 
 void HealthTracker::ObserveConcurrent(const GroupRun& run) {

@@ -38,10 +38,20 @@ struct PairVerdict {
   bool changed = false;  // flipped in the cycle just observed: worth a log line with advice
 };
 
+// The band of a (mode, direction) held to its own share of its GPU's band (HasOwnBand).
+struct PairBand {
+  probes::TransferMode mode = probes::TransferMode::kPinned;
+  probes::Direction direction = probes::Direction::kH2D;
+  ExpectedBand band;
+};
+
 struct DeviceHealth {
   int gpu = 0;
   std::string uuid;
-  probes::ExpectedBand band;
+  ExpectedBand band;
+  // Of each pair the config probes that has a band of its own (OwnBandPairs), in plan
+  // order: exported beside `band`.
+  std::vector<PairBand> pair_bands;
   std::vector<SeriesHealth> series;   // every series seen, ordered
   std::vector<PairVerdict> verdicts;  // every (mode, direction) seen, ordered
   std::vector<Diagnosis> diagnoses;   // the causes that hold after the last cycle
@@ -113,7 +123,7 @@ class HealthTracker {
   };
   // The one rule a reading is judged by: the mode's band, and drift against the series'
   // learned history.
-  static Reading JudgeReading(const Settings& config, const probes::ExpectedBand& band,
+  static Reading JudgeReading(const Settings& config, const ExpectedBand& band,
                               const SeriesState& state, const probes::ProbeSample& sample);
   struct DeviceState {
     DeviceHealth last;
@@ -121,6 +131,25 @@ class HealthTracker {
     // Causes from concurrent runs, per (group, direction); nullopt: the last run showed none.
     std::map<std::pair<std::string, probes::Direction>, std::optional<Diagnosis>> concurrent;
   };
+
+  // Observe's jobs, in order (mutex_ held):
+  // The series of `key` on the device, created on its first reading with what the state
+  // file held for it.
+  SeriesState& SeriesOf(DeviceState& device, const std::string& uuid, const Key& key);
+  // One reading folded into its series: judged (JudgeReading), counted toward its verdict
+  // and learned into its baseline unless the cycle was busy; failed and contended readings
+  // are neither.
+  void Fold(SeriesState& state, const probes::ProbeSample& sample, const ExpectedBand& band,
+            bool busy);
+  // The streaks and the verdict with hysteresis: consecutive_bad readings in a row flip it.
+  void Count(SeriesHealth& health) const;
+  // A healthy reading into the baseline's window.
+  void Learn(SeriesState& state, double median) const;
+  // Every series of the device into `last`, and their verdicts rolled up per pair.
+  static void Publish(DeviceState& device);
+  // The causes that hold after the cycle: what it shows, and what the concurrent runs did.
+  void Explain(DeviceState& device, const CycleObservation& observation,
+               const std::vector<Key>& observed) const;
 
   mutable std::mutex mutex_;
   Settings config_;

@@ -35,12 +35,6 @@ std::string NarrowestFrom(const LinkPath& path, std::size_t from) {
          probes::FormatLink(narrowest->current_gen, narrowest->current_width);
 }
 
-double NarrowestRate(const LinkPath& path) {
-  if (path.c2c) return probes::kC2cBytesPerSecond;
-  const PcieLink* narrowest = path.Narrowest();
-  return path.pcie && narrowest != nullptr ? narrowest->CurrentBytesPerSecond() : 0.0;
-}
-
 HostGroup MakeGroup(std::string name, const std::vector<std::size_t>& members,
                     const std::vector<probes::DeviceInfo>& devices,
                     const std::vector<LinkPath>& paths, std::string shared_link) {
@@ -52,12 +46,12 @@ HostGroup MakeGroup(std::string name, const std::vector<std::size_t>& members,
   for (std::size_t m : members) {
     group.gpus.push_back(devices[m].index);
     member_paths.push_back(paths[m]);
-    const double alone = NarrowestRate(paths[m]);
+    const double alone = HostLinkRate(paths[m]);
     all_known = all_known && alone > 0;
     group.unshared_bytes_per_s += alone;
   }
   std::sort(group.gpus.begin(), group.gpus.end());
-  group.capacity_bytes_per_s = probes::AggregateCapacity(member_paths);
+  group.capacity_bytes_per_s = probes::AggregateCapacity(member_paths, &BandRate);
   if (!all_known) group.unshared_bytes_per_s = 0;
   return group;
 }
@@ -123,22 +117,6 @@ std::vector<probes::ProbeSpec> PlanConcurrent(const Settings& settings, Deadline
   pinned.modes = {probes::TransferMode::kPinned};
   pinned.sizes = {*std::max_element(settings.sizes.begin(), settings.sizes.end())};
   return PlanProbes(pinned, deadlines);
-}
-
-probes::ExpectedBand GroupBand(const HostGroup& group, const Settings& settings) {
-  probes::ExpectedBand band;
-  if (group.capacity_bytes_per_s <= 0) {
-    band.source = "unknown: a member's path has no known link rate";
-    return band;
-  }
-  band.lower_bytes_per_s = settings.band_lower_fraction * group.capacity_bytes_per_s;
-  band.upper_bytes_per_s = settings.band_upper_fraction * group.capacity_bytes_per_s;
-  band.source =
-      group.shared_link.empty()
-          ? fmt::format("{:.1f} GB/s over the members' paths", group.capacity_bytes_per_s / 1e9)
-          : fmt::format("{:.1f} GB/s over the members' paths, shared link {}",
-                        group.capacity_bytes_per_s / 1e9, group.shared_link);
-  return band;
 }
 
 bool GroupRun::AllOk() const {

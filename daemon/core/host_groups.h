@@ -1,7 +1,8 @@
 // Concurrent groups: sets of GPUs that move data at the same moment, found in the topology,
 // what they should carry together, and what it means when one of them gets far less than
 // alone. `xferd run` (the scheduler, at [probe] concurrent_interval) and `xferd probe
-// --concurrent` both take their groups, plans, bands and causes from here.
+// --concurrent` both take their groups, plans and causes from here, their band from
+// core/band.h (GroupBand).
 #pragma once
 
 #include <map>
@@ -25,10 +26,11 @@ struct HostGroup {
   // share none (or the topology is unknown).
   std::string shared_link;
   // What the members' paths carry together per direction, theoretical
-  // (probes::AggregateCapacity); 0 when a member's path is unknown.
+  // (probes::AggregateCapacity of each link's core::BandRate): what GroupBand is a share
+  // of; 0 when a member's path is unknown.
   double capacity_bytes_per_s = 0;
   // What the members' paths would carry if nothing were shared: the sum of each one's
-  // narrowest link. Above capacity_bytes_per_s when a shared link is the bottleneck.
+  // core::HostLinkRate. Above capacity_bytes_per_s when a shared link is the bottleneck.
   double unshared_bytes_per_s = 0;
 
   std::string GpuList() const;  // "0,1,2": the `gpus` label
@@ -48,10 +50,6 @@ std::vector<HostGroup> FindGroups(const std::vector<probes::DeviceInfo>& devices
 // the largest configured size (the one nearest the link's rate), as PlanProbes makes them.
 std::vector<probes::ProbeSpec> PlanConcurrent(const Settings& settings,
                                               Deadlines deadlines = Deadlines::kAsConfigured);
-
-// The expected aggregate per direction: the band fractions x the group's capacity; unknown
-// when the capacity is.
-probes::ExpectedBand GroupBand(const HostGroup& group, const Settings& settings);
 
 // One concurrent run of one group in one direction.
 struct GroupRun {

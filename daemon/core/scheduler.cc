@@ -1,13 +1,9 @@
 #include "core/scheduler.h"
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 
-#include "core/band.h"
-#include "core/contention.h"
 #include "core/plan.h"
 #include "platform/logging.h"
 
@@ -19,23 +15,6 @@ using std::chrono::duration;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-double AllowanceCapacity(const Settings& config) {
-  return config.max_duty_cycle * duration<double>(kAllowanceWindow).count() +
-         config.burst_reserve_s;
-}
-
-double InitialAllowance(const Settings& config) {
-  return std::min(
-      AllowanceCapacity(config),
-      config.burst_reserve_s + config.max_duty_cycle * duration<double>(config.interval).count());
-}
-
-milliseconds StallGrace(milliseconds deadline) {
-  // A backend should answer kTimeout at its deadline; this much later it is not answering
-  // at all. Generous, because a false stall gets the service restarted.
-  return std::max(milliseconds(1000), deadline / 2);
-}
-
 Scheduler::Scheduler(probes::TransferBackend& backend, std::vector<probes::DeviceInfo> devices,
                      const Settings& config, std::unique_ptr<BusyDetector> busy, Clock& clock,
                      std::uint64_t seed, SchedulerCallbacks callbacks)
@@ -44,13 +23,13 @@ Scheduler::Scheduler(probes::TransferBackend& backend, std::vector<probes::Devic
       clock_(clock),
       callbacks_(std::move(callbacks)),
       rng_(seed),
+      runner_(backend, clock, HangWatch::kReport),
       config_(config),
       busy_(std::move(busy)) {
   // Not full: the first cycle runs the headline and what one interval's refill buys, so a
   // start never spends the whole window at once; the reserve is there from the start.
   for (const auto& device : devices_) {
-    allowances_[device.index].balance_s = InitialAllowance(config_);
-    allowances_[device.index].refilled_at = clock_.Now();
+    allowances_.insert_or_assign(device.index, core::Allowance(config_, clock_.Now()));
   }
 }
 
@@ -58,49 +37,7 @@ std::optional<double> Scheduler::Allowance(int device) const {
   std::lock_guard lock(mutex_);
   auto it = allowances_.find(device);
   if (it == allowances_.end()) return std::nullopt;
-  return it->second.balance_s;
-}
-
-void Scheduler::Refill(DeviceAllowance& allowance, const Settings& config, SteadyTime now) const {
-  if (now > allowance.refilled_at) {
-    allowance.balance_s +=
-        config.max_duty_cycle * duration<double>(now - allowance.refilled_at).count();
-    allowance.refilled_at = now;
-  }
-  // Also shrinks a fuller balance at once after a reload to a smaller cap.
-  allowance.balance_s = std::min(allowance.balance_s, AllowanceCapacity(config));
-}
-
-double Scheduler::Cost(const DeviceAllowance& allowance, const probes::ProbeSpec& spec) const {
-  auto it = allowance.probes.find({spec.mode, spec.direction, spec.size_bytes});
-  if (it != allowance.probes.end() && it->second.last_run) return it->second.cost_s;
-  // Never measured: its bytes at a conservative share of the link, so the balance has
-  // saved enough before it first runs.
-  const double link =
-      allowance.link_bytes_per_s > 0 ? allowance.link_bytes_per_s : kUnknownLinkBytesPerSecond;
-  const double bytes = static_cast<double>(spec.size_bytes) * (spec.warmup + spec.iterations) *
-                       (spec.direction == probes::Direction::kBidirectional ? 2 : 1);
-  return bytes / (link * ProfileOf(spec.mode, spec.direction).cost_fraction);
-}
-
-std::vector<probes::ProbeSpec> Scheduler::Order(const std::vector<probes::ProbeSpec>& plan,
-                                                const Settings& config,
-                                                const DeviceAllowance& allowance) const {
-  std::vector<probes::ProbeSpec> ordered;
-  std::vector<std::pair<std::optional<SteadyTime>, probes::ProbeSpec>> rotating;
-  for (const auto& spec : plan) {
-    if (IsHeadline(spec, config)) {
-      ordered.push_back(spec);
-      continue;
-    }
-    auto it = allowance.probes.find({spec.mode, spec.direction, spec.size_bytes});
-    rotating.emplace_back(it == allowance.probes.end() ? std::nullopt : it->second.last_run, spec);
-  }
-  // Stalest first; never run sorts before any time (nullopt < value); ties keep plan order.
-  std::stable_sort(rotating.begin(), rotating.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [_, spec] : rotating) ordered.push_back(std::move(spec));
-  return ordered;
+  return it->second.Balance();
 }
 
 void Scheduler::Reconfigure(const Settings& config, std::unique_ptr<BusyDetector> busy) {
@@ -116,25 +53,15 @@ std::optional<SteadyTime> Scheduler::LastCycleEnd() const {
 }
 
 std::optional<Stall> Scheduler::CheckStall(SteadyTime now) {
-  std::lock_guard lock(mutex_);
-  if (!in_probe_) return std::nullopt;
-  const auto running = duration_cast<milliseconds>(now - probe_started_);
-  if (running <= probe_spec_.deadline + StallGrace(probe_spec_.deadline)) return std::nullopt;
-  Stall stall;
-  stall.device = probe_device_;
-  stall.spec = probe_spec_;
-  stall.running_for = running;
-  stall.first_report = stall_reported_serial_ != probe_serial_;
-  stall_reported_serial_ = probe_serial_;
-  return stall;
+  return runner_.CheckStall(now);
 }
 
 std::optional<SteadyTime> Scheduler::NextConfirmation() const {
   std::lock_guard lock(mutex_);
   std::optional<SteadyTime> due;
-  for (const auto& [index, allowance] : allowances_) {
-    for (const auto& [key, pending] : allowance.pending) {
-      if (!due || pending.due < *due) due = pending.due;
+  for (const auto& [index, pending] : pending_) {
+    for (const auto& [key, p] : pending) {
+      if (!due || p.due < *due) due = p.due;
     }
   }
   return due;
@@ -209,9 +136,9 @@ SteadyTime Scheduler::NextStart(const Settings& config, SteadyTime cycle_start) 
   double headline_s = 0;
   int heaviest = -1;
   for (auto& [index, allowance] : allowances_) {
-    Refill(allowance, config, now);
-    if (allowance.headline_s > headline_s) {
-      headline_s = allowance.headline_s;
+    allowance.Refill(config, now);
+    if (allowance.HeadlineSeconds() > headline_s) {
+      headline_s = allowance.HeadlineSeconds();
       heaviest = index;
     }
   }
@@ -271,47 +198,31 @@ bool Scheduler::SkipBusy(Round& round, DeviceCycle& dc,
 
 bool Scheduler::RunOne(Round& round, DeviceCycle& dc, const probes::ProbeSpec& spec,
                        bool headline) {
-  const Settings& config = round.config;
-  const probes::DeviceInfo& device = dc.device;
-  const std::string gpu = std::to_string(device.index);
   if (round.stop.stop_requested()) return false;
-  if (clock_.Now() - round.start >= config.cycle_budget) {
+  if (clock_.Now() - round.start >= round.config.cycle_budget) {
     ++dc.skipped_budget;
     ++round.report.skipped_budget;
     round.report.over_budget = true;
     return false;
   }
-  ScopedLogFields fields(gpu, std::string(probes::ToString(spec.mode)));
-  {
-    std::lock_guard lock(mutex_);
-    in_probe_ = true;
-    probe_device_ = device.index;
-    probe_spec_ = spec;
-    probe_started_ = clock_.Now();
-    ++probe_serial_;
-  }
-  if (round.busy != nullptr) round.busy->BeginProbe(device);
-  const SteadyTime probe_start = clock_.Now();
-  probes::ProbeSample sample = backend_.Run(device.index, spec, round.stop);
-  const SteadyTime probe_end = clock_.Now();
-  {
-    std::lock_guard lock(mutex_);
-    in_probe_ = false;
-  }
-  // Right after the probe: the link as the driver counted it, and right after that.
-  if (round.busy != nullptr) sample.traffic = round.busy->EndProbe(device);
-  if (round.stop.stop_requested()) return false;  // cut short: not a result
-  const double elapsed = duration<double>(probe_end - probe_start).count();
-  if (sample.status == probes::ProbeStatus::kOk &&
-      elapsed > duration<double>(spec.deadline).count()) {
-    // A backend that overran without noticing: the result came too late to trust.
-    sample.status = probes::ProbeStatus::kTimeout;
-    sample.message = fmt::format("finished after {:.2f} s, past its {:.2f} s deadline", elapsed,
-                                 duration<double>(spec.deadline).count());
-  }
-  sample.contention = JudgeContention(sample, {config.busy_pcie_bytes_per_s});
+  ScopedLogFields fields(std::to_string(dc.device.index), std::string(probes::ToString(spec.mode)));
+  std::optional<Measured> measured =
+      runner_.Run(dc.device, spec, round.busy, round.config, !dc.link_read, round.stop);
+  if (!measured) return false;  // cut short: not a result
+  Book(round, dc, *measured, headline);
+  if (callbacks_.on_probe) callbacks_.on_probe(dc.device, measured->sample);
+  if (measured->link) BookLink(dc, std::move(*measured->link));
+  Confirm(round.config, dc.device, dc.link_path, measured->sample);
+  dc.samples.push_back(std::move(measured->sample));
+  return true;
+}
+
+void Scheduler::Book(Round& round, DeviceCycle& dc, const Measured& measured, bool headline) {
+  const probes::ProbeSample& sample = measured.sample;
+  const probes::ProbeSpec& spec = sample.spec;
+  const int gpu = dc.device.index;
   if (sample.status == probes::ProbeStatus::kOk && !sample.traffic && round.busy != nullptr) {
-    bool& said = unreadable_said_[device.index];
+    bool& said = unreadable_said_[gpu];
     if (!said) {
       said = true;
       spdlog::info(
@@ -321,16 +232,10 @@ bool Scheduler::RunOne(Round& round, DeviceCycle& dc, const probes::ProbeSpec& s
           gpu, round.busy->Describe());
     }
   }
-  // Device time cannot exceed the wall time the call took (the call waits for the
-  // device); a simulated device running faster than real time reports more.
-  const double cost = sample.device_time_s > 0 ? std::min(sample.device_time_s, elapsed) : elapsed;
-  round.report.device_s += cost;
+  round.report.device_s += measured.cost_s;
   {
     std::lock_guard lock(mutex_);
-    DeviceAllowance& allowance = allowances_[device.index];
-    allowance.balance_s -= cost;
-    allowance.probes[{spec.mode, spec.direction, spec.size_bytes}] = {probe_start, cost};
-    if (headline) allowance.headline_s += cost;
+    allowances_[gpu].Charge(spec, measured.started, measured.cost_s, headline);
   }
   switch (sample.status) {
     case probes::ProbeStatus::kOk:
@@ -354,42 +259,42 @@ bool Scheduler::RunOne(Round& round, DeviceCycle& dc, const probes::ProbeSpec& s
     }
     case probes::ProbeStatus::kUnsupported: ++round.report.unsupported; break;
   }
-  if (callbacks_.on_probe) callbacks_.on_probe(device, sample);
-  if (!dc.link_read && sample.status == probes::ProbeStatus::kOk) {
-    // Right after traffic, before an idle link trains down to save power.
-    ReadLink(dc);
+}
+
+void Scheduler::Confirm(const Settings& config, const probes::DeviceInfo& device,
+                        const probes::LinkPath& path, const probes::ProbeSample& sample) {
+  // Re-measure soon when the reading starts or continues a streak. A contended reading is
+  // evidence of nothing: what was pending stays pending, to be tried again after another
+  // delay.
+  if (!callbacks_.flip_ahead) return;
+  const SteadyTime due = ConfirmationDue(config, clock_.Now());
+  const ProbeKey key{sample.spec.mode, sample.spec.direction, sample.spec.size_bytes};
+  if (sample.Contended()) {
+    std::lock_guard lock(mutex_);
+    auto& pending = pending_[device.index];
+    if (auto it = pending.find(key); it != pending.end()) it->second.due = due;
+    return;
   }
-  // What this reading does to its verdict: re-measure soon when it starts or continues a
-  // streak. A contended reading is evidence of nothing: what was pending stays pending, to
-  // be tried again after another delay.
-  if (callbacks_.flip_ahead) {
-    const SteadyTime due = ConfirmationDue(config, clock_.Now());
-    const ProbeKey key{spec.mode, spec.direction, spec.size_bytes};
-    if (sample.Contended()) {
-      std::lock_guard lock(mutex_);
-      auto& pending = allowances_[device.index].pending;
-      if (auto it = pending.find(key); it != pending.end()) it->second.due = due;
-    } else {
-      const FlipAhead flip = callbacks_.flip_ahead(device, dc.link_path, sample);
-      std::lock_guard lock(mutex_);
-      auto& pending = allowances_[device.index].pending;
-      if (flip.readings > 0) {
-        pending[key] = {spec, flip, due};
-      } else {
-        pending.erase(key);
-      }
-    }
+  const FlipAhead flip = callbacks_.flip_ahead(device, path, sample);
+  std::lock_guard lock(mutex_);
+  auto& pending = pending_[device.index];
+  if (flip.readings > 0) {
+    pending[key] = {sample.spec, flip, due};
+  } else {
+    pending.erase(key);
   }
-  dc.samples.push_back(std::move(sample));
-  return true;
 }
 
 void Scheduler::ReadLink(DeviceCycle& dc) {
-  dc.link_path = backend_.ReadLinkPath(dc.device.index);
+  BookLink(dc, backend_.ReadLinkPath(dc.device.index));
+}
+
+void Scheduler::BookLink(DeviceCycle& dc, probes::LinkPath path) {
+  dc.link_path = std::move(path);
   dc.link_read = true;
   if (const probes::PcieLink* narrowest = dc.link_path.Narrowest()) {
     std::lock_guard lock(mutex_);
-    allowances_[dc.device.index].link_bytes_per_s = narrowest->CurrentBytesPerSecond();
+    allowances_[dc.device.index].SetLinkRate(narrowest->CurrentBytesPerSecond());
   }
   if (callbacks_.on_link_path) callbacks_.on_link_path(dc.device, dc.link_path);
 }
@@ -411,10 +316,10 @@ CycleReport Scheduler::RunCycle(const Settings& config, BusyDetector* busy, std:
     std::vector<probes::ProbeSpec> ordered;
     {
       std::lock_guard lock(mutex_);
-      DeviceAllowance& allowance = allowances_[device.index];
-      Refill(allowance, config, clock_.Now());
-      allowance.headline_s = 0;
-      ordered = Order(plan, config, allowance);
+      core::Allowance& allowance = allowances_[device.index];
+      allowance.Refill(config, clock_.Now());
+      allowance.StartCycle();
+      ordered = allowance.Order(plan, config);
     }
     for (std::size_t i = 0; i < ordered.size(); ++i) {
       const probes::ProbeSpec& spec = ordered[i];
@@ -422,16 +327,9 @@ CycleReport Scheduler::RunCycle(const Settings& config, BusyDetector* busy, std:
       const bool headline = IsHeadline(spec, config);
       if (!headline) {
         std::lock_guard lock(mutex_);
-        DeviceAllowance& allowance = allowances_[device.index];
-        Refill(allowance, config, clock_.Now());
-        // Only what lies above the reserve; a probe dearer than all of that runs when the
-        // allowance is full, or it would never run at all.
-        const double cost = Cost(allowance, spec);
-        const double capacity = AllowanceCapacity(config);
-        const bool fits =
-            cost <= allowance.balance_s - config.burst_reserve_s ||
-            (allowance.balance_s >= capacity - 1e-9 && cost > capacity - config.burst_reserve_s);
-        if (!fits) {
+        core::Allowance& allowance = allowances_[device.index];
+        allowance.Refill(config, clock_.Now());
+        if (!allowance.FitsRotation(spec, config)) {
           // Strict order: the stalest saves up instead of being starved by cheaper ones.
           dc.held_back = static_cast<int>(ordered.size() - i);
           report.held_back += dc.held_back;
@@ -443,7 +341,7 @@ CycleReport Scheduler::RunCycle(const Settings& config, BusyDetector* busy, std:
     if (!dc.link_read && !stop.stop_requested()) ReadLink(dc);
     {
       std::lock_guard lock(mutex_);
-      dc.allowance_s = allowances_[device.index].balance_s;
+      dc.allowance_s = allowances_[device.index].Balance();
     }
     report.devices.push_back(std::move(dc));
   }
@@ -458,13 +356,8 @@ CycleReport Scheduler::RunCycle(const Settings& config, BusyDetector* busy, std:
   return report;
 }
 
-CycleReport Scheduler::RunConfirmations(const Settings& config, BusyDetector* busy,
-                                        std::stop_token stop) {
-  CycleReport report;
-  report.confirmation = true;
-  report.started_at = std::chrono::system_clock::now();
-  Round round{config, busy, stop, clock_.Now(), report};
-  const std::vector<probes::ProbeSpec> plan = PlanProbes(config);
+std::vector<probes::ProbeSpec> Scheduler::DueConfirmations(
+    const probes::DeviceInfo& device, const std::vector<probes::ProbeSpec>& plan) {
   auto planned = [&](probes::TransferMode mode, probes::Direction direction,
                      std::uint64_t size) -> std::optional<probes::ProbeSpec> {
     for (const auto& spec : plan) {
@@ -474,55 +367,65 @@ CycleReport Scheduler::RunConfirmations(const Settings& config, BusyDetector* bu
     }
     return std::nullopt;
   };
+  // The series due now, still in the plan (a reload may have dropped some), and with them,
+  // where one more bad reading would flip a verdict to degraded, the probes that name the
+  // cause: the pinned/pageable ratio and both ways at once.
+  std::vector<probes::ProbeSpec> due;
+  std::lock_guard lock(mutex_);
+  auto& pending = pending_[device.index];
+  const SteadyTime now = clock_.Now();
+  for (auto it = pending.begin(); it != pending.end();) {
+    const Pending& p = it->second;
+    const auto spec = planned(p.spec.mode, p.spec.direction, p.spec.size_bytes);
+    if (!spec) {
+      it = pending.erase(it);
+      continue;
+    }
+    if (p.due <= now) due.push_back(*spec);
+    ++it;
+  }
+  for (const auto& [key, p] : pending) {
+    if (p.due > now || !p.flip.to_degraded || p.flip.readings != 1) continue;
+    for (const auto& pair :
+         {std::pair{probes::TransferMode::kPinned, probes::Direction::kH2D},
+          std::pair{probes::TransferMode::kPageable, probes::Direction::kH2D},
+          std::pair{probes::TransferMode::kPinned, probes::Direction::kBidirectional}}) {
+      const auto cause = planned(pair.first, pair.second, p.spec.size_bytes);
+      if (cause && std::none_of(due.begin(), due.end(), [&](const probes::ProbeSpec& d) {
+            return d.mode == cause->mode && d.direction == cause->direction &&
+                   d.size_bytes == cause->size_bytes;
+          })) {
+        due.push_back(*cause);
+      }
+    }
+  }
+  return due;
+}
+
+void Scheduler::Postpone(const Settings& config, int device, const probes::ProbeSpec& spec) {
+  const SteadyTime later = ConfirmationDue(config, clock_.Now());
+  std::lock_guard lock(mutex_);
+  auto& pending = pending_[device];
+  auto it = pending.find({spec.mode, spec.direction, spec.size_bytes});
+  if (it != pending.end()) it->second.due = later;
+}
+
+CycleReport Scheduler::RunConfirmations(const Settings& config, BusyDetector* busy,
+                                        std::stop_token stop) {
+  CycleReport report;
+  report.confirmation = true;
+  report.started_at = std::chrono::system_clock::now();
+  Round round{config, busy, stop, clock_.Now(), report};
+  const std::vector<probes::ProbeSpec> plan = PlanProbes(config);
 
   for (const auto& device : devices_) {
     if (stop.stop_requested()) break;
-    // The series due now, still in the plan (a reload may have dropped some), and with
-    // them, where one more bad reading would flip a verdict to degraded, the probes that
-    // name the cause: the pinned/pageable ratio and both ways at once.
-    std::vector<probes::ProbeSpec> due;
-    {
-      std::lock_guard lock(mutex_);
-      auto& pending = allowances_[device.index].pending;
-      const SteadyTime now = clock_.Now();
-      for (auto it = pending.begin(); it != pending.end();) {
-        const Pending& p = it->second;
-        const auto spec = planned(p.spec.mode, p.spec.direction, p.spec.size_bytes);
-        if (!spec) {
-          it = pending.erase(it);
-          continue;
-        }
-        if (p.due <= now) due.push_back(*spec);
-        ++it;
-      }
-      for (const auto& [key, p] : pending) {
-        if (p.due > now || !p.flip.to_degraded || p.flip.readings != 1) continue;
-        for (const auto& pair :
-             {std::pair{probes::TransferMode::kPinned, probes::Direction::kH2D},
-              std::pair{probes::TransferMode::kPageable, probes::Direction::kH2D},
-              std::pair{probes::TransferMode::kPinned, probes::Direction::kBidirectional}}) {
-          const auto cause = planned(pair.first, pair.second, p.spec.size_bytes);
-          if (cause && std::none_of(due.begin(), due.end(), [&](const probes::ProbeSpec& d) {
-                return d.mode == cause->mode && d.direction == cause->direction &&
-                       d.size_bytes == cause->size_bytes;
-              })) {
-            due.push_back(*cause);
-          }
-        }
-      }
-    }
+    const std::vector<probes::ProbeSpec> due = DueConfirmations(device, plan);
     if (due.empty()) continue;
     DeviceCycle dc;
     dc.device = device;
-    auto postpone = [&](const probes::ProbeSpec& spec) {
-      const SteadyTime later = ConfirmationDue(config, clock_.Now());
-      std::lock_guard lock(mutex_);
-      auto& pending = allowances_[device.index].pending;
-      auto it = pending.find({spec.mode, spec.direction, spec.size_bytes});
-      if (it != pending.end()) it->second.due = later;
-    };
     if (SkipBusy(round, dc, due)) {
-      for (const auto& spec : due) postpone(spec);
+      for (const auto& spec : due) Postpone(config, device.index, spec);
       report.devices.push_back(std::move(dc));
       continue;
     }
@@ -530,27 +433,26 @@ CycleReport Scheduler::RunConfirmations(const Settings& config, BusyDetector* bu
       if (stop.stop_requested()) break;
       bool fits = false;
       {
-        // The whole balance, reserve included: this is what the reserve is for.
         std::lock_guard lock(mutex_);
-        DeviceAllowance& allowance = allowances_[device.index];
-        Refill(allowance, config, clock_.Now());
-        fits = Cost(allowance, spec) <= allowance.balance_s;
+        core::Allowance& allowance = allowances_[device.index];
+        allowance.Refill(config, clock_.Now());
+        fits = allowance.FitsConfirmation(spec);
       }
       if (!fits) {
         ++dc.held_back;
         ++report.held_back;
-        postpone(spec);
+        Postpone(config, device.index, spec);
         continue;
       }
       if (!RunOne(round, dc, spec, false)) {
-        postpone(spec);
+        Postpone(config, device.index, spec);
         if (stop.stop_requested()) break;
       }
     }
     if (!dc.link_read && !stop.stop_requested()) ReadLink(dc);
     {
       std::lock_guard lock(mutex_);
-      dc.allowance_s = allowances_[device.index].balance_s;
+      dc.allowance_s = allowances_[device.index].Balance();
     }
     report.devices.push_back(std::move(dc));
   }

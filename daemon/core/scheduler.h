@@ -1,21 +1,19 @@
 // The probe loop: cycles at the configured interval with random jitter, never overlapping,
-// within a per-cycle time budget and a device-time allowance, skipping GPUs that are busy,
-// watching the link around every probe for another process's traffic, re-measuring a
-// reading that would move a verdict within seconds, and telling the service how far it got
-// so the systemd watchdog is only fed while it moves. How it all adds up: docs/health.md
-// ("Cadence, allowance and fast confirmation").
+// within a per-cycle time budget and a device-time allowance (core/allowance.h), skipping
+// GPUs that are busy, re-measuring a reading that would move a verdict within seconds, and
+// telling the service how far it got so the systemd watchdog is only fed while it moves.
+// The scheduler decides when and which probe; each one is run, timed and judged by the
+// ProbeRunner (core/probe_runner.h) as for every other caller. How it all adds up:
+// docs/health.md ("Cadence, allowance and fast confirmation").
 //
-// The allowance (per GPU, a token bucket of device seconds) keeps the GPU time spent
-// probing near max_duty_cycle: it refills at max_duty_cycle x wall time and holds at most
-// max_duty_cycle x kAllowanceWindow plus burst_reserve. Each cycle the headline probes
-// (pinned h2d and d2h of every size) always run, from the first cycle on. The others
-// rotate, stalest first, each only while its cost (as last measured, or estimated from its
-// bytes at a conservative share of the link) fits in the balance above burst_reserve, so
-// rotation can never delay the headline or eat the reserve. The reserve pays for fast
-// confirmation: a reading that starts a streak toward a flip (bad on a healthy series,
-// good on a degraded one) is re-measured after a few seconds until the streak flips the
-// verdict or breaks, and the round that can flip it toward degraded also runs the probes
-// that name the cause (pinned and pageable h2d, pinned both ways) and re-reads the link.
+// Each cycle the headline probes (pinned h2d and d2h of every size) always run, from the
+// first cycle on. The others rotate, stalest first, each only while its cost fits in the
+// allowance above burst_reserve, so rotation can never delay the headline or eat the
+// reserve. The reserve pays for fast confirmation: a reading that starts a streak toward a
+// flip (bad on a healthy series, good on a degraded one) is re-measured after a few seconds
+// until the streak flips the verdict or breaks, and the round that can flip it toward
+// degraded also runs the probes that name the cause (pinned and pageable h2d, pinned both
+// ways) and re-reads the link.
 //
 // One probe thread calls Run(); results come out through the callbacks on that thread.
 // Reconfigure, CheckStall and the counters may be used from any thread.
@@ -36,10 +34,12 @@
 #include <tuple>
 #include <vector>
 
+#include "core/allowance.h"
 #include "core/busy_detector.h"
 #include "core/clock.h"
 #include "core/diagnosis.h"
 #include "core/host_groups.h"
+#include "core/probe_runner.h"
 #include "core/settings.h"
 #include "xferd/probes/backend.h"
 
@@ -81,14 +81,6 @@ struct CycleReport {
   int concurrent_held_back = 0;  // group runs left for a later cycle
 };
 
-// A probe that has run past its deadline without returning (a hung device call).
-struct Stall {
-  int device = 0;
-  probes::ProbeSpec spec;
-  std::chrono::milliseconds running_for{0};
-  bool first_report = false;  // true the first time this probe is reported
-};
-
 struct SchedulerCallbacks {
   // After each probe that ran (not after one cut short by stop).
   std::function<void(const probes::DeviceInfo&, const probes::ProbeSample&)> on_probe;
@@ -105,27 +97,10 @@ struct SchedulerCallbacks {
       flip_ahead;
 };
 
-// The allowance holds at most max_duty_cycle x this much device time (plus burst_reserve):
-// enough to save up for the dearest probe at any sane duty cycle (1.5 s at the default
-// 0.0025), little enough that a long idle spell does not buy a burst much over the cap.
-inline constexpr std::chrono::minutes kAllowanceWindow{10};
-
 // Fast confirmation waits a random delay in this range before re-measuring (at most half
 // the interval): long enough that a dip of a second or two is not confirmed, short enough
 // that consecutive_bad readings take well under a minute.
 inline constexpr std::chrono::seconds kConfirmDelayMin{5}, kConfirmDelayMax{15};
-
-// An unmeasured probe's cost is estimated at ProfileOf(mode).cost_fraction of the GPU's
-// narrowest link; before that link was read, of this rate (PCIe Gen3 x8: conservative).
-inline constexpr double kUnknownLinkBytesPerSecond = 7.9e9;
-
-// The allowance's capacity and where it starts: one interval's refill above the reserve,
-// so the first cycle runs the headline and what that buys, not every probe at once.
-double AllowanceCapacity(const Settings& config);
-double InitialAllowance(const Settings& config);
-
-// A probe is stalled when it runs this long past its deadline without returning.
-std::chrono::milliseconds StallGrace(std::chrono::milliseconds deadline);
 
 class Scheduler {
  public:
@@ -141,7 +116,7 @@ class Scheduler {
   // A new config (SIGHUP) and busy detector, applied from the next cycle on.
   void Reconfigure(const Settings& config, std::unique_ptr<BusyDetector> busy);
 
-  // The probe in flight when it has run past deadline + StallGrace; nullopt otherwise.
+  // The probe in flight when it has run past deadline + HangGrace; nullopt otherwise.
   std::optional<Stall> CheckStall(SteadyTime now);
 
   std::uint64_t CyclesCompleted() const { return cycles_completed_.load(); }
@@ -153,25 +128,12 @@ class Scheduler {
   std::optional<double> Allowance(int device) const;
 
  private:
-  // What the rotation knows about one probe of one GPU.
-  struct ProbeRecord {
-    std::optional<SteadyTime> last_run;  // when it last ran (any outcome); never = stalest
-    double cost_s = 0;                   // device time it took then
-  };
   using ProbeKey = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
   // A series waiting to be re-measured (fast confirmation).
   struct Pending {
     probes::ProbeSpec spec;
     FlipAhead flip;
     SteadyTime due{};
-  };
-  struct DeviceAllowance {
-    double balance_s = 0;
-    SteadyTime refilled_at{};
-    std::map<ProbeKey, ProbeRecord> probes;
-    double headline_s = 0;        // device time of the headline probes in the last cycle
-    double link_bytes_per_s = 0;  // the narrowest link's current rate, as last read
-    std::map<ProbeKey, Pending> pending;
   };
   // Where a cycle or round is while it runs.
   struct Round {
@@ -184,9 +146,19 @@ class Scheduler {
 
   CycleReport RunCycle(const Settings& config, BusyDetector* busy, std::stop_token stop);
   CycleReport RunConfirmations(const Settings& config, BusyDetector* busy, std::stop_token stop);
-  // Runs one probe on the device of `dc` and books it (allowance, counters, callbacks, the
-  // link path, what is pending); false when it was cut short by stop or by the budget.
+  // The series of `device` due for confirmation now, with the probes that name a cause.
+  std::vector<probes::ProbeSpec> DueConfirmations(const probes::DeviceInfo& device,
+                                                  const std::vector<probes::ProbeSpec>& plan);
+  // Sets a pending confirmation of `device` to be tried again after another delay.
+  void Postpone(const Settings& config, int device, const probes::ProbeSpec& spec);
+  // Runs one probe on the device of `dc` (ProbeRunner::Run) and books it; false when it was
+  // cut short by stop or by the budget.
   bool RunOne(Round& round, DeviceCycle& dc, const probes::ProbeSpec& spec, bool headline);
+  // What a probe that ran costs the allowance and adds to the report and the log.
+  void Book(Round& round, DeviceCycle& dc, const Measured& measured, bool headline);
+  // What the reading does to its series' verdict: pending confirmation or not.
+  void Confirm(const Settings& config, const probes::DeviceInfo& device,
+               const probes::LinkPath& path, const probes::ProbeSample& sample);
   // Concurrent groups (scheduler_concurrent.cc): the groups due this cycle, each direction
   // at once on all members, charged to each member's allowance above the reserve.
   struct GroupRecord {
@@ -200,28 +172,22 @@ class Scheduler {
                  const Settings& config);
   std::optional<GroupRun> RunGroup(const HostGroup& group, const probes::ProbeSpec& spec,
                                    GroupRecord& record, std::stop_token stop, CycleReport& report);
-  // Reads the device's link path into `dc` (and the rate cost estimates use).
+  // Reads the device's link path into `dc`; BookLink takes one already read.
   void ReadLink(DeviceCycle& dc);
+  void BookLink(DeviceCycle& dc, probes::LinkPath path);
   // The busy check before a device's probes; true when they must be skipped.
   bool SkipBusy(Round& round, DeviceCycle& dc, const std::vector<probes::ProbeSpec>& specs);
   SteadyTime NextStart(const Settings& config, SteadyTime cycle_start);
   // The earliest time a pending confirmation is due; nullopt when none is.
   std::optional<SteadyTime> NextConfirmation() const;
   SteadyTime ConfirmationDue(const Settings& config, SteadyTime now);
-  // Adds max_duty_cycle x the time since the last refill, up to the capacity.
-  void Refill(DeviceAllowance& allowance, const Settings& config, SteadyTime now) const;
-  // A probe's device time: as last measured, else estimated from its bytes.
-  double Cost(const DeviceAllowance& allowance, const probes::ProbeSpec& spec) const;
-  // The cycle's probes for one GPU: headline first, then the rest stalest first.
-  std::vector<probes::ProbeSpec> Order(const std::vector<probes::ProbeSpec>& plan,
-                                       const Settings& config,
-                                       const DeviceAllowance& allowance) const;
 
   probes::TransferBackend& backend_;
   std::vector<probes::DeviceInfo> devices_;
   Clock& clock_;
   SchedulerCallbacks callbacks_;
   std::mt19937_64 rng_;
+  ProbeRunner runner_;  // runs, times and judges each probe; knows the one in flight
 
   mutable std::mutex mutex_;  // guards everything below
   Settings config_;
@@ -229,16 +195,11 @@ class Scheduler {
   bool regrid_ = true;                  // (re)anchor the cycle grid at the next start
   SteadyTime grid_origin_{};
   std::int64_t grid_slot_ = 0;
-  // The probe in flight.
-  bool in_probe_ = false;
-  int probe_device_ = 0;
-  probes::ProbeSpec probe_spec_;
-  SteadyTime probe_started_{};
-  std::uint64_t probe_serial_ = 0, stall_reported_serial_ = 0;
   std::optional<SteadyTime> last_cycle_end_;
-  std::map<int, DeviceAllowance> allowances_;  // per GPU index
-  bool overdraw_warned_ = false;               // the headline-overdraw warning is said once
-  std::map<int, bool> unreadable_said_;        // per GPU: "link traffic not readable" said
+  std::map<int, core::Allowance> allowances_;           // per GPU index
+  std::map<int, std::map<ProbeKey, Pending>> pending_;  // per GPU index
+  bool overdraw_warned_ = false;         // the headline-overdraw warning is said once
+  std::map<int, bool> unreadable_said_;  // per GPU: "link traffic not readable" said
 
   // Probe thread only: what the concurrent groups are formed and judged from.
   std::map<std::string, GroupRecord> groups_;

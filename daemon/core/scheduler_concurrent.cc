@@ -2,7 +2,6 @@
 // runs pinned h2d, d2h (and both ways) on all its members at once. Never beside another
 // probe (one probe thread runs both), at most once per concurrent_interval, and only while
 // every member's allowance has room: each member pays its own device time.
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -11,22 +10,17 @@
 
 namespace xferd::core {
 
-using std::chrono::duration;
-
 bool Scheduler::GroupFits(const HostGroup& group, const probes::ProbeSpec& spec,
                           const GroupRecord& record, const Settings& config) {
   std::lock_guard lock(mutex_);
   for (int gpu : group.gpus) {
-    DeviceAllowance& allowance = allowances_[gpu];
-    Refill(allowance, config, clock_.Now());
+    core::Allowance& allowance = allowances_[gpu];
+    allowance.Refill(config, clock_.Now());
     auto it = record.cost_s.find({gpu, spec.direction});
-    // Unknown cost: run and learn; a full allowance runs anything, or it would never run.
-    // Like the rotating probes they leave the reserve for fast confirmation.
-    if (it == record.cost_s.end() || it->second <= allowance.balance_s - config.burst_reserve_s ||
-        allowance.balance_s >= AllowanceCapacity(config)) {
-      continue;
+    if (!allowance.FitsGroup(
+            it != record.cost_s.end() ? std::optional<double>(it->second) : std::nullopt, config)) {
+      return false;
     }
-    return false;
   }
   return true;
 }
@@ -34,57 +28,30 @@ bool Scheduler::GroupFits(const HostGroup& group, const probes::ProbeSpec& spec,
 std::optional<GroupRun> Scheduler::RunGroup(const HostGroup& group, const probes::ProbeSpec& spec,
                                             GroupRecord& record, std::stop_token stop,
                                             CycleReport& report) {
-  const SteadyTime start = clock_.Now();
-  {
-    std::lock_guard lock(mutex_);
-    in_probe_ = true;
-    probe_device_ = group.gpus.front();
-    probe_spec_ = spec;
-    probe_started_ = start;
-    ++probe_serial_;
+  std::vector<double> solo;
+  for (int gpu : group.gpus) {
+    auto it = solo_.find({gpu, spec.direction, spec.size_bytes});
+    solo.push_back(it != solo_.end() ? it->second : 0.0);
   }
-  std::vector<probes::ProbeSample> samples = backend_.RunConcurrent(group.gpus, spec, stop);
-  const SteadyTime end = clock_.Now();
-  {
-    std::lock_guard lock(mutex_);
-    in_probe_ = false;
-  }
-  if (stop.stop_requested()) return std::nullopt;
-  const double elapsed = duration<double>(end - start).count();
-  const double deadline_s = duration<double>(spec.deadline).count();
-  GroupRun run;
-  run.group = group;
-  run.spec = spec;
-  samples.resize(group.gpus.size());  // a backend that answered short: the rest failed
+  std::optional<MeasuredGroup> measured = runner_.RunGroup(group, devices_, solo, spec, stop);
+  if (!measured) return std::nullopt;
   for (std::size_t i = 0; i < group.gpus.size(); ++i) {
     const int gpu = group.gpus[i];
-    probes::ProbeSample& sample = samples[i];
-    if (sample.status == probes::ProbeStatus::kOk && elapsed > deadline_s) {
-      sample.status = probes::ProbeStatus::kTimeout;
-      sample.message =
-          fmt::format("finished after {:.2f} s, past its {:.2f} s deadline", elapsed, deadline_s);
-    }
-    const double cost =
-        sample.device_time_s > 0 ? std::min(sample.device_time_s, elapsed) : elapsed;
+    const probes::ProbeSample& sample = measured->run.samples[i];
+    const double cost = measured->cost_s[i];
     report.device_s += cost;
     record.cost_s[{gpu, spec.direction}] = cost;
     {
       std::lock_guard lock(mutex_);
-      allowances_[gpu].balance_s -= cost;
+      allowances_[gpu].Charge(cost);
     }
     if (sample.status != probes::ProbeStatus::kOk) {
       spdlog::warn("concurrent {} gpu {} pinned {}: {}: {}", group.name, gpu,
                    probes::ToString(spec.direction), probes::ToString(sample.status),
                    sample.message);
     }
-    auto device = std::find_if(devices_.begin(), devices_.end(),
-                               [gpu](const probes::DeviceInfo& d) { return d.index == gpu; });
-    run.devices.push_back(device != devices_.end() ? *device : probes::DeviceInfo{});
-    auto solo = solo_.find({gpu, spec.direction, spec.size_bytes});
-    run.solo_bytes_per_s.push_back(solo != solo_.end() ? solo->second : 0.0);
   }
-  run.samples = std::move(samples);
-  return run;
+  return std::move(measured->run);
 }
 
 void Scheduler::RunGroups(const Settings& config, SteadyTime cycle_start, std::stop_token stop,

@@ -53,6 +53,12 @@ std::string Dir(Direction direction) {
   return std::string(probes::ToString(direction));
 }
 
+// The labels of a pair's own band series.
+Labels PairBandLabels(const std::string& gpu, TransferMode mode, Direction direction,
+                      const char* bound) {
+  return {{"gpu", gpu}, {"mode", Mode(mode)}, {"direction", Dir(direction)}, {"bound", bound}};
+}
+
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -254,15 +260,6 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
   host_link_info_
       .Add({{"gpu", gpu}, {"type", std::string(probes::ToString(probes::HostLinkOf(device)))}})
       .Set(1);
-  for (TransferMode mode : probes::kAllModes) {
-    for (ProbeResult r : kAllProbeResults) {
-      // Events start at 0 so that rate() sees the first; `unsupported` is no event but what
-      // the GPU is (and pageable, pinned and pinned_async never are): its series comes with
-      // the first probe that reports it.
-      if (r == ProbeResult::kUnsupported) continue;
-      probe_runs_.Add({{"gpu", gpu}, {"mode", Mode(mode)}, {"result", std::string(ToString(r))}});
-    }
-  }
   for (DiagnosisCause cause : kAllDiagnosisCauses) {
     diagnosis_.Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}}).Set(0);
   }
@@ -270,6 +267,28 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
   cycle_device_.Add({{"gpu", gpu}});
   std::lock_guard lock(mutex_);
   cycle_device_s_.try_emplace(device.index, 0.0);
+  devices_.push_back(device.index);
+  for (TransferMode mode : modes_) AddRunCounters(device.index, mode);
+}
+
+void Metrics::SetPlan(const core::Settings& settings) {
+  const ChangeMark mark(generation_);
+  std::lock_guard lock(mutex_);
+  modes_ = settings.modes;
+  for (int gpu : devices_) {
+    for (TransferMode mode : modes_) AddRunCounters(gpu, mode);
+  }
+}
+
+void Metrics::AddRunCounters(int gpu, TransferMode mode) {
+  for (ProbeResult r : kAllProbeResults) {
+    // Events start at 0 so that rate() sees the first; `unsupported` is no event but what
+    // the GPU is (and pageable, pinned and pinned_async never are): its series comes with
+    // the first probe that reports it.
+    if (r == ProbeResult::kUnsupported) continue;
+    probe_runs_.Add(
+        {{"gpu", Gpu(gpu)}, {"mode", Mode(mode)}, {"result", std::string(ToString(r))}});
+  }
 }
 
 void Metrics::RecordLinkPath(int gpu_index, const probes::LinkPath& path) {
@@ -366,14 +385,13 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
   }
   bandwidth_.Add(series).Set(sample.MedianBandwidth());
   // Only the exceptions get a series: a default config (64 MiB) adds none.
-  if (probes::IsLinkBound(sample.spec.mode, sample.spec.direction) &&
-      !core::HeldToBand(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes)) {
+  if (core::BandExempt(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes)) {
     band_exempt_.Add(series).Set(1);
   }
   last_success_.Add({{"gpu", gpu}, {"mode", mode}}).Set(UnixNow());
 }
 
-void Metrics::RecordConcurrent(const core::GroupRun& run, const probes::ExpectedBand& band) {
+void Metrics::RecordConcurrent(const core::GroupRun& run, const core::ExpectedBand& band) {
   const ChangeMark mark(generation_);
   const std::string& group = run.group.name;
   const std::string direction = Dir(run.spec.direction);
@@ -430,20 +448,24 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
     expected_.Add({{"gpu", gpu}, {"bound", "lower"}}).Set(health.band.lower_bytes_per_s);
     expected_.Add({{"gpu", gpu}, {"bound", "upper"}}).Set(health.band.upper_bytes_per_s);
     // A mode held to its own share of the band gets its own series, with mode and
-    // direction labels: only where it differs (managed_prefetch h2d).
-    for (const auto& [mode, direction] : probes::AllModeDirections()) {
-      if (!probes::IsLinkBound(mode, direction) ||
-          core::ProfileOf(mode, direction).band_scale == 1.0) {
-        continue;
-      }
-      const probes::ExpectedBand band = core::ModeBand(health.band, mode, direction);
-      const Labels labels{{"gpu", gpu}, {"mode", Mode(mode)}, {"direction", Dir(direction)}};
-      Labels lower = labels, upper = labels;
-      lower.emplace("bound", "lower");
-      upper.emplace("bound", "upper");
-      expected_.Add(lower).Set(band.lower_bytes_per_s);
-      expected_.Add(upper).Set(band.upper_bytes_per_s);
+    // direction labels: only where it differs (managed_prefetch h2d), and only while the
+    // configuration probes it.
+    std::set<Pair> exported;
+    for (const core::PairBand& p : health.pair_bands) {
+      expected_.Add(PairBandLabels(gpu, p.mode, p.direction, "lower"))
+          .Set(p.band.lower_bytes_per_s);
+      expected_.Add(PairBandLabels(gpu, p.mode, p.direction, "upper"))
+          .Set(p.band.upper_bytes_per_s);
+      exported.emplace(p.mode, p.direction);
     }
+    std::lock_guard lock(mutex_);
+    for (const auto& [mode, direction] : pair_bands_[health.gpu]) {
+      if (exported.contains({mode, direction})) continue;
+      for (const char* bound : {"lower", "upper"}) {
+        expected_.Remove(&expected_.Add(PairBandLabels(gpu, mode, direction, bound)));
+      }
+    }
+    pair_bands_[health.gpu] = std::move(exported);
   }
   for (const SeriesHealth& s : health.series) {
     if (s.baseline_bytes_per_s <= 0) continue;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -59,8 +60,14 @@ class Metrics {
   // xferd_build_info{version, cuda_version, cuda_backend, build_type} = 1.
   void SetBuildInfo();
 
-  // xferd_device_info = 1 and every per-GPU counter at 0 so rate() works from the start.
+  // xferd_device_info = 1 and every per-GPU counter at 0 so rate() works from the start
+  // (the run counters of the modes SetPlan named).
   void SetDevice(const probes::DeviceInfo& device);
+
+  // The modes a configuration probes, at the start and after each reload: their run
+  // counters start at 0 on every GPU SetDevice named, so rate() works from their first
+  // probe. A mode the configuration never probed has none.
+  void SetPlan(const core::Settings& settings);
 
   // Link generation/width: the GPU's own link (current, max) and the narrowest one's.
   void RecordLinkPath(int gpu, const probes::LinkPath& path);
@@ -81,12 +88,13 @@ class Metrics {
   // the group's aggregate (only when every member's probe was ok; else the series is
   // removed rather than left stale), its expected band `band`, the group's info series, and
   // each member's device time.
-  void RecordConcurrent(const core::GroupRun& run, const probes::ExpectedBand& band);
+  void RecordConcurrent(const core::GroupRun& run, const core::ExpectedBand& band);
 
   // A probe that did not run: kSkippedBusy or kUnsupported.
   void RecordSkipped(int gpu, probes::TransferMode mode, ProbeResult result);
 
-  // Verdicts, baselines, expected band, diagnosis after Observe.
+  // Verdicts, baselines, expected band (and those of the probed pairs with a band of their
+  // own; one no longer probed goes), diagnosis after Observe.
   void RecordHealth(const core::DeviceHealth& health);
 
   // The link's error counters on the GPU's path and whether each source is readable
@@ -104,11 +112,15 @@ class Metrics {
 
   // Changes after every write to the registry's values (by the methods above, after they
   // wrote), so text rendered at generation g is current while Generation() == g: /metrics
-  // serves the registry's text from a cache in between (exporter_routes.h).
+  // serves the registry's text from a cache in between (exporter/routes.h).
   std::uint64_t Generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:
   using SeriesKey = std::tuple<int, probes::TransferMode, probes::Direction, std::uint64_t>;
+  using Pair = std::pair<probes::TransferMode, probes::Direction>;
+
+  // xferd_probe_runs_total of `mode` on GPU `gpu`, every result at 0.
+  void AddRunCounters(int gpu, probes::TransferMode mode);
 
   prometheus::Registry& registry_;
   prometheus::Family<prometheus::Histogram>& duration_;
@@ -149,6 +161,9 @@ class Metrics {
   std::map<SeriesKey, prometheus::Histogram*> histograms_;
   std::map<int, double> cycle_device_s_;  // device time of the cycle in progress, per GPU
   std::map<std::string, prometheus::Gauge*> group_info_by_group_;  // its current labels
+  std::vector<int> devices_;                                       // SetDevice's GPUs
+  std::vector<probes::TransferMode> modes_;                        // SetPlan's modes
+  std::map<int, std::set<Pair>> pair_bands_;  // per GPU: the pairs whose own band is exported
 };
 
 }  // namespace xferd::exporter

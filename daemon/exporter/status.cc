@@ -76,7 +76,7 @@ json Errors(const std::optional<std::vector<LinkErrorCounter>>& counters) {
   return {{"read", true}, {"reason", ""}, {"counters", std::move(list)}};
 }
 
-json Series(const core::SeriesHealth& s, const probes::ExpectedBand& band) {
+json Series(const core::SeriesHealth& s, const core::ExpectedBand& band) {
   const bool held = core::HeldToBand(s.mode, s.direction, s.size_bytes);
   json lower = nullptr;
   if (held && band.Known()) lower = core::ModeBand(band, s.mode, s.direction).lower_bytes_per_s;
@@ -216,7 +216,7 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
                 {"pci_bus_id", Text(d.info.pci_bus_id)},
                 {"simulated", d.info.simulated},
                 {"verdict", core::ToString(verdict)}};
-      const probes::ExpectedBand band = d.health ? d.health->band : probes::ExpectedBand{};
+      const core::ExpectedBand band = d.health ? d.health->band : core::ExpectedBand{};
       g["band"] = band.Known() ? json{{"lower_bytes_per_second", band.lower_bytes_per_s},
                                       {"upper_bytes_per_second", band.upper_bytes_per_s},
                                       {"source", Text(band.source)}}

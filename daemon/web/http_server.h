@@ -2,7 +2,7 @@
 //
 // prometheus-cpp's Exposer is not used: Debian 12's civetweb under it crashes on the first
 // TLS connection. This server only routes bytes; what each path answers is the handler's
-// business (exporter_routes.h builds the exporter's one).
+// business (exporter/routes.h builds the exporter's one).
 #pragma once
 
 #include <chrono>

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <memory>
 
-#include "cuda_check.h"
-#include "probe_run.h"
+#include "probes/cuda/cuda_check.h"
+#include "probes/cuda/probe_run.h"
 
 namespace xferd::probes::cuda {
 namespace {

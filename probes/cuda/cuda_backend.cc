@@ -12,13 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "cuda_check.h"
-#include "device_state.h"
-#include "discovery.h"
-#include "probe_abort.h"
-#include "probe_run.h"
-#include "provisioning.h"
-#include "transfer_probe.h"
+#include "probes/cuda/cuda_check.h"
+#include "probes/cuda/device_state.h"
+#include "probes/cuda/discovery.h"
+#include "probes/cuda/probe_abort.h"
+#include "probes/cuda/probe_run.h"
+#include "probes/cuda/provisioning.h"
+#include "probes/cuda/transfer_probe.h"
 
 namespace xferd::probes {
 

@@ -1,6 +1,6 @@
-#include "cuda_check.h"
+#include "probes/cuda/cuda_check.h"
 
-#include "probe_abort.h"
+#include "probes/cuda/probe_abort.h"
 
 namespace xferd::probes::cuda {
 

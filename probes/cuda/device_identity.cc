@@ -1,4 +1,4 @@
-#include "device_identity.h"
+#include "probes/cuda/device_identity.h"
 
 #include <dlfcn.h>
 

@@ -1,10 +1,10 @@
-#include "device_state.h"
+#include "probes/cuda/device_state.h"
 
 #include <chrono>
 #include <thread>
 
-#include "cuda_check.h"
-#include "probe_abort.h"
+#include "probes/cuda/cuda_check.h"
+#include "probes/cuda/probe_abort.h"
 
 namespace xferd::probes::cuda {
 

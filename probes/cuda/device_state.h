@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "probe_timer.h"
-#include "resources.h"
+#include "probes/cuda/probe_timer.h"
+#include "probes/cuda/resources.h"
 #include "xferd/probes/types.h"
 
 namespace xferd::probes::cuda {

@@ -1,4 +1,4 @@
-#include "discovery.h"
+#include "probes/cuda/discovery.h"
 
 #include <cuda_runtime_api.h>
 
@@ -7,8 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "cuda_check.h"
-#include "device_identity.h"
+#include "probes/cuda/cuda_check.h"
+#include "probes/cuda/device_identity.h"
 #include "probes/nvml/nvml_c2c.h"
 
 namespace xferd::probes::cuda {

@@ -1,4 +1,4 @@
-#include "host_memory.h"
+#include "probes/cuda/host_memory.h"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "pattern.h"
+#include "probes/cuda/pattern.h"
 
 namespace xferd::probes::cuda {
 namespace {

@@ -1,8 +1,8 @@
 // The probe kernels: checksum (also the zero-copy read and the managed touch), fill (also
 // the zero-copy write), the corruption hook and the overlap compute. The probes that launch
 // them are host code, in the .cc files beside this one (probe_run.h).
-#include "kernels.h"
-#include "pattern.h"
+#include "probes/cuda/kernels.h"
+#include "probes/cuda/pattern.h"
 
 namespace xferd::probes::cuda {
 namespace {

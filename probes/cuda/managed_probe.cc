@@ -3,10 +3,10 @@
 // transfer, so stale pages cannot pass.
 #include <memory>
 
-#include "cuda_check.h"
-#include "host_memory.h"
-#include "kernels.h"
-#include "probe_run.h"
+#include "probes/cuda/cuda_check.h"
+#include "probes/cuda/host_memory.h"
+#include "probes/cuda/kernels.h"
+#include "probes/cuda/probe_run.h"
 
 namespace xferd::probes::cuda {
 namespace {

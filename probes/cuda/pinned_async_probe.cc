@@ -4,9 +4,9 @@
 #include <memory>
 #include <vector>
 
-#include "cuda_check.h"
-#include "kernels.h"
-#include "probe_run.h"
+#include "probes/cuda/cuda_check.h"
+#include "probes/cuda/kernels.h"
+#include "probes/cuda/probe_run.h"
 #include "xferd/probes/stats.h"
 
 namespace xferd::probes::cuda {

@@ -1,14 +1,14 @@
-#include "probe_run.h"
+#include "probes/cuda/probe_run.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <utility>
 
-#include "cuda_check.h"
-#include "host_memory.h"
-#include "kernels.h"
-#include "probe_abort.h"
+#include "probes/cuda/cuda_check.h"
+#include "probes/cuda/host_memory.h"
+#include "probes/cuda/kernels.h"
+#include "probes/cuda/probe_abort.h"
 
 namespace xferd::probes::cuda {
 namespace {

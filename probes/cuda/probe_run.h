@@ -10,9 +10,9 @@
 #include <string>
 #include <utility>
 
-#include "device_state.h"
-#include "probe_timer.h"
-#include "transfer_probe.h"
+#include "probes/cuda/device_state.h"
+#include "probes/cuda/probe_timer.h"
+#include "probes/cuda/transfer_probe.h"
 #include "xferd/probes/cuda_backend.h"
 #include "xferd/probes/types.h"
 

@@ -1,12 +1,12 @@
-#include "probe_timer.h"
+#include "probes/cuda/probe_timer.h"
 
 #include <string>
 #include <thread>
 #include <utility>
 
-#include "cuda_check.h"
-#include "device_state.h"
-#include "probe_abort.h"
+#include "probes/cuda/cuda_check.h"
+#include "probes/cuda/device_state.h"
+#include "probes/cuda/probe_abort.h"
 
 namespace xferd::probes::cuda {
 

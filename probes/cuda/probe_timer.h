@@ -7,7 +7,7 @@
 #include <chrono>
 #include <stop_token>
 
-#include "transfer_probe.h"
+#include "probes/cuda/transfer_probe.h"
 #include "xferd/probes/types.h"
 
 namespace xferd::probes::cuda {

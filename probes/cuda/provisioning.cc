@@ -1,15 +1,15 @@
-#include "provisioning.h"
+#include "probes/cuda/provisioning.h"
 
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
 
-#include "cuda_check.h"
-#include "device_identity.h"
-#include "device_state.h"
-#include "host_memory.h"
-#include "probe_abort.h"
+#include "probes/cuda/cuda_check.h"
+#include "probes/cuda/device_identity.h"
+#include "probes/cuda/device_state.h"
+#include "probes/cuda/host_memory.h"
+#include "probes/cuda/probe_abort.h"
 #include "xferd/probes/topology.h"
 
 namespace xferd::probes::cuda {

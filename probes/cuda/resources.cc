@@ -1,4 +1,4 @@
-#include "resources.h"
+#include "probes/cuda/resources.h"
 
 #include <cstdlib>
 

@@ -1,8 +1,8 @@
-#include "transfer_probe.h"
+#include "probes/cuda/transfer_probe.h"
 
 #include <cstdint>
 
-#include "probe_abort.h"
+#include "probes/cuda/probe_abort.h"
 
 namespace xferd::probes::cuda {
 

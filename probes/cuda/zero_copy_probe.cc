@@ -2,9 +2,9 @@
 // with 16-byte accesses.
 #include <memory>
 
-#include "cuda_check.h"
-#include "kernels.h"
-#include "probe_run.h"
+#include "probes/cuda/cuda_check.h"
+#include "probes/cuda/kernels.h"
+#include "probes/cuda/probe_run.h"
 
 namespace xferd::probes::cuda {
 namespace {

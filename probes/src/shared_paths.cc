@@ -12,7 +12,8 @@ namespace {
 constexpr double kFullFraction = 1e-9;
 
 // The links of one path that have a known capacity, each once.
-std::map<std::string, double> Capacities(const LinkPath& path, std::size_t index) {
+std::map<std::string, double> Capacities(const LinkPath& path, std::size_t index,
+                                         LinkRate rate_of) {
   std::map<std::string, double> out;
   if (path.c2c) {
     out["c2c#" + std::to_string(index)] = kC2cBytesPerSecond;
@@ -20,7 +21,7 @@ std::map<std::string, double> Capacities(const LinkPath& path, std::size_t index
   }
   if (!path.pcie) return out;
   for (const PcieLink& link : path.links) {
-    const double rate = link.CurrentBytesPerSecond();
+    const double rate = rate_of(link);
     if (rate > 0) out.emplace(link.bdf, rate);
   }
   return out;
@@ -28,14 +29,18 @@ std::map<std::string, double> Capacities(const LinkPath& path, std::size_t index
 
 }  // namespace
 
-std::vector<double> FairShares(const std::vector<LinkPath>& paths) {
+double TrainedRate(const PcieLink& link) {
+  return link.CurrentBytesPerSecond();
+}
+
+std::vector<double> FairShares(const std::vector<LinkPath>& paths, LinkRate rate_of) {
   std::vector<double> share(paths.size(), 0.0);
   std::vector<std::map<std::string, double>> links;
   std::map<std::string, double> room;  // what each link has left
   std::map<std::string, double> capacity;
   std::vector<bool> growing(paths.size(), false);
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    links.push_back(Capacities(paths[i], i));
+    links.push_back(Capacities(paths[i], i, rate_of));
     growing[i] = !links[i].empty();
     for (const auto& [key, rate] : links[i]) {
       room.emplace(key, rate);
@@ -66,8 +71,8 @@ std::vector<double> FairShares(const std::vector<LinkPath>& paths) {
   return share;
 }
 
-double AggregateCapacity(const std::vector<LinkPath>& paths) {
-  const std::vector<double> shares = FairShares(paths);
+double AggregateCapacity(const std::vector<LinkPath>& paths, LinkRate rate_of) {
+  const std::vector<double> shares = FairShares(paths, rate_of);
   double sum = 0;
   for (double s : shares) {
     if (s <= 0) return 0;

@@ -211,8 +211,7 @@ void PairLinkEnds(LinkPath& path) {
 
 namespace {
 // The link of `links` with the lowest known (positive) `rate`; nullptr when none is known.
-const PcieLink* LowestRate(const std::vector<PcieLink>& links,
-                           double (PcieLink::*rate)() const) {
+const PcieLink* LowestRate(const std::vector<PcieLink>& links, double (PcieLink::*rate)() const) {
   const PcieLink* lowest = nullptr;
   for (const PcieLink& link : links) {
     const double r = (link.*rate)();
@@ -283,31 +282,6 @@ std::string_view ToString(HostLink link) {
 HostLink HostLinkOf(const DeviceInfo& device) {
   if (device.integrated) return HostLink::kIntegrated;
   return device.c2c ? HostLink::kC2c : HostLink::kPcie;
-}
-
-ExpectedBand BandFromPath(const LinkPath& path, double lower_fraction, double upper_fraction) {
-  ExpectedBand band;
-  if (path.c2c) {
-    band.lower_bytes_per_s = lower_fraction * kC2cBytesPerSecond;
-    band.upper_bytes_per_s = upper_fraction * kC2cBytesPerSecond;
-    band.source = "NVLink-C2C, 450 GB/s per direction";
-    return band;
-  }
-  if (!path.pcie) {
-    band.source = "unknown: not a PCIe device";
-    return band;
-  }
-  const PcieLink* narrowest = path.Narrowest();
-  if (narrowest == nullptr) {
-    band.source = "unknown: " + (path.note.empty() ? std::string("no link rate known") : path.note);
-    return band;
-  }
-  const double rate = narrowest->CurrentBytesPerSecond();
-  band.lower_bytes_per_s = lower_fraction * rate;
-  band.upper_bytes_per_s = upper_fraction * rate;
-  band.source = "link " + FormatLink(narrowest->current_gen, narrowest->current_width) + " at " +
-                narrowest->bdf;
-  return band;
 }
 
 }  // namespace xferd::probes

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "../../probes/cuda/device_identity.h"
-#include "../../probes/cuda/discovery.h"
-#include "../../probes/cuda/host_memory.h"
-#include "../../probes/cuda/probe_abort.h"
-#include "../../probes/cuda/transfer_probe.h"
+#include "probes/cuda/device_identity.h"
+#include "probes/cuda/discovery.h"
+#include "probes/cuda/host_memory.h"
+#include "probes/cuda/probe_abort.h"
+#include "probes/cuda/transfer_probe.h"
 
 namespace xferd::probes::cuda {
 namespace {

@@ -1,10 +1,14 @@
 """`xferd check-config`, `xferd probe` and `xferd run` agree on every good config: the same
-GPUs, the same expected bands, the same probes and the same verdict rules.
+GPUs, the same expected bands, the same probes and the same verdict rules. `xferd probe
+--concurrent` and `xferd run` agree on a multi-GPU host: the same concurrent groups, the
+same expected aggregates, the same verdict on each and the same shared_uplink causes.
 
 Each command is the real binary on the simulated device, and what is compared is what each
 shows a user: check-config's resolved plan (--json), probe's results (--json) and what run
 exports on /metrics. The corpus is the shipped config and tests/data/good-configs, which
-include a sim UUID written in upper case in [probe] gpus and in [[health.band]].
+include a sim UUID written in upper case in [probe] gpus and in [[health.band]]; the
+multi-GPU host is the simulated 8-GPU node of tests/data/sysfs/hgx-8gpu (4 switches, 2 GPUs
+behind each), healthy and with the two GPUs of one switch slowed to half.
 """
 import json
 import math
@@ -17,6 +21,7 @@ from xferd_harness import BINARY, SOURCE_DIR, Daemon
 
 CORPUS = [SOURCE_DIR / "deploy" / "xferd.toml"] + sorted(
     (SOURCE_DIR / "tests" / "data" / "good-configs").glob("*.toml"))
+HGX = SOURCE_DIR / "tests" / "data" / "sysfs" / "hgx-8gpu"
 
 
 def xferd(*args):
@@ -134,3 +139,103 @@ def test_check_config_probe_and_run_agree(tmp_path, config):
         assert gpus_check == [(0, "SIM-e9fd6049-d65a-f21e-5775-264a9a7e1b09")]
         assert plan["devices"][0]["expected_band"]["source"] == "config"
         assert close(plan["devices"][0]["expected_band"]["lower_bytes_per_s"], 18e9)
+
+
+def concurrent_config(slow_switch):
+    """The 8-GPU node, pinned only, each cycle's groups due at once; with `slow_switch` the
+    GPUs behind uplink_0000:38:00.0 (2 and 3) move half their bytes."""
+    faults = "".join(f"""
+[[simulate.fault]]
+kind = "degrade"
+device = {gpu}
+factor = 0.5
+""" for gpu in ((2, 3) if slow_switch else ()))
+    return f"""
+[probe]
+interval = "5s"
+jitter = 0
+modes = ["pinned"]
+iterations = 3
+warmup = 0
+max_duty_cycle = 1.0
+concurrent_interval = "5s"
+
+[busy]
+enabled = false
+
+[simulate]
+enabled = true
+time_scale = 0
+sysfs_root = "{HGX}"
+{faults}"""
+
+
+@pytest.mark.parametrize("slow_switch", [False, True], ids=["healthy", "slow-switch"])
+def test_probe_concurrent_and_run_agree(tmp_path, slow_switch):
+    text = concurrent_config(slow_switch)
+    config = tmp_path / "concurrent.toml"
+    config.write_text(text)
+
+    # probe --concurrent: each GPU alone, then every group at once.
+    r = xferd("probe", "--concurrent", "--json", "-c", config)
+    assert r.returncode == (1 if slow_switch else 0), r.stderr
+    probed = json.loads(r.stdout)
+    groups = {g["name"]: g for g in probed["groups"]}
+    assert len(groups) == 5, list(groups)
+
+    # run: the daemon, until every group has run each direction.
+    d = Daemon(tmp_path / "run", text)
+    d.start()
+    try:
+        d.wait_ready(timeout=120)
+        d.wait_for(lambda: len([k for k in d.metrics() if k[0] ==
+                                "xferd_host_aggregate_bandwidth_bytes_per_second"]) == 5 * 3,
+                   timeout=120, what="the aggregates of 5 groups in 3 directions")
+        m = d.metrics()
+    finally:
+        assert d.stop() == 0, d.log()[-3000:]
+
+    def samples(name):
+        return [(dict(labels), v) for (n, labels), v in m.items() if n == name]
+
+    def value(name, **labels):
+        return m[(name, frozenset(labels.items()))]
+
+    # The same groups, members and shared links.
+    info = {l["group"]: (l["gpus"], l["shared_link"])
+            for l, _ in samples("xferd_concurrent_group_info")}
+    assert info == {name: (",".join(map(str, g["gpus"])), g["shared_link"])
+                    for name, g in groups.items()}
+
+    below = set()
+    for name, g in groups.items():
+        # The same expected aggregate.
+        band = g["expected_band"]
+        for bound in ("lower", "upper"):
+            exported = value("xferd_host_aggregate_expected_bandwidth_bytes_per_second",
+                             group=name, bound=bound)
+            assert close(exported, band[f"{bound}_bytes_per_s"]), (name, bound, exported, band)
+        # The same rule for which aggregates the band holds, and the same verdict on each.
+        for run in g["runs"]:
+            direction = run["direction"]
+            if direction == "bidir":
+                assert run["verdict"] == "n/a (both ways: not held to the band)", run
+                continue
+            aggregate = value("xferd_host_aggregate_bandwidth_bytes_per_second",
+                              group=name, direction=direction)
+            run_below = aggregate < band["lower_bytes_per_s"]
+            assert run["verdict"] == ("below expected" if run_below else "ok"), \
+                (name, direction, run["verdict"], aggregate, band)
+            if run_below:
+                below.add((name, direction))
+
+    # The same shared_uplink causes.
+    probe_causes = {x["gpu"] for x in probed["diagnoses"] if x["cause"] == "shared_uplink"}
+    run_causes = {int(l["gpu"]) for l, v in samples("xferd_diagnosis")
+                  if l["cause"] == "shared_uplink" and v == 1}
+    assert probe_causes == run_causes == set(range(8)), (probe_causes, run_causes)
+
+    # The slow switch's aggregate is below its band in both, and only that one.
+    expected_below = ({("uplink_0000:38:00.0", "h2d"), ("uplink_0000:38:00.0", "d2h")}
+                      if slow_switch else set())
+    assert below == expected_below, below

@@ -1,7 +1,13 @@
-// The band and the rule that holds a result to it, shared by `xferd probe` and `xferd run`.
+// The band and the rules that hold a result to it, shared by `xferd probe` and `xferd run`:
+// what a band is a share of, a GPU's band from its path, each mode's share, which results
+// it holds, the verdict, and a concurrent group's band.
 #include "core/band.h"
 
 #include <gtest/gtest.h>
+
+#include "core/host_groups.h"
+#include "testing/fakes.h"
+#include "xferd/probes/sim_backend.h"
 
 namespace xferd::core {
 namespace {
@@ -23,6 +29,104 @@ probes::LinkPath Gen4x16() {
   return path;
 }
 
+const double kGen4x16 = probes::PcieBytesPerSecond(4, 16);
+const double kGen4x8 = probes::PcieBytesPerSecond(4, 8);
+
+// A PCIe path from the GPU's own link up: {bdf, current gen, width, max gen, width} each.
+probes::LinkPath Path(std::vector<probes::PcieLink> links) {
+  probes::LinkPath path;
+  path.links = std::move(links);
+  probes::PairLinkEnds(path);
+  return path;
+}
+
+TEST(BandFromPath, TheSeedsBandForGen4x16) {
+  const ExpectedBand band = BandFromPath(
+      Path({{"0000:01:00.0", 4, 16, 4, 16}, {"0000:00:01.0", 4, 16, 4, 16}}), 0.63, 0.83);
+  ASSERT_TRUE(band.Known());
+  EXPECT_NEAR(band.lower_bytes_per_s, 19.85e9, 0.01e9);
+  EXPECT_NEAR(band.upper_bytes_per_s, 26.15e9, 0.01e9);
+  EXPECT_NE(band.source.find("Gen4 x16"), std::string::npos) << band.source;
+}
+
+TEST(BandFromPath, TheNarrowestLinkBehindASwitchDecidesAndIsNamed) {
+  // The GPU's own slot is Gen5 x16; the switch's uplink and the root port trained at Gen4 x8.
+  const probes::LinkPath path = Path({{"0000:02:00.0", 5, 16, 5, 16},
+                                      {"0000:01:08.0", 5, 16, 5, 16},
+                                      {"0000:01:00.0", 4, 8, 5, 16},
+                                      {"0000:00:01.0", 4, 8, 5, 16}});
+  const ExpectedBand band = BandFromPath(path, 0.63, 0.83);
+  EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * kGen4x8, 1e7);
+  EXPECT_NEAR(band.upper_bytes_per_s, 0.83 * kGen4x8, 1e7);
+  EXPECT_NE(band.source.find("Gen4 x8 at 0000:01:00.0"), std::string::npos) << band.source;
+  EXPECT_NEAR(HostLinkRate(path), kGen4x8, 1e7);
+}
+
+TEST(BandFromPath, FollowsTheLinkAsItTrained) {
+  // Downtrained: x8 where both ends can do x16. The band narrows with it (the diagnosis
+  // names the cause).
+  const probes::LinkPath down =
+      Path({{"0000:01:00.0", 4, 8, 4, 16}, {"0000:00:01.0", 4, 8, 4, 16}});
+  EXPECT_NEAR(BandFromPath(down, 0.63, 0.83).upper_bytes_per_s, 0.83 * kGen4x8, 1e7);
+  // A Gen5 GPU in a Gen4 slot: Gen4 x16, what the link trained to.
+  const probes::LinkPath capped =
+      Path({{"0000:01:00.0", 4, 16, 5, 16}, {"0000:00:01.0", 4, 16, 4, 16}});
+  EXPECT_NEAR(BandFromPath(capped, 0.63, 0.83).lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
+  // An x16 root port linked to an x8 switch: the x8 link.
+  const probes::LinkPath x8_switch = Path({{"0000:02:00.0", 5, 16, 5, 16},
+                                           {"0000:01:08.0", 5, 16, 5, 16},
+                                           {"0000:01:00.0", 5, 8, 5, 8},
+                                           {"0000:00:01.0", 5, 8, 5, 16}});
+  EXPECT_NEAR(BandFromPath(x8_switch, 0.63, 0.83).upper_bytes_per_s,
+              0.83 * probes::PcieBytesPerSecond(5, 8), 1e7);
+}
+
+TEST(BandFromPath, HonoursOtherFractions) {
+  const ExpectedBand band = BandFromPath(Path({{"0000:01:00.0", 5, 16, 5, 16}}), 0.5, 0.9);
+  EXPECT_NEAR(band.lower_bytes_per_s, 31.5e9, 0.01e9);
+  EXPECT_NEAR(band.upper_bytes_per_s, 56.7e9, 0.02e9);
+}
+
+TEST(BandFromPath, UnknownWithoutALinkRateAndSaysWhy) {
+  // A VM's GPU on the root bus without link attributes: the path's note says so.
+  probes::LinkPath vm = Path({{"0000:00:06.0", 0, 0, 0, 0}});
+  vm.note = "0000:00:06.0: no link attributes in sysfs (not a PCIe link?)";
+  ExpectedBand band = BandFromPath(vm, 0.63, 0.83);
+  EXPECT_FALSE(band.Known());
+  EXPECT_EQ(band.source.rfind("unknown", 0), 0u) << band.source;
+  EXPECT_NE(band.source.find("0000:00:06.0"), std::string::npos) << band.source;
+  // No device found at all.
+  EXPECT_FALSE(BandFromPath(probes::LinkPath{}, 0.63, 0.83).Known());
+  EXPECT_EQ(HostLinkRate(probes::LinkPath{}), 0.0);
+  // An integrated GPU has no link to the host.
+  probes::LinkPath integrated;
+  integrated.pcie = false;
+  band = BandFromPath(integrated, 0.63, 0.83);
+  EXPECT_FALSE(band.Known());
+  EXPECT_NE(band.source.find("not a PCIe device"), std::string::npos) << band.source;
+  EXPECT_EQ(HostLinkRate(integrated), 0.0);
+}
+
+TEST(BandFromPath, NvlinkC2cCopiesAreHeldToTheC2cRateNotThePcieLink) {
+  probes::SimOptions o;
+  o.time_scale = 0;
+  o.devices = 2;
+  o.c2c = true;
+  probes::SimBackend sim(o);
+  const probes::LinkPath path = sim.ReadLinkPath(0);
+  ASSERT_TRUE(path.c2c);
+  ASSERT_FALSE(path.links.empty()) << "the topology also shows a PCIe link";
+  // The band comes from C2C, not from the Gen4 x16 PCIe link the topology also shows.
+  const ExpectedBand band = BandFromPath(path, 0.63, 0.83);
+  EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * 450e9, 1e6);
+  EXPECT_NEAR(band.upper_bytes_per_s, 0.83 * 450e9, 1e6);
+  EXPECT_NE(band.source.find("NVLink-C2C"), std::string::npos);
+  EXPECT_EQ(HostLinkRate(path), probes::kC2cBytesPerSecond);
+  const probes::ProbeSample h2d = sim.Run(0, fakes::PinnedSpec());
+  EXPECT_GT(h2d.MedianBandwidth(), band.lower_bytes_per_s);
+  EXPECT_LT(h2d.MedianBandwidth(), band.upper_bytes_per_s);
+}
+
 TEST(ResolveBand, OverrideByIndexOrUuidInAnyCaseElseTheLink) {
   Settings s;
   const auto from_link = ResolveBand(s, SimGpu(), Gen4x16());
@@ -39,7 +143,7 @@ TEST(ResolveBand, OverrideByIndexOrUuidInAnyCaseElseTheLink) {
 }
 
 TEST(JudgeBand, LinkBoundFromFourMiBPerDirection) {
-  const probes::ExpectedBand band{20e9, 26e9, "config"};
+  const ExpectedBand band{20e9, 26e9, "config"};
   const std::uint64_t big = 64ull << 20;
   struct Case {
     TransferMode mode;
@@ -66,8 +170,7 @@ TEST(JudgeBand, LinkBoundFromFourMiBPerDirection) {
       // healthy H200 reads 28-36 GB/s at 16 MiB, under it).
       {TransferMode::kManagedPrefetch, Direction::kH2D, 16ull << 20, 10e9,
        BandVerdict::kLatencyBound},
-      {TransferMode::kManagedPrefetch, Direction::kH2D, 64ull << 20, 10e9,
-       BandVerdict::kBelowBand},
+      {TransferMode::kManagedPrefetch, Direction::kH2D, 64ull << 20, 10e9, BandVerdict::kBelowBand},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(JudgeBand(c.mode, c.direction, c.size, c.bytes_per_s, band), c.verdict)
@@ -75,10 +178,49 @@ TEST(JudgeBand, LinkBoundFromFourMiBPerDirection) {
     EXPECT_EQ(HeldToBand(c.mode, c.direction, c.size),
               c.verdict == BandVerdict::kOk || c.verdict == BandVerdict::kBelowBand);
   }
-  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, big, 1e9, probes::ExpectedBand{}),
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, big, 1e9, ExpectedBand{}),
             BandVerdict::kNoBand);
   EXPECT_EQ(ToString(BandVerdict::kBelowBand), "below band");
   EXPECT_EQ(ToString(BandVerdict::kNotLinkBound), "n/a (not link-bound)");
+}
+
+TEST(BandSeries, ExemptUnderItsSizeAndOwnBandWhereTheShareDiffers) {
+  const std::uint64_t big = 64ull << 20;
+  // Exempt: link-bound but under the size its mode is held at; never a mode not link-bound.
+  EXPECT_TRUE(BandExempt(TransferMode::kPinned, Direction::kH2D, 1 << 20));
+  EXPECT_FALSE(BandExempt(TransferMode::kPinned, Direction::kH2D, big));
+  EXPECT_TRUE(BandExempt(TransferMode::kManagedPrefetch, Direction::kH2D, 16ull << 20));
+  EXPECT_FALSE(BandExempt(TransferMode::kPageable, Direction::kH2D, 1 << 20));
+  // Of the 13 pairs only managed_prefetch h2d is held to a share other than the band.
+  int own = 0;
+  for (const auto& [mode, direction] : probes::AllModeDirections())
+    own += HasOwnBand(mode, direction);
+  EXPECT_EQ(own, 1);
+  EXPECT_TRUE(HasOwnBand(TransferMode::kManagedPrefetch, Direction::kH2D));
+  const ExpectedBand prefetch =
+      ModeBand({20e9, 26e9, "config"}, TransferMode::kManagedPrefetch, Direction::kH2D);
+  EXPECT_DOUBLE_EQ(prefetch.lower_bytes_per_s, 0.8 * 20e9);
+  EXPECT_NE(prefetch.source.find("x 0.8 for managed_prefetch h2d"), std::string::npos)
+      << prefetch.source;
+}
+
+TEST(GroupBand, TheFractionsOfWhatTheMembersCarryTogether) {
+  HostGroup group;
+  group.name = "host";
+  group.gpus = {0, 1};
+  EXPECT_FALSE(GroupBand(group, Settings{}).Known());
+  EXPECT_NE(GroupBand(group, Settings{}).source.find("unknown"), std::string::npos);
+  group.capacity_bytes_per_s = 100e9;
+  Settings s;
+  s.band_lower_fraction = 0.5;
+  s.band_upper_fraction = 0.9;
+  const ExpectedBand band = GroupBand(group, s);
+  EXPECT_DOUBLE_EQ(band.lower_bytes_per_s, 50e9);
+  EXPECT_DOUBLE_EQ(band.upper_bytes_per_s, 90e9);
+  EXPECT_EQ(band.source, "100.0 GB/s over the members' paths");
+  EXPECT_TRUE(AggregateHeldToBand(Direction::kH2D));
+  EXPECT_TRUE(AggregateHeldToBand(Direction::kD2H));
+  EXPECT_FALSE(AggregateHeldToBand(Direction::kBidirectional));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "core/band.h"
 #include "core/health_tracker.h"
 #include "testing/fakes.h"
 #include "xferd/probes/sim_backend.h"
@@ -52,7 +53,7 @@ TEST(FindGroups, HgxNodeHasTheHostAndOneGroupPerSwitch) {
     EXPECT_TRUE(g.SharedLinkLimits());
   }
   // The band: the fractions of that.
-  const probes::ExpectedBand band = GroupBand(groups[1], Settings{});
+  const ExpectedBand band = GroupBand(groups[1], Settings{});
   EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * gen5x16, 1e6);
   EXPECT_NEAR(band.upper_bytes_per_s, 0.83 * gen5x16, 1e6);
   EXPECT_NE(band.source.find("shared link 0000:16:00.0 Gen5 x16"), std::string::npos);

@@ -172,7 +172,7 @@ SeriesHealth Low() {
   return s;
 }
 
-probes::ExpectedBand Band() {
+core::ExpectedBand Band() {
   return {19.85e9, 26.15e9, "link Gen4 x16 at 0000:03:00.0"};
 }
 

@@ -222,6 +222,7 @@ TEST(Metrics, DefaultConfigStaysWithinSeriesBudget) {
   options.sysfs_root = std::filesystem::path(XFERD_TEST_DATA_DIR) / "sysfs/hgx-8gpu";
   probes::SimBackend sim(options);
   for (const auto& dev : sim.Devices()) metrics.SetDevice(dev);
+  metrics.SetPlan(core::Settings{});
   HealthTracker health{core::Settings{}};
   LinkErrorTracker errors;
   for (int i = 0; i < 3; ++i) RunCycle(sim, metrics, health, {}, &errors);
@@ -302,6 +303,7 @@ TEST(Metrics, EightGpuHostStaysWithinItsSeriesBudget) {
     probes::SimBackend sim(options);
     ASSERT_EQ(sim.Devices().size(), 8u);
     for (const auto& dev : sim.Devices()) metrics.SetDevice(dev);
+    metrics.SetPlan(settings);
     HealthTracker health{settings};
     LinkErrorTracker errors;
     for (int i = 0; i < 2; ++i) {
@@ -363,11 +365,12 @@ TEST(Metrics, ConcurrentRunSeries) {
   EXPECT_EQ(SeriesWith(Expose(registry), "xferd_concurrent_group_info{").size(), 1u);
 }
 
-TEST(Metrics, CountersStartAtZeroForEveryModeAndResult) {
+TEST(Metrics, CountersStartAtZeroForEveryProbedModeAndResult) {
   prometheus::Registry registry;
   Metrics metrics(registry);
   probes::SimBackend sim(FastSim());
   metrics.SetDevice(sim.Devices().at(0));
+  metrics.SetPlan(core::Settings{});
   const std::string text = Expose(registry);
   const auto runs = SeriesWith(text, "xferd_probe_runs_total{");
   EXPECT_EQ(runs.size(), 30u);  // 6 modes x 5 results, contended included
@@ -378,6 +381,57 @@ TEST(Metrics, CountersStartAtZeroForEveryModeAndResult) {
   EXPECT_EQ(SeriesWith(Expose(registry), "result=\"unsupported\"").size(), 1u);
   EXPECT_EQ(SeriesWith(text, "xferd_cycles_total{").size(), 4u);
   EXPECT_EQ(SeriesWith(text, "xferd_diagnosis{").size(), 11u);
+}
+
+TEST(Metrics, AModeTheConfigDoesNotProbeHasNoSeries) {
+  prometheus::Registry registry;
+  Metrics metrics(registry);
+  probes::SimBackend sim(FastSim());
+  const probes::DeviceInfo dev = sim.Devices().at(0);
+  // One cycle of what `settings` plans, as the service runs it.
+  const auto run_planned = [&](Metrics& m, HealthTracker& health, const core::Settings& settings) {
+    CycleObservation obs{dev, sim.ReadLinkPath(dev.index), {}};
+    for (const probes::ProbeSpec& spec : core::PlanProbes(settings)) {
+      obs.samples.push_back(sim.Run(dev.index, spec));
+      m.RecordSample(dev, obs.samples.back());
+    }
+    m.RecordHealth(health.Observe(obs));
+  };
+  core::Settings pinned;
+  pinned.modes = {TransferMode::kPinned};
+  metrics.SetPlan(pinned);  // before or after SetDevice alike
+  metrics.SetDevice(dev);
+  HealthTracker health{pinned};
+  run_planned(metrics, health, pinned);
+  std::string text = Expose(registry);
+  EXPECT_EQ(SeriesWith(text, "xferd_probe_runs_total{").size(), 6u) << text;
+  EXPECT_TRUE(SeriesWith(text, "mode=\"managed_prefetch\"").empty()) << text;
+  EXPECT_TRUE(SeriesWith(text, "mode=\"pageable\"").empty()) << text;
+  EXPECT_EQ(SeriesWith(text, "xferd_expected_bandwidth_bytes_per_second{").size(), 2u) << text;
+
+  // A reload that adds managed_prefetch: its counters from 0, and its own band.
+  core::Settings more = pinned;
+  more.modes.push_back(TransferMode::kManagedPrefetch);
+  metrics.SetPlan(more);
+  health.Reconfigure(more);
+  text = Expose(registry);
+  EXPECT_EQ(SeriesWith(text, "xferd_probe_runs_total{gpu=\"0\",mode=\"managed_prefetch\"").size(),
+            6u);
+  run_planned(metrics, health, more);
+  text = Expose(registry);
+  EXPECT_EQ(SeriesWith(text, "xferd_expected_bandwidth_bytes_per_second{").size(), 4u) << text;
+  EXPECT_EQ(SeriesWith(text,
+                       "xferd_expected_bandwidth_bytes_per_second{bound=\"lower\","
+                       "direction=\"h2d\",gpu=\"0\",mode=\"managed_prefetch\"}")
+                .size(),
+            1u)
+      << text;
+  // And one that drops it again: its band goes (what its counters counted stays).
+  metrics.SetPlan(pinned);
+  health.Reconfigure(pinned);
+  run_planned(metrics, health, pinned);
+  text = Expose(registry);
+  EXPECT_EQ(SeriesWith(text, "xferd_expected_bandwidth_bytes_per_second{").size(), 2u) << text;
 }
 
 TEST(Metrics, SimulatedDeviceSaysSo) {

@@ -194,7 +194,8 @@ TEST(SimBackend, DowntrainedLinkShowsInThePathAndTheBandwidth) {
   EXPECT_EQ(path.links[0].current_width, 8);
   EXPECT_EQ(path.links[0].max_width, 16);
   EXPECT_EQ(path.Narrowest(), &path.links[0]);
-  EXPECT_NEAR(BandFromPath(path).upper_bytes_per_s, BandFromPath(good).upper_bytes_per_s / 2, 1e6);
+  EXPECT_NEAR(path.Narrowest()->CurrentBytesPerSecond(),
+              good.Narrowest()->CurrentBytesPerSecond() / 2, 1e6);
 
   const double ratio = MedianBw(downtrained, TransferMode::kPinned, Direction::kH2D) /
                        MedianBw(healthy, TransferMode::kPinned, Direction::kH2D);

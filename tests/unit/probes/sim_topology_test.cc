@@ -201,14 +201,11 @@ TEST(SimTopology, GraceHopperHostsCopyOverNvlinkC2c) {
   EXPECT_EQ(HostLinkOf(devices[0]), HostLink::kC2c);
   const LinkPath path = sim.ReadLinkPath(0);
   EXPECT_TRUE(path.c2c);
-  // The band comes from C2C, not from the Gen4 x16 PCIe link the topology also shows.
-  const ExpectedBand band = BandFromPath(path);
-  EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * 450e9, 1e6);
-  EXPECT_NEAR(band.upper_bytes_per_s, 0.83 * 450e9, 1e6);
-  EXPECT_NE(band.source.find("NVLink-C2C"), std::string::npos);
+  // Copies run at C2C's rate (0.63-0.83 of it, as on a GH200), not at the Gen4 x16 PCIe
+  // link the topology also shows.
   const ProbeSample h2d = sim.Run(0, fakes::PinnedSpec());
-  EXPECT_GT(h2d.MedianBandwidth(), band.lower_bytes_per_s);
-  EXPECT_LT(h2d.MedianBandwidth(), band.upper_bytes_per_s);
+  EXPECT_GT(h2d.MedianBandwidth(), 0.63 * kC2cBytesPerSecond);
+  EXPECT_LT(h2d.MedianBandwidth(), 0.83 * kC2cBytesPerSecond);
   // Each superchip has its own C2C: together they lose nothing.
   for (const ProbeSample& s : sim.RunConcurrent({0, 1}, fakes::PinnedSpec())) {
     EXPECT_NEAR(s.MedianBandwidth() / h2d.MedianBandwidth(), 1.0, 0.03);

@@ -129,13 +129,6 @@ TEST(ReadLinkPath, Gen4x16GpuOnARootPort) {
   ASSERT_NE(path.Narrowest(), nullptr);
   EXPECT_NEAR(path.Narrowest()->CurrentBytesPerSecond(), kGen4x16, 1e7);
   EXPECT_TRUE(path.note.empty()) << path.note;
-
-  // The seed's band: 20-26 GB/s for Gen4 x16.
-  const ExpectedBand band = BandFromPath(path);
-  ASSERT_TRUE(band.Known());
-  EXPECT_NEAR(band.lower_bytes_per_s, 19.85e9, 0.01e9);
-  EXPECT_NEAR(band.upper_bytes_per_s, 26.15e9, 0.01e9);
-  EXPECT_NE(band.source.find("Gen4 x16"), std::string::npos) << band.source;
 }
 
 TEST(ReadLinkPath, NarrowestLinkBehindASwitchWins) {
@@ -150,13 +143,10 @@ TEST(ReadLinkPath, NarrowestLinkBehindASwitchWins) {
   EXPECT_EQ(narrowest->current_gen, 4);
   EXPECT_EQ(narrowest->current_width, 8);
   EXPECT_EQ(narrowest->bdf, "0000:01:00.0");
-  const ExpectedBand band = BandFromPath(path);
-  EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * kGen4x8, 1e7);
-  EXPECT_NEAR(band.upper_bytes_per_s, 0.83 * kGen4x8, 1e7);
-  EXPECT_NE(band.source.find("Gen4 x8 at 0000:01:00.0"), std::string::npos) << band.source;
+  EXPECT_NEAR(narrowest->CurrentBytesPerSecond(), kGen4x8, 1e7);
 }
 
-TEST(ReadLinkPath, DowntrainedLinkIsSeenAndNarrowsTheBand) {
+TEST(ReadLinkPath, DowntrainedLinkIsSeenAndIsTheNarrowest) {
   const LinkPath path =
       ReadChain({{"0000:00:01.0", "16.0 GT/s PCIe", "8", "16.0 GT/s PCIe", "16"},
                  {"0000:01:00.0", "16.0 GT/s PCIe", "8", "16.0 GT/s PCIe", "16"}});
@@ -165,7 +155,8 @@ TEST(ReadLinkPath, DowntrainedLinkIsSeenAndNarrowsTheBand) {
   EXPECT_EQ(path.links[0].current_width, 8);
   EXPECT_EQ(path.links[0].max_width, 16);
   EXPECT_NEAR(path.links[0].MaxBytesPerSecond(), kGen4x16, 1e7);
-  EXPECT_NEAR(BandFromPath(path).upper_bytes_per_s, 0.83 * kGen4x8, 1e7);
+  ASSERT_NE(path.Narrowest(), nullptr);
+  EXPECT_NEAR(path.Narrowest()->CurrentBytesPerSecond(), kGen4x8, 1e7);
 }
 
 TEST(ReadLinkPath, MissingLinkFilesLeaveTheLinkUnknownWithANote) {
@@ -176,9 +167,6 @@ TEST(ReadLinkPath, MissingLinkFilesLeaveTheLinkUnknownWithANote) {
   EXPECT_EQ(path.links[0].current_gen, 0);
   EXPECT_EQ(path.Narrowest(), nullptr);
   EXPECT_NE(path.note.find("0000:00:06.0"), std::string::npos) << path.note;
-  const ExpectedBand band = BandFromPath(path);
-  EXPECT_FALSE(band.Known());
-  EXPECT_EQ(band.source.rfind("unknown", 0), 0u) << band.source;
 }
 
 TEST(ReadLinkPath, UnknownSpeedFallsBackToTheKnownLinks) {
@@ -199,7 +187,7 @@ TEST(ReadLinkPath, NoSuchDeviceSaysSo) {
   const LinkPath path = ReadLinkPath(sysfs.root(), "0000:09:00.0");
   EXPECT_TRUE(path.links.empty());
   EXPECT_NE(path.note.find("no PCI device 0000:09:00.0"), std::string::npos) << path.note;
-  EXPECT_FALSE(BandFromPath(path).Known());
+  EXPECT_EQ(path.Narrowest(), nullptr);
 }
 
 TEST(ReadLinkPath, GarbageAddressIsRefusedNotCrashedOn) {
@@ -216,9 +204,7 @@ TEST(ReadLinkPath, IntegratedDeviceHasNoPcieLink) {
   EXPECT_FALSE(path.pcie);
   EXPECT_TRUE(path.links.empty());
   EXPECT_FALSE(path.note.empty());
-  const ExpectedBand band = BandFromPath(path);
-  EXPECT_FALSE(band.Known());
-  EXPECT_NE(band.source.find("not a PCIe device"), std::string::npos) << band.source;
+  EXPECT_EQ(path.Narrowest(), nullptr);
 }
 
 TEST(ReadLinkPath, ReadsNumaNodeAndIommuType) {
@@ -251,14 +237,6 @@ TEST(ReadLinkPath, NoNumaNodeAndNoIommu) {
   EXPECT_EQ(path.iommu_type, "");
 }
 
-TEST(BandFromPath, HonoursOtherFractions) {
-  LinkPath path;
-  path.links.push_back({"0000:01:00.0", 5, 16, 5, 16});
-  const ExpectedBand band = BandFromPath(path, 0.5, 0.9);
-  EXPECT_NEAR(band.lower_bytes_per_s, 31.5e9, 0.01e9);
-  EXPECT_NEAR(band.upper_bytes_per_s, 56.7e9, 0.02e9);
-}
-
 }  // namespace
 }  // namespace xferd::probes
 
@@ -280,8 +258,8 @@ TEST(ReadLinkPath, Gen5GpuInAGen4SlotIsCappedNotDowntrained) {
   EXPECT_TRUE(gpu.CappedByOtherEnd());
   EXPECT_FALSE(path.links[1].Downtrained());
   EXPECT_FALSE(path.links[1].CappedByOtherEnd());
-  // The band follows the link as trained: Gen4 x16.
-  EXPECT_NEAR(BandFromPath(path).lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
+  // The link trained to Gen4 x16: that is its rate.
+  EXPECT_NEAR(path.Narrowest()->CurrentBytesPerSecond(), kGen4x16, 1e7);
   ASSERT_NE(path.NarrowestMax(), nullptr);
   EXPECT_NEAR(path.NarrowestMax()->LinkMaxBytesPerSecond(), kGen4x16, 1e7);
 }
@@ -300,8 +278,8 @@ TEST(ReadLinkPath, AnX16RootPortLinkedToAnX8SwitchIsNotDowntrained) {
   EXPECT_TRUE(path.links[3].CappedByOtherEnd());
   EXPECT_EQ(path.links[2].other_end_bdf, "0000:00:01.0");
   EXPECT_EQ(path.links[0].other_end_bdf, "0000:02:00.0");
-  // The band follows the x8 link.
-  EXPECT_NEAR(BandFromPath(path).upper_bytes_per_s, 0.83 * PcieBytesPerSecond(5, 8), 1e7);
+  // The x8 link is the narrowest.
+  EXPECT_NEAR(path.Narrowest()->CurrentBytesPerSecond(), PcieBytesPerSecond(5, 8), 1e7);
 }
 
 TEST(ReadLinkPath, BelowBothEndsIsDowntrainedSeenFromEitherEnd) {

@@ -1,5 +1,6 @@
-// The PCIe path between a GPU and its root port, read from sysfs, and the bandwidth the
-// narrowest link on it can carry.
+// The PCIe path between a GPU and its root port, read from sysfs, and the bandwidth each
+// link on it can carry: the facts of the hardware. The band a GPU is held to is core's
+// (core/band.h).
 #pragma once
 
 #include <cstdint>
@@ -69,7 +70,7 @@ void PairLinkEnds(LinkPath& path);
 
 // NVLink-C2C between a Grace CPU and a Hopper GPU: 900 GB/s both ways together, 450 GB/s
 // per direction (NVIDIA's Grace Hopper superchip figures). nvbandwidth measures ~346 GB/s
-// host to device on a GH200, 0.77 of it: inside the band the default fractions give.
+// host to device on a GH200, 0.77 of it.
 inline constexpr double kC2cBytesPerSecond = 450e9;
 
 // How a GPU reaches host memory: the `type` label of xferd_host_link_info.
@@ -99,21 +100,5 @@ std::string NormalizeBdf(std::string_view bdf);
 // `sysfs_root` (normally "/sys"). Never throws for missing or odd files: what cannot be
 // read is left unknown and said in `note`.
 LinkPath ReadLinkPath(const std::filesystem::path& sysfs_root, std::string_view bdf);
-
-struct ExpectedBand {
-  double lower_bytes_per_s = 0;
-  double upper_bytes_per_s = 0;
-  std::string source;  // "config", "link Gen4 x16 at 0000:00:01.0", "unknown: ..."
-  bool Known() const { return upper_bytes_per_s > 0; }
-};
-
-inline constexpr double kBandLowerFraction = 0.63;
-inline constexpr double kBandUpperFraction = 0.83;
-
-// The band from the narrowest link on the path: [0.63, 0.83] x its current rate (the seed's
-// 20-26 GB/s for Gen4 x16); for an NVLink-C2C path the fractions of kC2cBytesPerSecond
-// (284-374 GB/s). Unknown (zeros) when no link rate is known.
-ExpectedBand BandFromPath(const LinkPath& path, double lower_fraction = kBandLowerFraction,
-                          double upper_fraction = kBandUpperFraction);
 
 }  // namespace xferd::probes

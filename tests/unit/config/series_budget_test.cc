@@ -36,6 +36,7 @@ std::size_t SeriesOfGpu0(const core::Settings& settings, const std::string& tree
   probes::SimBackend sim(options);
   const probes::DeviceInfo dev = sim.Devices().at(0);
   metrics.SetDevice(dev);
+  metrics.SetPlan(settings);  // as the service does at the start
   core::HealthTracker health(settings);
   core::LinkErrorTracker errors;
   // Each probe inside its link-traffic window, as the scheduler runs it (the link readable).
@@ -72,13 +73,17 @@ std::size_t SeriesOfGpu0(const core::Settings& settings, const std::string& tree
 
 TEST(SeriesBudget, TheEstimateIsWhatTheExporterExports) {
   using probes::TransferMode;
-  std::vector<core::Settings> plans(5);
+  std::vector<core::Settings> plans(7);
   plans[1].sizes = {1 << 20, 4 << 20, 16 << 20};
   plans[2].modes = {TransferMode::kPinned, TransferMode::kPageable};
   plans[2].bidirectional = false;
   plans[3].modes = {TransferMode::kPinnedAsync};
   plans[4].modes = {TransferMode::kZeroCopy, TransferMode::kPinned};
   plans[4].sizes = {4096, 1 << 20};
+  // Only what is probed has series: no run counters or band of the modes left out.
+  plans[5].modes = {TransferMode::kPinned};
+  plans[6].modes = {TransferMode::kManagedPrefetch};
+  plans[6].sizes = {16 << 20, 64 << 20};
   for (const core::Settings& settings : plans) {
     EXPECT_EQ(config::EstimateSeries(settings).per_gpu, SeriesOfGpu0(settings))
         << settings.modes.size() << " modes, " << settings.sizes.size() << " sizes";

@@ -1,0 +1,22 @@
+// How the commands print a band and a rate: one text form for the tables and one JSON form
+// for --json, whichever command prints them (check-config, probe, probe --concurrent).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/band.h"
+
+namespace xferd::cmd {
+
+// Bytes per second as the probe tables print them: GB/s with two decimals ("54.97").
+std::string Gbps(double bytes_per_s);
+
+// A band as the probe tables print it: "39.70-52.30 GB/s per direction (SOURCE)", or only
+// its source where it is unknown (which says why).
+std::string BandText(const core::ExpectedBand& band);
+
+// {"lower_bytes_per_s", "upper_bytes_per_s", "source"}: every "expected_band" of --json.
+nlohmann::json BandJson(const core::ExpectedBand& band);
+
+}  // namespace xferd::cmd

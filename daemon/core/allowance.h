@@ -1,0 +1,99 @@
+// The device-time allowance of one GPU: a token bucket of device seconds that keeps the GPU
+// time spent probing near max_duty_cycle. It refills at max_duty_cycle x wall time and holds
+// at most max_duty_cycle x kAllowanceWindow plus burst_reserve. The scheduler asks it which
+// probes of a cycle may run and in what order, and books what each one cost; how it all adds
+// up: docs/health.md ("Cadence, allowance and fast confirmation").
+//
+// Who may spend what: the headline probes (pinned h2d and d2h of every size) always run;
+// the rotating ones (stalest first) only while their cost fits above burst_reserve, and so
+// do concurrent group runs; fast confirmation may spend the reserve too. Not thread-safe:
+// the scheduler guards it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/settings.h"
+#include "xferd/probes/types.h"
+
+namespace xferd::core {
+
+// The allowance holds at most max_duty_cycle x this much device time (plus burst_reserve):
+// enough to save up for the dearest probe at any sane duty cycle (1.5 s at the default
+// 0.0025), little enough that a long idle spell does not buy a burst much over the cap.
+inline constexpr std::chrono::minutes kAllowanceWindow{10};
+
+// An unmeasured probe's cost is estimated at ProfileOf(mode).cost_fraction of the GPU's
+// narrowest link; before that link was read, of this rate (PCIe Gen3 x8: conservative).
+inline constexpr double kUnknownLinkBytesPerSecond = 7.9e9;
+
+// The allowance's capacity and where it starts: one interval's refill above the reserve,
+// so the first cycle runs the headline and what that buys, not every probe at once.
+double AllowanceCapacity(const Settings& config);
+double InitialAllowance(const Settings& config);
+
+class Allowance {
+ public:
+  Allowance() = default;  // empty; refills from the steady clock's epoch
+  Allowance(const Settings& config, SteadyTime now);  // InitialAllowance, refilled `now`
+
+  // Adds max_duty_cycle x the time since the last refill, up to the capacity; also shrinks
+  // a fuller balance at once after a reload to a smaller cap.
+  void Refill(const Settings& config, SteadyTime now);
+
+  // A probe's device time: as last measured, else its bytes at a conservative share of the
+  // link (ProfileOf(mode).cost_fraction of the last rate SetLinkRate gave), so the balance
+  // has saved enough before it first runs.
+  double Cost(const probes::ProbeSpec& spec) const;
+
+  // The cycle's probes: the headline first (in plan order), then the rest stalest first;
+  // one never run is the stalest, and ties keep plan order.
+  std::vector<probes::ProbeSpec> Order(const std::vector<probes::ProbeSpec>& plan,
+                                       const Settings& config) const;
+
+  // Whether a rotating probe may start: its cost fits in what lies above the reserve; or,
+  // dearer than all of that, the allowance is full (or it would never run at all).
+  bool FitsRotation(const probes::ProbeSpec& spec, const Settings& config) const;
+  // Whether a confirmation may start: the whole balance, reserve included (it is what the
+  // reserve is for).
+  bool FitsConfirmation(const probes::ProbeSpec& spec) const;
+  // Whether a concurrent group run that last cost this member `cost_s` may start: above
+  // the reserve, like the rotation; never measured (nullopt), or the allowance full: it runs.
+  bool FitsGroup(std::optional<double> cost_s, const Settings& config) const;
+
+  // A probe of the plan that ran, started at `started` and cost `cost_s` device seconds
+  // (it may leave the balance in debt); `headline`: it counts toward HeadlineSeconds.
+  void Charge(const probes::ProbeSpec& spec, SteadyTime started, double cost_s, bool headline);
+  // A concurrent group run's share for this member.
+  void Charge(double cost_s) { balance_s_ -= cost_s; }
+
+  // A cycle begins: the headline's device time is counted afresh.
+  void StartCycle() { headline_s_ = 0; }
+  // Device time of the headline probes in this cycle so far (or the last).
+  double HeadlineSeconds() const { return headline_s_; }
+  // The narrowest link's current rate, as last read: what unmeasured costs are estimated at.
+  void SetLinkRate(double bytes_per_s) { link_bytes_per_s_ = bytes_per_s; }
+
+  double Balance() const { return balance_s_; }
+
+ private:
+  // What the rotation knows about one probe.
+  struct ProbeRecord {
+    std::optional<SteadyTime> last_run;  // when it last ran (any outcome); never = stalest
+    double cost_s = 0;                   // device time it took then
+  };
+  using ProbeKey = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
+
+  double balance_s_ = 0;
+  SteadyTime refilled_at_{};
+  std::map<ProbeKey, ProbeRecord> probes_;
+  double headline_s_ = 0;
+  double link_bytes_per_s_ = 0;
+};
+
+}  // namespace xferd::core

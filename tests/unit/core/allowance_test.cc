@@ -1,0 +1,188 @@
+// One GPU's device-time allowance on its own: refill, the cost of a probe (measured or
+// estimated), the rotation's order, and who may spend what (the rotation and groups above
+// the reserve, confirmations the whole balance).
+#include "core/allowance.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "core/band.h"
+#include "core/plan.h"
+
+namespace xferd::core {
+namespace {
+
+using namespace std::chrono_literals;
+using probes::Direction;
+using probes::ProbeSpec;
+using probes::TransferMode;
+
+const SteadyTime kStart = SteadyTime{} + 1000s;
+
+Settings Config() {
+  Settings c;
+  c.interval = 60s;
+  c.max_duty_cycle = 0.01;  // 0.6 s a minute; capacity 0.01 x 600 s + 1 s reserve = 7 s
+  c.burst_reserve_s = 1.0;
+  c.modes = {TransferMode::kPinned, TransferMode::kPageable, TransferMode::kManaged};
+  c.sizes = {64ull << 20};
+  return c;
+}
+
+ProbeSpec Spec(TransferMode mode, Direction direction) {
+  ProbeSpec s;
+  s.mode = mode;
+  s.direction = direction;
+  s.size_bytes = 64ull << 20;
+  s.iterations = 20;
+  s.warmup = 2;
+  return s;
+}
+
+// Refills `a` to its capacity (a day after the start), then spends it down to `balance_s`.
+void SetBalance(Allowance& a, const Settings& c, double balance_s) {
+  a.Refill(c, kStart + 24h);
+  a.Charge(a.Balance() - balance_s);
+}
+
+TEST(Allowance, StartsWithOneIntervalAboveTheReserveAndHoldsAtMostTheWindow) {
+  const Settings c = Config();
+  EXPECT_DOUBLE_EQ(AllowanceCapacity(c), 0.01 * 600 + 1.0);
+  EXPECT_DOUBLE_EQ(InitialAllowance(c), 1.0 + 0.01 * 60);
+  EXPECT_DOUBLE_EQ(Allowance(c, kStart).Balance(), InitialAllowance(c));
+
+  // A long interval: the start never exceeds the capacity.
+  Settings slow = c;
+  slow.interval = 3600s;
+  EXPECT_DOUBLE_EQ(InitialAllowance(slow), AllowanceCapacity(slow));
+}
+
+TEST(Allowance, RefillsAtTheDutyCycleUpToTheCapacity) {
+  const Settings c = Config();
+  Allowance a(c, kStart);
+  a.Refill(c, kStart + 100s);
+  EXPECT_NEAR(a.Balance(), InitialAllowance(c) + 0.01 * 100, 1e-9);
+  a.Refill(c, kStart + 100s);  // no time passed: nothing added
+  EXPECT_NEAR(a.Balance(), InitialAllowance(c) + 1.0, 1e-9);
+  a.Refill(c, kStart + 10h);
+  EXPECT_DOUBLE_EQ(a.Balance(), AllowanceCapacity(c));
+  // A clock that reads earlier adds nothing (never a negative refill).
+  a.Charge(3.0);
+  a.Refill(c, kStart);
+  EXPECT_DOUBLE_EQ(a.Balance(), AllowanceCapacity(c) - 3.0);
+}
+
+TEST(Allowance, AReloadToASmallerCapShrinksAFullerBalanceAtOnce) {
+  const Settings c = Config();
+  Allowance a(c, kStart);
+  a.Refill(c, kStart + 10h);
+  Settings tight = c;
+  tight.max_duty_cycle = 0.001;
+  a.Refill(tight, kStart + 10h);
+  EXPECT_DOUBLE_EQ(a.Balance(), AllowanceCapacity(tight));
+}
+
+TEST(Allowance, AnUnmeasuredProbeCostsItsBytesAtItsShareOfTheLink) {
+  Allowance a(Config(), kStart);
+  const ProbeSpec pinned = Spec(TransferMode::kPinned, Direction::kH2D);
+  const double bytes = 22.0 * (64 << 20);
+  const double pinned_share = ProfileOf(TransferMode::kPinned, Direction::kH2D).cost_fraction;
+  // Before the link is read: the conservative Gen3 x8 rate.
+  EXPECT_NEAR(a.Cost(pinned), bytes / (kUnknownLinkBytesPerSecond * pinned_share), 1e-9);
+  a.SetLinkRate(63e9);
+  EXPECT_NEAR(a.Cost(pinned), bytes / (63e9 * pinned_share), 1e-9);
+  // Both ways at once move the bytes twice.
+  const ProbeSpec both = Spec(TransferMode::kPinned, Direction::kBidirectional);
+  EXPECT_NEAR(a.Cost(both),
+              2 * bytes / (63e9 * ProfileOf(TransferMode::kPinned, both.direction).cost_fraction),
+              1e-9);
+  // A slower mode is estimated dearer.
+  EXPECT_GT(a.Cost(Spec(TransferMode::kManaged, Direction::kH2D)), 10 * a.Cost(pinned));
+}
+
+TEST(Allowance, AMeasuredProbeCostsWhatItTookLastTime) {
+  const Settings c = Config();
+  Allowance a(c, kStart);
+  const ProbeSpec managed = Spec(TransferMode::kManaged, Direction::kH2D);
+  a.Charge(managed, kStart, 0.25, false);
+  EXPECT_DOUBLE_EQ(a.Cost(managed), 0.25);
+  a.Charge(managed, kStart + 60s, 0.5, false);
+  EXPECT_DOUBLE_EQ(a.Cost(managed), 0.5);
+  EXPECT_NEAR(a.Balance(), InitialAllowance(c) - 0.75, 1e-9);
+}
+
+TEST(Allowance, TheHeadlineFirstThenTheStalestWithNeverRunFirst) {
+  const Settings c = Config();
+  Allowance a(c, kStart);
+  const std::vector<ProbeSpec> plan = PlanProbes(c);
+  // pageable h2d ran long ago, managed d2h recently; the rest never ran.
+  a.Charge(Spec(TransferMode::kPageable, Direction::kH2D), kStart + 1s, 0.1, false);
+  a.Charge(Spec(TransferMode::kManaged, Direction::kD2H), kStart + 50s, 0.1, false);
+  const std::vector<ProbeSpec> order = a.Order(plan, c);
+  ASSERT_EQ(order.size(), plan.size());
+  std::vector<std::pair<TransferMode, Direction>> got;
+  for (const ProbeSpec& s : order) got.emplace_back(s.mode, s.direction);
+  const std::vector<std::pair<TransferMode, Direction>> want = {
+      {TransferMode::kPinned, Direction::kH2D},  // the headline, in plan order
+      {TransferMode::kPinned, Direction::kD2H},
+      // never run, in plan order
+      {TransferMode::kPageable, Direction::kD2H},
+      {TransferMode::kManaged, Direction::kH2D},
+      {TransferMode::kPinned, Direction::kBidirectional},
+      {TransferMode::kPageable, Direction::kH2D},  // then the stalest
+      {TransferMode::kManaged, Direction::kD2H},
+  };
+  EXPECT_EQ(got, want);
+}
+
+TEST(Allowance, TheRotationSpendsOnlyWhatLiesAboveTheReserve) {
+  const Settings c = Config();
+  const ProbeSpec pageable = Spec(TransferMode::kPageable, Direction::kH2D);
+  Allowance a(c, kStart);
+  a.Charge(pageable, kStart, 0.4, false);  // it cost 0.4 s
+  SetBalance(a, c, 1.5);                   // 0.5 s above the 1 s reserve
+  EXPECT_TRUE(a.FitsRotation(pageable, c));
+  a.Charge(0.2);  // 0.3 above the reserve: 0.4 no longer fits
+  EXPECT_FALSE(a.FitsRotation(pageable, c));
+  // A confirmation may spend the reserve too.
+  EXPECT_TRUE(a.FitsConfirmation(pageable));
+  a.Charge(1.0);  // 0.3 s left in all
+  EXPECT_FALSE(a.FitsConfirmation(pageable));
+}
+
+TEST(Allowance, AProbeDearerThanEverythingAboveTheReserveRunsWhenTheAllowanceIsFull) {
+  const Settings c = Config();
+  const ProbeSpec dear = Spec(TransferMode::kManaged, Direction::kH2D);
+  Allowance a(c, kStart);
+  a.Charge(dear, kStart, AllowanceCapacity(c), false);  // costs more than the whole capacity
+  SetBalance(a, c, AllowanceCapacity(c));               // full again
+  EXPECT_TRUE(a.FitsRotation(dear, c)) << "it would never run otherwise";
+  a.Charge(0.01);  // not quite full: it waits
+  EXPECT_FALSE(a.FitsRotation(dear, c));
+}
+
+TEST(Allowance, AGroupRunFitsAboveTheReserveOrWhenUnmeasuredOrFull) {
+  const Settings c = Config();
+  Allowance a(c, kStart);
+  SetBalance(a, c, 1.2);
+  EXPECT_TRUE(a.FitsGroup(std::nullopt, c)) << "never measured: run and learn";
+  EXPECT_TRUE(a.FitsGroup(0.2, c));
+  EXPECT_FALSE(a.FitsGroup(0.3, c));
+  SetBalance(a, c, AllowanceCapacity(c));
+  EXPECT_TRUE(a.FitsGroup(100.0, c));
+}
+
+TEST(Allowance, TheHeadlineTimeIsCountedPerCycle) {
+  const Settings c = Config();
+  Allowance a(c, kStart);
+  a.Charge(Spec(TransferMode::kPinned, Direction::kH2D), kStart, 0.03, true);
+  a.Charge(Spec(TransferMode::kPinned, Direction::kD2H), kStart, 0.02, true);
+  a.Charge(Spec(TransferMode::kPageable, Direction::kH2D), kStart, 0.2, false);
+  EXPECT_NEAR(a.HeadlineSeconds(), 0.05, 1e-12);
+  a.StartCycle();
+  EXPECT_EQ(a.HeadlineSeconds(), 0.0);
+}
+
+}  // namespace
+}  // namespace xferd::core
