@@ -4,6 +4,7 @@
 #include <cctype>
 #include <climits>
 #include <cstdint>
+#include <string>
 
 namespace xferd::config {
 namespace {
@@ -188,20 +189,34 @@ int FirstInvalidUtf8Line(std::string_view text, unsigned* byte) {
 
 // TOML allows non-ASCII text only inside strings and comments. Such a character anywhere
 // else is rejected here, before toml++ 3.3 sees it: its whitespace classifier reaches
-// __builtin_unreachable() for some of them (U+00A1..U+0499; found by fuzz/config_fuzzer).
+// __builtin_unreachable() for some of them (U+00A1..U+0499 and U+2E6E..U+3267; found by
+// fuzz/config_fuzzer). What counts is where toml++ itself reads a string: a quote opens one
+// where a key or a value begins, never inside a bare value (`0.x["..."`: toml++ reads that
+// whole value up to a space, ']', '}', ',' or '#', testing each character for whitespace).
+// So the scan follows TOML's places: keys (line start, after '{' or ',' in an inline table),
+// values (after '=', '[' or ',' in an array) and what follows a value. A backslash escape in
+// a basic string is never followed by a non-ASCII character, nor by spaces and then one
+// (a line-ending backslash: toml++ tests those for whitespace too).
 // Returns the 1-based line of the first one, or 0.
 int FirstNonAsciiOutsideStrings(std::string_view text) {
+  enum class Place { kKey, kValue, kAfterValue };
   int line = 1;
   std::size_t i = 0;
+  std::string open;  // '[' and '{' of the arrays and inline tables around i
+  Place place = Place::kKey;
+  const auto non_ascii = [&](std::size_t at) {
+    return at < text.size() && static_cast<unsigned char>(text[at]) >= 0x80;
+  };
   const auto starts = [&](std::string_view token) { return text.substr(i, token.size()) == token; };
   // Skips to just past `close` (not escaped when `escapes`), counting lines; a single-line
-  // string also ends at a newline (toml++ reports that error itself). Returns false for a
-  // backslash before a non-ASCII byte: never a valid escape, and toml++ would test that
-  // byte for whitespace.
+  // string also ends at a newline (toml++ reports that error itself). Returns false where an
+  // escape meets a non-ASCII character.
   const auto skip_string = [&](std::string_view close, bool escapes, bool multiline) {
     while (i < text.size()) {
       if (escapes && text[i] == '\\') {
-        if (i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80) return false;
+        std::size_t next = i + 1;
+        while (next < text.size() && (text[next] == ' ' || text[next] == '\t')) ++next;
+        if (non_ascii(next)) return false;
         if (i + 1 < text.size() && text[i + 1] == '\n') ++line;
         i += 2;
         continue;
@@ -218,32 +233,53 @@ int FirstNonAsciiOutsideStrings(std::string_view text) {
     }
     return true;
   };
-  // A quote opens a string only where TOML allows one (a key or a value: after a line
-  // start, '=', '[', '{', ',' or '.'), so `5"..."` is not mistaken for one.
-  char previous = '\n';
+  // What follows ',' or a newline inside brackets, and what a closing bracket leaves.
+  const auto after_comma = [&] { return !open.empty() && open.back() == '{' ? Place::kKey : Place::kValue; };
   while (i < text.size()) {
     const char c = text[i];
-    const bool may_open = previous == '\n' || previous == '=' || previous == '[' ||
-                          previous == '{' || previous == ',' || previous == '.';
     if (c == '\n') {
       ++line;
       ++i;
-      previous = '\n';
+      if (open.empty()) place = Place::kKey;
     } else if (c == ' ' || c == '\t' || c == '\r') {
       ++i;
     } else if (c == '#') {
       while (i < text.size() && text[i] != '\n') ++i;
-    } else if (may_open && (c == '"' || c == '\'')) {
-      const std::string_view triple = c == '"' ? "\"\"\"" : "'''";
+    } else if ((c == '"' || c == '\'') && place != Place::kAfterValue) {
+      const std::string_view triple = c == '"' ? "\"\"\"" : "\'\'\'";
       const bool multiline = starts(triple);
       i += multiline ? 3 : 1;
       if (!skip_string(multiline ? triple : triple.substr(0, 1), c == '"', multiline)) return line;
-      previous = c;
-    } else if (static_cast<unsigned char>(c) >= 0x80) {
+      if (place == Place::kValue) place = Place::kAfterValue;
+    } else if (non_ascii(i)) {
       return line;
-    } else {
-      previous = c;
+    } else if (place == Place::kKey) {
+      // Bare key parts, '.', a [table] header's brackets; '=' starts the value.
+      if (c == '=') place = Place::kValue;
+      if (c == '}' && !open.empty()) open.pop_back(), place = Place::kAfterValue;
       ++i;
+    } else if (c == ',') {
+      place = after_comma();
+      ++i;
+    } else if (c == ']' || c == '}') {
+      if (!open.empty()) open.pop_back();
+      place = Place::kAfterValue;
+      ++i;
+    } else if (place == Place::kValue && (c == '[' || c == '{')) {
+      open.push_back(c);
+      place = c == '{' ? Place::kKey : Place::kValue;
+      ++i;
+    } else {
+      // A bare value (a number, a boolean, a date, or anything toml++ reads as one), or
+      // whatever stands after a value: toml++ reads it to the next terminator.
+      for (; i < text.size(); ++i) {
+        const char b = text[i];
+        if (b == ' ' || b == '\t' || b == '\r' || b == '\n' || b == ']' || b == '}' || b == ',' ||
+            b == '#')
+          break;
+        if (non_ascii(i)) return line;
+      }
+      place = Place::kAfterValue;
     }
   }
   return 0;

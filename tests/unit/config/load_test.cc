@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "config/toml_workarounds.h"
 #include "unit/config/config_testing.h"
 
 namespace xferd::config {
@@ -288,6 +289,21 @@ TEST(ConfigValidation, NonAsciiOnlyInsideStringsAndComments) {
   // A quote opens a string only where TOML allows one; an escape is never non-ASCII.
   EXPECT_EQ(ErrorOf("k = 5\"\"\"\"4\"iB \xcc\xab\n").line(), 1);
   EXPECT_EQ(ErrorOf("\n[daemon]\nstate_dir = \"\"\"a\\\xc2\xa4\"\"\"\n").line(), 3);
+  // Where toml++ reads a bare value, a quote inside it opens no string (the fuzzer's find:
+  // `0.q["..\xc2\xa4`), nor does one after '=' that is part of the value (`1="..."`); spaces
+  // after a backslash in a multi-line string are tested for whitespace up to the next one.
+  EXPECT_EQ(ErrorOf("[health]\nconsecutive_bad = 0.q[\"a\xc2\xa4\"]\n").line(), 2);
+  EXPECT_EQ(ErrorOf("[health]\nconsecutive_bad = 1=\"\xc2\xa4\"\n").line(), 2);
+  EXPECT_EQ(ErrorOf("[probe]\nmodes = [\"pinned\", x\"\xe3\x80\x81\"]\n").line(), 2);
+  EXPECT_EQ(ErrorOf("[daemon]\nstate_dir = \"\"\"a\\  \xc2\xa4\n\"\"\"\n").line(), 2);
+  EXPECT_EQ(ErrorOf("[daemon]\nstate_dir = \"a\" \"\xc2\xa4\"\n").line(), 2);
+  // Strings stay strings wherever TOML places them: no spaces around '=', in arrays and
+  // inline tables, a quoted key part.
+  EXPECT_NO_THROW(Parse("[daemon]\nstate_dir=\"/caf\xc3\xa9\"\n"));
+  EXPECT_EQ(FirstNonAsciiOutsideStrings("a = [{b = \"\xc2\xa4\", c = ['\xc2\xa4']}, \"\xc2\xa4\"]\n"
+                                        "\"\xc2\xa4\" = 1\n[t.\"\xc2\xa4\"]\nd = 1979-05-27 07:32:00\n"),
+            0);
+  EXPECT_EQ(FirstNonAsciiOutsideStrings("a = [\n 1,\n 2 \xc2\xa4]\n"), 3);
   const Config c = Parse(
       "[probe]\nmodes = [\n  \"pinned\", # \xc2\xa4\n  'pageable',\n]\n"
       "[daemon]\nstate_dir = \"\"\"/a\xc2\xa4\"\"\"\"\ntextfile_path = '/\xc2\xa4.prom'\n");
