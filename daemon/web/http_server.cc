@@ -448,37 +448,45 @@ struct HttpServer::Impl {
 
   // The login of this request: from the cache at once, or (only for a bodiless GET/HEAD,
   // the one kind of request that is served) from the verifier, parking the connection
-  // until it answers. nullopt: parked.
+  // until it answers. nullopt: parked. The credentials are decoded here from the header as
+  // sent (ParseBasicAuthorization), never through libmicrohttpd's decoder: it hands them out
+  // as C strings, cut at a NUL, so "bob:bobpw\0zzz" would have been the password "bobpw".
   std::optional<LoginVerdict> CheckLogin(MHD_Connection* connection, RequestContext& context) {
-    char* password = nullptr;
-    char* user = MHD_basic_auth_get_username_password(connection, &password);
-    std::optional<LoginVerdict> verdict = LoginVerdict::kDenied;
-    if (user != nullptr && password != nullptr) {
-      context.user = user;
-      if (!context.bodiless) {
-        // Not a request xferd serves (405 or 404 follows): the cache may let it through to
-        // be told so; it never costs a bcrypt.
-        verdict = verifier->CheckCached(user, password).value_or(LoginVerdict::kDenied);
-      } else {
-        const auto* peer = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        verdict = verifier->Check(
-            AddressKey(peer != nullptr ? peer->client_addr : nullptr), user, password,
-            [&] {
-              MHD_suspend_connection(connection);
-              context.waiting_login = true;
-            },
-            [connection, &context](LoginVerdict answer) {
-              context.verdict = answer;
-              MHD_resume_connection(connection);
-            });
-      }
+    const char* value = nullptr;
+    std::size_t value_size = 0;
+    constexpr std::string_view kHeader = MHD_HTTP_HEADER_AUTHORIZATION;
+    if (MHD_lookup_connection_value_n(connection, MHD_HEADER_KIND, kHeader.data(), kHeader.size(),
+                                      &value, &value_size) != MHD_YES ||
+        value == nullptr) {
+      return LoginVerdict::kDenied;
     }
-    if (password != nullptr) {
-      std::memset(password, 0, std::strlen(password));
-      MHD_free(password);
+    std::optional<BasicCredentials> credentials =
+        ParseBasicAuthorization(std::string_view(value, value_size));
+    if (!credentials) return LoginVerdict::kDenied;
+    // Scrubbed on every way out: the password is a secret, the decoded copy ours.
+    struct Scrub {
+      std::string& secret;
+      ~Scrub() { std::fill(secret.begin(), secret.end(), '\0'); }
+    } scrub{credentials->password};
+    context.user = credentials->user;
+    if (!context.bodiless) {
+      // Not a request xferd serves (405 or 404 follows): the cache may let it through to
+      // be told so; it never costs a bcrypt.
+      return verifier->CheckCached(credentials->user, credentials->password)
+          .value_or(LoginVerdict::kDenied);
     }
-    if (user != nullptr) MHD_free(user);
-    return verdict;
+    const auto* peer = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    return verifier->Check(
+        AddressKey(peer != nullptr ? peer->client_addr : nullptr), credentials->user,
+        credentials->password,
+        [&] {
+          MHD_suspend_connection(connection);
+          context.waiting_login = true;
+        },
+        [connection, &context](LoginVerdict answer) {
+          context.verdict = answer;
+          MHD_resume_connection(connection);
+        });
   }
 
   static MHD_Result OnRequest(void* cls, MHD_Connection* connection, const char* url,
