@@ -729,10 +729,17 @@ TEST_F(WebConfigTest, TlsAndUsersWithRelativePaths) {
   EXPECT_EQ(web.basic_auth_users.at("prometheus"), kHash);
 }
 
-TEST_F(WebConfigTest, EmptyFileMeansPlainHttp) {
-  const WebConfig web = LoadWebConfig(dir_.Write("web.yml", "# nothing\n"));
-  EXPECT_FALSE(web.TlsEnabled());
-  EXPECT_FALSE(web.AuthEnabled());
+// exporter-toolkit takes an empty web config for plain HTTP; xferd refuses it as it refuses
+// an empty TOML: an emptied or cut-short file (a failed copy) must never turn protection
+// off. Serving without TLS and auth is done by naming no web config.
+TEST_F(WebConfigTest, AFileThatTurnsNothingOnIsRefused) {
+  for (const std::string text : {"", "\n\n", "# nothing\n", "---\n", "{}\n", "basic_auth_users:\n",
+                                 "tls_server_config:\nbasic_auth_users: {}\n"}) {
+    const ConfigError e = WebErrorOf(text);
+    EXPECT_EQ(e.line(), 1) << text;
+    EXPECT_THAT(e.what(), HasSubstr("turns on neither TLS nor basic auth")) << text;
+    EXPECT_THAT(e.what(), HasSubstr("remove web.config_file")) << text;
+  }
 }
 
 TEST_F(WebConfigTest, PlainTextPasswordIsRejectedWithHtpasswdFix) {
