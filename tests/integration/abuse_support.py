@@ -37,8 +37,9 @@ class IdleSockets:
     process, so that the holder's work never delays the caller's own scrapes (one Python
     process would make them wait for its interpreter lock, not for the server)."""
 
-    def __init__(self, port, count=1000, source="127.0.0.2", tls=False):
+    def __init__(self, port, count=1000, source="127.0.0.2", tls=False, cpus=None):
         self.port, self.count, self.source = port, count, source
+        self.cpus = cpus  # the CPUs the holder runs on (None: any)
         self.hello = client_hello() if tls else b""
         ctx = multiprocessing.get_context("fork")
         self._opened = ctx.Value("q", 0)            # connections made
@@ -92,7 +93,10 @@ class IdleSockets:
         return True
 
     def _run(self):
+        import os
         import resource
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, self.count + 256)), hard))
         sel = selectors.DefaultSelector()
