@@ -333,6 +333,14 @@ void Service::FinishReload() {
     SelectConfigured(backend_.Devices(), next);  // an unknown GPU is a bad config
     CheckReloadKeepsProtection(*running, next);  // TLS or auth never dropped by accident
     WarnRestartOnly(*running, next);
+    if (!running->textfile_path.empty() && next.textfile_path != running->textfile_path) {
+      // Not removed: it may not be ours alone to remove; but not left to look current either.
+      spdlog::warn("reload: the textfile {} is no longer written ({}); node_exporter exports "
+                   "its last values until it is removed",
+                   running->textfile_path.string(),
+                   next.textfile_path.empty() ? "textfile_path is now unset"
+                                              : "now " + next.textfile_path.string());
+    }
     // What cannot change keeps its running value, so health and the scheduler stay
     // consistent with what is actually served and probed.
     next.listen_address = running->listen_address;

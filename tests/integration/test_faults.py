@@ -206,6 +206,21 @@ def test_textfile_on_a_full_disk(daemon, tiny_fs):
     assert d.alive()
 
 
+def test_a_textfile_no_longer_written_is_named(daemon, tmp_path):
+    """A reload that moves or turns off the textfile leaves the old file with the last
+    cycle's values, which node_exporter goes on exporting as if current: the log says so."""
+    old, new = tmp_path / "old.prom", tmp_path / "new.prom"
+    d = daemon(sim_config(extra=f'[daemon]\ntextfile_path = "{old}"\n')).start().wait_ready()
+    d.wait_for(old.exists, 10, "the textfile")
+    mark = len(d.log())
+    d.write_config(sim_config(extra=f'[daemon]\ntextfile_path = "{new}"\n'))
+    d.signal(signal.SIGHUP)
+    d.wait_log(r"the textfile \S*old.prom is no longer written \(now \S*new.prom\); "
+               r"node_exporter exports its last values until it is removed", start=mark)
+    d.wait_for(new.exists, 10, "the new textfile")
+    assert d.alive()
+
+
 def test_kill9_during_state_writes_never_tears_the_state_file(tmp_path):
     """30 kill -9 at random moments while the daemon writes its state and its textfile every
     ~20 ms: every restart finds a whole state file (old or new) and says nothing is corrupt,
