@@ -2,7 +2,7 @@
 """Scrape latency while one address holds many idle connections to xferd, over HTTP and HTTPS.
 
     bench/http_idle_sockets.py [--xferd build/xferd] [--sockets 1000] [--scrapes 100]
-                               [--source 127.0.0.2] [--interval 0.05] [--apart]
+                               [--source 127.0.0.2] [--interval 0.05] [--apart] [--nagle]
 
 Starts xferd on the simulated device (loopback, a free port; HTTPS with the test certificate
 of tests/data/tls), then for each of HTTP and HTTPS: holds --sockets connections from
@@ -11,7 +11,9 @@ reopening each as the server closes it, and meanwhile scrapes /metrics --scrapes
 127.0.0.1 on a new connection each (HTTPS: a full handshake). Prints p50/p99/max of the
 scrape latency and how many idle connections the server closed, and exits 1 if any scrape
 failed or took longer than 1 s (the bound docs/http.md promises). --source 127.0.0.1 holds
-them from the scraper's own address. The scraper sets TCP_NODELAY, as Prometheus and curl do.
+them from the scraper's own address. The scraper sets TCP_NODELAY, as Prometheus and curl do;
+--nagle leaves it off, as Python's default: then every TLS 1.3 scrape waits ~40 ms for the
+server's delayed ACK (docs/http.md).
 
 --apart runs the holder on the last CPU and xferd and the scraper on the others, as when the
 abuser is another host: on a 2-core machine the holder's own loop (reopening the sockets the
@@ -79,14 +81,15 @@ def run(binary, tls, args, workdir):
     proc, port = start_xferd(binary, workdir, tls, server_cpus)
     ca = str(ROOT / "tests/data/tls/server.crt") if tls else None
     try:
-        base = [timed_scrape(port, tls_ca=ca)[1] for _ in range(10)]
+        nodelay = not args.nagle
+        base = [timed_scrape(port, tls_ca=ca, nodelay=nodelay)[1] for _ in range(10)]
         holder = IdleSockets(port, count=args.sockets, source=args.source, tls=tls,
                              cpus=holder_cpus).start()
         held = holder.wait_held()
         time.sleep(1)
         results = []
         for _ in range(args.scrapes):
-            results.append(timed_scrape(port, tls_ca=ca))
+            results.append(timed_scrape(port, tls_ca=ca, nodelay=nodelay))
             time.sleep(args.interval)
         holder.stop()
         alive = proc.poll() is None
@@ -111,6 +114,8 @@ def main():
     p.add_argument("--scrapes", type=int, default=100)
     p.add_argument("--source", default="127.0.0.2")
     p.add_argument("--interval", type=float, default=0.05)
+    p.add_argument("--nagle", action="store_true",
+                   help="scrape without TCP_NODELAY (Python's default)")
     p.add_argument("--apart", action="store_true",
                    help="holder on the last CPU, xferd and the scraper on the others")
     args = p.parse_args()

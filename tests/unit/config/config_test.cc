@@ -137,6 +137,8 @@ TEST(Config, ShippedExampleSpellsOutEveryDefault) {
   EXPECT_EQ(c.listen_address, d.listen_address);
   EXPECT_EQ(c.telemetry_path, d.telemetry_path);
   EXPECT_EQ(c.web_config_file, d.web_config_file);
+  EXPECT_EQ(c.reload_may_remove_protection, d.reload_may_remove_protection);
+  EXPECT_FALSE(c.reload_may_remove_protection);
   EXPECT_EQ(c.state_dir, d.state_dir);
   EXPECT_EQ(c.textfile_path, d.textfile_path);
   EXPECT_EQ(c.log_level, d.log_level);
@@ -727,6 +729,50 @@ TEST_F(WebConfigTest, TlsAndUsersWithRelativePaths) {
   EXPECT_EQ(web.tls->cert_file, dir_.path() / "server.crt");
   EXPECT_EQ(web.tls->key_file, dir_.path() / "server.key");
   EXPECT_EQ(web.basic_auth_users.at("prometheus"), kHash);
+}
+
+// A reload may not turn off TLS or basic auth by accident: the error names what would go
+// and why; saying so on purpose (or keeping protection, other users) lets it through.
+TEST_F(WebConfigTest, AReloadThatWouldDropProtectionIsRefusedNamingIt) {
+  const auto tls = kDataDir / "tls";
+  Config running;
+  running.web_config_file = dir_.path() / "web.yml";
+  running.web.tls = web::LoadTlsMaterial(tls / "server.crt", tls / "server.key");
+  running.web.basic_auth_users["prometheus"] = kHash;
+  const auto refusal = [&](const Config& next) -> std::string {
+    try {
+      CheckReloadKeepsProtection(running, next);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Config next = running;
+  EXPECT_EQ(refusal(next), "");
+  next.web.basic_auth_users = {{"grafana", kHash}};  // other users: auth stays on
+  EXPECT_EQ(refusal(next), "");
+  next.web.basic_auth_users.clear();
+  EXPECT_THAT(refusal(next), HasSubstr("web.yml: basic_auth_users: reload refused: it would "
+                                       "turn off basic auth (1 user)"));
+  next = running;
+  next.web.tls.reset();
+  EXPECT_THAT(refusal(next), HasSubstr("tls_server_config: reload refused: it would turn off "
+                                       "TLS (" +
+                                       (tls / "server.crt").string() + ")"));
+  next.web = {};
+  next.web_config_file.clear();
+  next.source = dir_.path() / "xferd.toml";
+  const std::string both = refusal(next);
+  EXPECT_THAT(both, HasSubstr("xferd.toml: reload refused: it would turn off TLS"));
+  EXPECT_THAT(both, HasSubstr("and basic auth (1 user)"));
+  EXPECT_THAT(both, HasSubstr("no web config file is named now"));
+  EXPECT_THAT(both, HasSubstr("reload_may_remove_protection = true"));
+  next.reload_may_remove_protection = true;
+  EXPECT_EQ(refusal(next), "");
+  // What the running daemon does not have, a reload cannot take away.
+  running.web = {};
+  next.reload_may_remove_protection = false;
+  EXPECT_EQ(refusal(next), "");
 }
 
 // exporter-toolkit takes an empty web config for plain HTTP; xferd refuses it as it refuses
