@@ -621,11 +621,9 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
 
   // MHD's own limit is a backstop above ours (EnforceLimitLocked keeps below it while any
   // connection can be closed); MHD splits it between its threads, unevenly at times.
-  unsigned per_address = s.options.connection_limit;
   if (tls) {
     s.options.connection_limit =
         std::min(s.options.connection_limit, s.options.tls_connection_limit);
-    per_address = std::min(s.options.connection_limit, s.options.tls_connections_per_address);
   }
   s.options.connection_limit = std::max(1u, s.options.connection_limit);
   const unsigned threads = std::max(1u, s.options.threads);
@@ -643,7 +641,10 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
   // An address at the limit gets no more: MHD closes its new connection right after accept,
   // before any memory or TLS session is spent on it (EnforceLimitLocked would do the same,
   // only later and dearer: a flood of reconnects then costs a TLS handshake each).
-  add(MHD_OPTION_PER_IP_CONNECTION_LIMIT, std::max(1u, per_address));
+  add(MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      tls ? std::min(s.options.connection_limit,
+                     std::max(1u, s.options.tls_connections_per_address))
+          : s.options.connection_limit);
   add(MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(s.options.idle_timeout.count()));
   add(MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(s.options.connection_memory_bytes));
   if (threads > 1) add(MHD_OPTION_THREAD_POOL_SIZE, threads);

@@ -54,9 +54,10 @@ struct HttpServerOptions {
   unsigned tls_connection_limit = 256;
   // ...and this many per client address: a new one past it is closed as it is accepted,
   // before any TLS work (each handshake costs the server a key exchange and a signature),
-  // so one address's flood of half-finished handshakes costs at most this many. A scraper
-  // uses one (kept alive); this leaves room for many behind one address.
-  unsigned tls_connections_per_address = 32;
+  // so one address's flood of half-finished handshakes costs at most this many per header
+  // timeout, and holds at most half the TLS room. A scraper uses one (kept alive); this
+  // leaves room for a burst of 100 behind one address.
+  unsigned tls_connections_per_address = 128;
   // A connection must send a whole request (its TLS handshake included) within this long
   // of opening, or it is closed.
   std::chrono::seconds header_timeout{5};

@@ -285,7 +285,7 @@ def rss_kib(pid):
 def test_a_tls_flood_stays_within_the_memory_budget(tmp_path):
     """The review: under a flood of TLS connections RSS climbed from 13 MB to 90 MB and
     stayed (each holds ~40 KB of GnuTLS state; 1,024 were allowed, and glibc kept what they
-    freed). Now at most 256 over TLS, 32 per address, and the memory goes back once the
+    freed). Now at most 256 over TLS, 128 per address, and the memory goes back once the
     flood is over. Full handshakes from 16 addresses, each held open; then closed."""
     d = start(tmp_path, True)
     ctx = ssl.create_default_context(cafile=CA)
