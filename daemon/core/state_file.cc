@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <streambuf>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -32,6 +33,9 @@ constexpr std::size_t kMaxSeries = 1u << 16;
 constexpr std::size_t kMaxNameBytes = 256;  // a GPU UUID or a series key ("pinned/h2d/64MiB")
 // The document nests 4 deep (root, baselines, GPU, series); far deeper is not ours.
 constexpr int kMaxDepth = 64;
+// Every top-level key Save writes. A file holding another (a newer xferd's section) is kept
+// as a copy before the next write drops it: a section added to Save belongs here too.
+constexpr std::array<std::string_view, 3> kSectionsWritten = {"version", "written_at", "baselines"};
 
 std::string UtcStamp(std::chrono::system_clock::time_point t, const char* format) {
   const std::time_t tt = std::chrono::system_clock::to_time_t(t);
@@ -103,7 +107,8 @@ class BaselineReader {
     }
     if (depth_ == 1) {
       root_key_ = name;
-      if (root_key_ != "version" && root_key_ != "written_at" && root_key_ != "baselines" &&
+      if (std::find(kSectionsWritten.begin(), kSectionsWritten.end(), root_key_) ==
+              kSectionsWritten.end() &&
           unknown_sections.size() < 8) {
         unknown_sections.push_back(platform::Printable(root_key_, 80));
       }
