@@ -2,7 +2,7 @@
 """Scrape latency while one address holds many idle connections to xferd, over HTTP and HTTPS.
 
     bench/http_idle_sockets.py [--xferd build/xferd] [--sockets 1000] [--scrapes 100]
-                               [--source 127.0.0.2] [--interval 0.05]
+                               [--source 127.0.0.2] [--interval 0.05] [--apart] [--nagle]
 
 Starts xferd on the simulated device (loopback, a free port; HTTPS with the test certificate
 of tests/data/tls), then for each of HTTP and HTTPS: holds --sockets connections from
@@ -11,7 +11,14 @@ reopening each as the server closes it, and meanwhile scrapes /metrics --scrapes
 127.0.0.1 on a new connection each (HTTPS: a full handshake). Prints p50/p99/max of the
 scrape latency and how many idle connections the server closed, and exits 1 if any scrape
 failed or took longer than 1 s (the bound docs/http.md promises). --source 127.0.0.1 holds
-them from the scraper's own address.
+them from the scraper's own address. The scraper sets TCP_NODELAY, as Prometheus and curl do;
+--nagle leaves it off, as Python's default: then every TLS 1.3 scrape waits ~40 ms for the
+server's delayed ACK (docs/http.md).
+
+--apart runs the holder on the last CPU and xferd and the scraper on the others, as when the
+abuser is another host: on a 2-core machine the holder's own loop (reopening the sockets the
+server refuses, as fast as Python can) otherwise takes the CPU the server and the scraper
+need, and the figures say more about the holder than about xferd.
 """
 import argparse
 import os
@@ -42,7 +49,7 @@ time_scale = 0.0
 """
 
 
-def start_xferd(binary, workdir, tls):
+def start_xferd(binary, workdir, tls, cpus=None):
     config = workdir / "xferd.toml"
     config.write_text(CONFIG)
     args = [binary, "run", "--config", str(config), "--web.listen-address", "127.0.0.1:0",
@@ -53,7 +60,8 @@ def start_xferd(binary, workdir, tls):
                        f"  key_file: {ROOT}/tests/data/tls/server.key\n")
         args += ["--web.config.file", str(web)]
     log = open(workdir / ("xferd-https.log" if tls else "xferd-http.log"), "wb")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         text = Path(log.name).read_text(errors="replace")
@@ -68,16 +76,20 @@ def start_xferd(binary, workdir, tls):
 
 
 def run(binary, tls, args, workdir):
-    proc, port = start_xferd(binary, workdir, tls)
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpus, holder_cpus = (set(cpus[:-1]), {cpus[-1]}) if args.apart else (None, None)
+    proc, port = start_xferd(binary, workdir, tls, server_cpus)
     ca = str(ROOT / "tests/data/tls/server.crt") if tls else None
     try:
-        base = [timed_scrape(port, tls_ca=ca)[1] for _ in range(10)]
-        holder = IdleSockets(port, count=args.sockets, source=args.source, tls=tls).start()
+        nodelay = not args.nagle
+        base = [timed_scrape(port, tls_ca=ca, nodelay=nodelay)[1] for _ in range(10)]
+        holder = IdleSockets(port, count=args.sockets, source=args.source, tls=tls,
+                             cpus=holder_cpus).start()
         held = holder.wait_held()
         time.sleep(1)
         results = []
         for _ in range(args.scrapes):
-            results.append(timed_scrape(port, tls_ca=ca))
+            results.append(timed_scrape(port, tls_ca=ca, nodelay=nodelay))
             time.sleep(args.interval)
         holder.stop()
         alive = proc.poll() is None
@@ -102,7 +114,16 @@ def main():
     p.add_argument("--scrapes", type=int, default=100)
     p.add_argument("--source", default="127.0.0.2")
     p.add_argument("--interval", type=float, default=0.05)
+    p.add_argument("--nagle", action="store_true",
+                   help="scrape without TCP_NODELAY (Python's default)")
+    p.add_argument("--apart", action="store_true",
+                   help="holder on the last CPU, xferd and the scraper on the others")
     args = p.parse_args()
+    if args.apart:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            sys.exit("--apart needs 2 CPUs or more")
+        os.sched_setaffinity(0, set(cpus[:-1]))  # the scraper
     if not shutil.which(args.xferd) and not Path(args.xferd).is_file():
         sys.exit(f"no xferd binary at {args.xferd} (build it, or pass --xferd)")
     import resource
@@ -116,7 +137,8 @@ def main():
             workdir.mkdir()
             rows.append(run(args.xferd, tls, args, workdir))
     print(f"{args.sockets} idle connections from {args.source}, {args.scrapes} scrapes from "
-          f"127.0.0.1 every {args.interval * 1000:.0f} ms, each on a new connection")
+          f"127.0.0.1 every {args.interval * 1000:.0f} ms, each on a new connection"
+          + (" (holder on a CPU of its own)" if args.apart else ""))
     print(f"{'':6} {'no abuse p50':>13} {'p50':>8} {'p99':>8} {'max':>8} {'failed':>7} "
           f"{'idle opened':>12} {'closed by xferd':>16}")
     ok = True

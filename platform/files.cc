@@ -1,12 +1,17 @@
 #include "platform/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 #include "platform/printable.h"
@@ -166,6 +171,77 @@ std::string WriteFix(int error, const std::filesystem::path& dir, const AtomicWr
   }
 }
 
+std::filesystem::path DirectoryOf(const std::filesystem::path& path) {
+  return path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+}
+
+// A rename or a new link is durable only once its directory is: a crash must not undo it.
+void SyncDirectory(const std::filesystem::path& dir) {
+  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.get() >= 0) ::fsync(dir_fd.get());
+}
+
+// The names MoveAside and KeepCopy try, in order: "<path>.<tag>-<UTC time>", then ".2",
+// ".3", ... A thousand files set aside in one second is far past anything that happens.
+constexpr int kSetAsideNames = 1000;
+
+std::filesystem::path SetAsideName(const std::filesystem::path& path, std::string_view tag,
+                                   std::chrono::system_clock::time_point now, int n) {
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  std::filesystem::path name = path;
+  name += "." + std::string(tag) + "-" + stamp;
+  if (n > 1) name += "." + std::to_string(n);
+  return name;
+}
+
+[[noreturn]] void ThrowSetAsideError(const std::filesystem::path& path, const char* step,
+                                     int error) {
+  throw FileError(
+      "cannot set aside", "file", path,
+      std::string(step) + ": " + (error != 0 ? std::strerror(error) : "every name is taken"),
+      "check the permissions of " + DirectoryOf(path).string(), error);
+}
+
+// Copies `from` into a new file `to` (O_EXCL: never over another); false when `to` exists.
+bool CopyToNewFile(const std::filesystem::path& from, const std::filesystem::path& to) {
+  Fd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (in.get() < 0) ThrowSetAsideError(from, "open", errno);
+  struct stat st {};
+  if (::fstat(in.get(), &st) != 0) ThrowSetAsideError(from, "stat", errno);
+  Fd out(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 0777));
+  if (out.get() < 0) {
+    if (errno == EEXIST) return false;
+    ThrowSetAsideError(from, "create the copy", errno);
+  }
+  const auto abandon = [&](const char* step, int error) {
+    ::close(out.release());
+    ::unlink(to.c_str());
+    ThrowSetAsideError(from, step, error);
+  };
+  std::vector<char> buffer(1 << 16);
+  for (;;) {
+    ReadFailure failure;
+    const ssize_t n = ReadSome(in.get(), buffer.data(), buffer.size(), failure);
+    if (n < 0) abandon("read", failure.error);
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      const ssize_t w =
+          ::write(out.get(), buffer.data() + done, static_cast<std::size_t>(n - done));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        abandon("write the copy", errno);
+      }
+      done += w;
+    }
+  }
+  if (::fsync(out.get()) != 0) abandon("fsync the copy", errno);
+  return true;
+}
+
 }  // namespace
 
 FileError::FileError(std::string_view verb, std::string_view what, std::filesystem::path path,
@@ -222,10 +298,87 @@ std::string AtomicTempPrefix(const std::filesystem::path& path) {
   return "." + path.filename().string() + ".tmp.";
 }
 
+std::size_t RemoveAbandonedTempFiles(const std::filesystem::path& path) {
+  const std::filesystem::path dir = DirectoryOf(path);
+  const std::string prefix = AtomicTempPrefix(path);
+  std::size_t removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    // mkostemp's 6 characters: letters and digits.
+    if (name.size() != prefix.size() + 6 || !name.starts_with(prefix) ||
+        !std::all_of(name.begin() + static_cast<long>(prefix.size()), name.end(),
+                     [](unsigned char c) { return std::isalnum(c) != 0; })) {
+      continue;
+    }
+    Fd fd(::open(entry.path().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    struct stat st {};
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != ::geteuid()) {
+      continue;
+    }
+    // Held: a live writer's. Free: its writer is gone (a lock dies with its process).
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    // Still the file that was looked at under that name (not renamed away and replaced).
+    struct stat now {};
+    if (::lstat(entry.path().c_str(), &now) != 0 || now.st_ino != st.st_ino ||
+        now.st_dev != st.st_dev) {
+      continue;
+    }
+    if (::unlink(entry.path().c_str()) == 0) ++removed;
+  }
+  return removed;
+}
+
+std::filesystem::path MoveAside(const std::filesystem::path& path, std::string_view tag,
+                                std::chrono::system_clock::time_point now) {
+  for (int n = 1; n <= kSetAsideNames; ++n) {
+    const std::filesystem::path aside = SetAsideName(path, tag, now, n);
+    if (::renameat2(AT_FDCWD, path.c_str(), AT_FDCWD, aside.c_str(), RENAME_NOREPLACE) == 0) {
+      SyncDirectory(DirectoryOf(path));
+      return aside;
+    }
+    if (errno == EEXIST) continue;
+    if (errno != EINVAL && errno != ENOSYS) ThrowSetAsideError(path, "rename", errno);
+    // A file system without RENAME_NOREPLACE: a new link never replaces a file either.
+    if (::link(path.c_str(), aside.c_str()) != 0) {
+      if (errno == EEXIST) continue;
+      ThrowSetAsideError(path, "link", errno);
+    }
+    if (::unlink(path.c_str()) != 0) {
+      const int error = errno;
+      ::unlink(aside.c_str());
+      ThrowSetAsideError(path, "unlink", error);
+    }
+    SyncDirectory(DirectoryOf(path));
+    return aside;
+  }
+  ThrowSetAsideError(path, "find a free name", 0);
+}
+
+std::filesystem::path KeepCopy(const std::filesystem::path& path, std::string_view tag,
+                               std::chrono::system_clock::time_point now) {
+  for (int n = 1; n <= kSetAsideNames; ++n) {
+    const std::filesystem::path copy = SetAsideName(path, tag, now, n);
+    if (::link(path.c_str(), copy.c_str()) == 0) {
+      SyncDirectory(DirectoryOf(path));
+      return copy;
+    }
+    if (errno == EEXIST) continue;
+    // No hard links here (EPERM, EMLINK, EOPNOTSUPP, EXDEV...): a copy of the bytes.
+    if (errno == ENOENT || errno == EACCES || errno == EROFS || errno == ENOSPC) {
+      ThrowSetAsideError(path, "link", errno);
+    }
+    if (!CopyToNewFile(path, copy)) continue;
+    SyncDirectory(DirectoryOf(path));
+    return copy;
+  }
+  ThrowSetAsideError(path, "find a free name", 0);
+}
+
 void WriteFileAtomically(const std::filesystem::path& path, std::string_view content,
                          const AtomicWrite& how) {
-  const std::filesystem::path dir =
-      path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path dir = DirectoryOf(path);
   const auto fail = [&](const char* step, int error) {
     throw FileError("cannot write", how.what, path,
                     std::string(step) + ": " + std::strerror(error) + "; the previous file is kept",
@@ -234,6 +387,11 @@ void WriteFileAtomically(const std::filesystem::path& path, std::string_view con
   std::string temp = (dir / AtomicTempPrefix(path)).string() + "XXXXXX";
   Fd fd(::mkostemp(temp.data(), O_CLOEXEC));
   if (fd.get() < 0) fail("create a temporary file", errno);
+  // Held until the file is renamed or removed: RemoveAbandonedTempFiles leaves it alone
+  // while this process lives, and a crash releases it. (Between mkostemp and here a start
+  // of another xferd writing the same file could take it for abandoned: its rename would
+  // then fail once and be retried with the next write.)
+  ::flock(fd.get(), LOCK_EX);
   const auto abandon = [&](const char* step, int error) {
     ::close(fd.release());
     ::unlink(temp.c_str());
@@ -248,7 +406,16 @@ void WriteFileAtomically(const std::filesystem::path& path, std::string_view con
     }
     done += static_cast<std::size_t>(n);
   }
-  if (::fchmod(fd.get(), how.mode) != 0) abandon("chmod", errno);
+  // The file it replaces may have been made tighter by the operator (0600, or 0640 and a
+  // group only node_exporter is in): the new one never lets more users read than either
+  // the old one or `how.mode` would, and keeps the old one's group where it may.
+  mode_t mode = how.mode;
+  struct stat old {};
+  if (::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode)) {
+    mode &= old.st_mode & 07777;
+    if (old.st_gid != ::getegid()) (void)::fchown(fd.get(), static_cast<uid_t>(-1), old.st_gid);
+  }
+  if (::fchmod(fd.get(), mode) != 0) abandon("chmod", errno);
   if (::fsync(fd.get()) != 0) abandon("fsync", errno);
   if (::close(fd.release()) != 0) {
     const int error = errno;
@@ -260,9 +427,7 @@ void WriteFileAtomically(const std::filesystem::path& path, std::string_view con
     ::unlink(temp.c_str());
     fail("rename", error);
   }
-  // The rename is durable only once the directory is: a crash must not bring back the old file.
-  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir_fd.get() >= 0) ::fsync(dir_fd.get());
+  SyncDirectory(dir);
 }
 
 }  // namespace xferd::platform

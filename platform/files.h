@@ -15,6 +15,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <optional>
@@ -85,8 +86,9 @@ struct AtomicWrite {
 };
 
 // Replaces `path` with `content`: a temporary file in the same directory (named
-// AtomicTempPrefix(path) + 6 random characters), written, fsynced, given `mode`, renamed
-// over `path`, the directory fsynced. On failure the temporary file is removed, `path` is
+// AtomicTempPrefix(path) + 6 random characters), written, fsynced, given `mode` (or less:
+// no permission bit the file being replaced lacks, and that file's group), renamed over
+// `path`, the directory fsynced. On failure the temporary file is removed, `path` is
 // as it was, and FileError names the step, the cause and a fix.
 void WriteFileAtomically(const std::filesystem::path& path, std::string_view content,
                          const AtomicWrite& how);
@@ -94,5 +96,27 @@ void WriteFileAtomically(const std::filesystem::path& path, std::string_view con
 // ".<filename>.tmp.": hidden, and without the file's extension, so that a reader that
 // picks files by extension (node_exporter's *.prom) never sees a half-written one.
 std::string AtomicTempPrefix(const std::filesystem::path& path);
+
+// Removes the temporary files that writes of `path` interrupted by a crash (kill -9, power
+// loss) left in its directory, and only those that are provably ours: named
+// AtomicTempPrefix(path) and the 6 characters mkstemp adds, a regular file (not a link),
+// owned by this process's user, and not locked: WriteFileAtomically holds an flock on its
+// temporary file from right after creating it until it is renamed or removed, so a file
+// nobody holds is one whose writer is gone. Returns how many were removed; a directory that
+// cannot be read removes none.
+std::size_t RemoveAbandonedTempFiles(const std::filesystem::path& path);
+
+// Names for files set aside, which must never replace one another (two corrupt state files
+// in one second used to share one name): "<path>.<tag>-<UTC time>", and ".2", ".3", ...
+// after it when that is taken. Both throw FileError naming the step and the cause.
+//
+// MoveAside renames `path` to such a name, never over an existing file, and returns it.
+std::filesystem::path MoveAside(const std::filesystem::path& path, std::string_view tag,
+                                std::chrono::system_clock::time_point now);
+// KeepCopy leaves `path` where it is and keeps its content under such a name: a hard link
+// (no byte copied, whatever its size; a later atomic replacement of `path` leaves it
+// whole), or a copy where the file system has no hard links. Returns the name.
+std::filesystem::path KeepCopy(const std::filesystem::path& path, std::string_view tag,
+                               std::chrono::system_clock::time_point now);
 
 }  // namespace xferd::platform

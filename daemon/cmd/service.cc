@@ -17,6 +17,7 @@
 #include "platform/abandonable_call.h"
 #include "platform/build_info.h"
 #include "platform/exit_codes.h"
+#include "platform/files.h"
 #include "platform/logging.h"
 #include "platform/printable.h"
 #include "web/paths.h"
@@ -276,6 +277,18 @@ void Service::LogConcurrent(const GroupRun& run, const Config& config) {
 
 void Service::WriteTextfile(const Config& config) {
   if (config.textfile_path.empty()) return;
+  if (config.textfile_path != textfile_swept_) {
+    // Once per path (at start, and when a reload names another): what writes of an earlier
+    // run interrupted by a crash left beside it, and only that (platform/files.h).
+    textfile_swept_ = config.textfile_path;
+    if (const std::size_t removed = RemoveAbandonedTempFiles(config.textfile_path)) {
+      spdlog::info(
+          "textfile: removed {} temporary file(s) ({}*) that writes interrupted by a "
+          "crash left",
+          removed,
+          (config.textfile_path.parent_path() / AtomicTempPrefix(config.textfile_path)).string());
+    }
+  }
   try {
     exporter::WriteTextfile(config.textfile_path,
                             RenderExposition(Collectables{registry_}, "xferd_"));
@@ -354,7 +367,16 @@ void Service::FinishReload() {
     if (pending->error) std::rethrow_exception(pending->error);
     Config next = std::move(*pending->config);
     SelectConfigured(backend_.Devices(), next);  // an unknown GPU is a bad config
+    CheckReloadKeepsProtection(*running, next);  // TLS or auth never dropped by accident
     WarnRestartOnly(*running, next);
+    if (!running->textfile_path.empty() && next.textfile_path != running->textfile_path) {
+      // Not removed: it may not be ours alone to remove; but not left to look current either.
+      spdlog::warn("reload: the textfile {} is no longer written ({}); node_exporter exports "
+                   "its last values until it is removed",
+                   running->textfile_path.string(),
+                   next.textfile_path.empty() ? "textfile_path is now unset"
+                                              : "now " + next.textfile_path.string());
+    }
     // What cannot change keeps its running value, so health and the scheduler stay
     // consistent with what is actually served and probed.
     next.listen_address = running->listen_address;
@@ -374,6 +396,12 @@ void Service::FinishReload() {
       spdlog::info("busy detection: {}", busy_description_);
     }
     metrics_.SetPlan(next);
+    if (next.baseline_window < running->baseline_window) {
+      // A shorter window drops the oldest values at the next write: the file keeps them.
+      const std::string kept = state_.KeepBeforeTrimming(
+          health_.Snapshot(), static_cast<std::size_t>(next.baseline_window));
+      if (!kept.empty()) spdlog::warn("state: {}", kept);
+    }
     health_.Reconfigure(next);
     scheduler_->Reconfigure(next, std::move(busy));
     {
@@ -435,8 +463,12 @@ void Service::Prepare(const Config& config) {
 
   // Read where a hung file system cannot keep SIGTERM from stopping the daemon.
   StateLoad loaded;
-  if (const auto stop =
-          CallUnlessStopped([this, &loaded] { loaded = state_.Load(); }, *seams_.signals)) {
+  if (const auto stop = CallUnlessStopped(
+          [this, &loaded, window = config.baseline_window] {
+            loaded =
+                state_.Load(std::chrono::system_clock::now(), static_cast<std::size_t>(window));
+          },
+          *seams_.signals)) {
     spdlog::warn("{} while reading the state file {}: stopping without it", stop->name,
                  state_.path().string());
     spdlog::default_logger()->flush();
@@ -444,6 +476,10 @@ void Service::Prepare(const Config& config) {
     _exit(kExitOk);
   }
   if (!loaded.message.empty()) spdlog::warn("state: {}", loaded.message);
+  if (loaded.temp_files_removed > 0) {
+    spdlog::info("state: removed {} temporary file(s) that writes interrupted by a crash left",
+                 loaded.temp_files_removed);
+  }
   health_.Restore(loaded.baselines);
   if (!loaded.incidents_message.empty()) spdlog::warn("{}", loaded.incidents_message);
   incidents_.Restore(std::move(loaded.incidents));

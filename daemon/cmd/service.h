@@ -116,6 +116,7 @@ class Service {
   mutable std::mutex status_mutex_;
   std::string status_;  // the STATUS line of the last cycle
   bool state_write_failing_ = false, textfile_failing_ = false;  // probe thread only
+  std::filesystem::path textfile_swept_;  // probe thread: leftovers removed beside this one
 
   // A reload reads its files on a thread of its own, so that a file on a hung file system
   // cannot keep the main thread from SIGTERM and the watchdog; the main thread applies the

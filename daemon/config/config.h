@@ -30,6 +30,9 @@ struct Config : core::Settings {
   std::string telemetry_path = "/metrics";
   std::filesystem::path web_config_file;  // exporter-toolkit YAML; empty = plain HTTP
   WebConfig web;                          // loaded from web_config_file
+  // A reload (SIGHUP) that would turn off TLS or basic auth the running daemon has is
+  // refused unless this is set (CheckReloadKeepsProtection).
+  bool reload_may_remove_protection = false;
 
   // [daemon]
   std::filesystem::path state_dir = "/var/lib/xferd";
@@ -98,6 +101,12 @@ Config LoadConfig(const std::filesystem::path& path);
 
 // exporter-toolkit web-config YAML. Throws ConfigError.
 WebConfig LoadWebConfig(const std::filesystem::path& path, WebConfigUse use = WebConfigUse::kServe);
+
+// Throws ConfigError when a reload from `running` to `next` would turn off TLS or basic
+// auth that `running` has (a web config emptied, cut short or no longer named) and `next`
+// does not say reload_may_remove_protection: the error names what would be removed and
+// the file behind it. A start has nothing to compare with and applies what the files say.
+void CheckReloadKeepsProtection(const Config& running, const Config& next);
 
 // Config files are a few KiB; anything this large is the wrong file.
 inline constexpr std::size_t kMaxConfigBytes = 1u << 20;

@@ -234,7 +234,9 @@ int FirstNonAsciiOutsideStrings(std::string_view text) {
     return true;
   };
   // What follows ',' or a newline inside brackets, and what a closing bracket leaves.
-  const auto after_comma = [&] { return !open.empty() && open.back() == '{' ? Place::kKey : Place::kValue; };
+  const auto after_comma = [&] {
+    return !open.empty() && open.back() == '{' ? Place::kKey : Place::kValue;
+  };
   while (i < text.size()) {
     const char c = text[i];
     if (c == '\n') {

@@ -223,8 +223,20 @@ WebConfig LoadWebConfig(const std::filesystem::path& path, WebConfigUse use) {
                       "correct the syntax on that line (see docs/configuration.md for the format)");
   }
   WebConfig web;
-  // An empty file is what exporter-toolkit accepts too: plain HTTP, no auth.
-  if (root.IsNull()) return web;
+  // exporter-toolkit takes an empty file for plain HTTP without auth; xferd does not, as it
+  // refuses an empty TOML: a web config is named to protect the endpoint, and an empty one
+  // is far more often a failed copy or a config-management run that wrote nothing. Also
+  // checked below: a file whose keys turn nothing on ("basic_auth_users:" and the rest cut).
+  const auto configures_nothing = [&file] {
+    return ConfigError(file, 1, "",
+                       "turns on neither TLS nor basic auth (an empty or cut-short file?); a "
+                       "web config that protects nothing is refused, so that a failed copy "
+                       "never turns protection off",
+                       "restore tls_server_config and/or basic_auth_users (format: "
+                       "docs/configuration.md), or to serve plain HTTP without auth on purpose "
+                       "remove web.config_file (or --web.config.file)");
+  };
+  if (root.IsNull()) throw configures_nothing();
   if (!root.IsMap()) {
     throw ConfigError(file, YamlLine(root), "",
                       "must be a map of tls_server_config and basic_auth_users",
@@ -258,6 +270,7 @@ WebConfig LoadWebConfig(const std::filesystem::path& path, WebConfigUse use) {
     throw ConfigError(file, e.mark.is_null() ? 0 : e.mark.line + 1, "",
                       "unexpected structure: " + e.msg, "see docs/configuration.md for the format");
   }
+  if (!web.TlsEnabled() && !web.AuthEnabled()) throw configures_nothing();
   return web;
 }
 

@@ -1,4 +1,7 @@
-// [web]: where and how the endpoint listens.
+// [web]: where and how the endpoint listens, and what a reload may not take from it.
+#include <string>
+#include <vector>
+
 #include "config/messages.h"
 #include "config/sections.h"
 #include "config/toml_reader.h"
@@ -38,7 +41,37 @@ void ReadWeb(const std::string& file, const std::filesystem::path& source, const
     }
     config.web_config_file = ResolveAgainst(source, *v);
   }
+  if (auto v = r.Bool("reload_may_remove_protection")) config.reload_may_remove_protection = *v;
   r.RejectUnknown();
+}
+
+void CheckReloadKeepsProtection(const Config& running, const Config& next) {
+  if (next.reload_may_remove_protection) return;
+  std::vector<std::string> removed;
+  std::string key;
+  if (running.web.TlsEnabled() && !next.web.TlsEnabled()) {
+    removed.push_back("TLS (" + running.web.tls->cert_file.string() + ")");
+    key = "tls_server_config";
+  }
+  if (running.web.AuthEnabled() && !next.web.AuthEnabled()) {
+    removed.push_back("basic auth (" + std::to_string(running.web.basic_auth_users.size()) +
+                      (running.web.basic_auth_users.size() == 1 ? " user" : " users") + ")");
+    key = key.empty() ? "basic_auth_users" : "";
+  }
+  if (removed.empty()) return;
+  std::string what = removed.front();
+  if (removed.size() > 1) what += " and " + removed.back();
+  // The file the protection came from; or, when the config file no longer names one, that.
+  const bool named = !next.web_config_file.empty();
+  const std::filesystem::path file = named ? next.web_config_file : next.source;
+  throw ConfigError(
+      file.empty() ? running.web_config_file.string() : file.string(), 0, named ? key : "",
+      "reload refused: it would turn off " + what + ", which the running xferd serves with (" +
+          (named ? "the web config no longer configures it" : "no web config file is named now") +
+          ")",
+      "restore the web config (a failed copy or an emptied file?); to turn protection off on "
+      "purpose set [web] reload_may_remove_protection = true before the reload, or restart "
+      "xferd");
 }
 
 }  // namespace xferd::config

@@ -1,5 +1,6 @@
 #include "core/state_file.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -8,7 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <streambuf>
+#include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "platform/files.h"
 #include "platform/printable.h"
@@ -22,7 +25,7 @@ constexpr const char* kStateName = "state.json";
 // what the file costs in memory is the values kept, not its size.
 constexpr std::size_t kMaxStateBytes = 64u << 20;
 // The longest baseline window a configuration may set: older values are never used.
-constexpr std::size_t kMaxValuesPerSeries = 10000;
+constexpr std::size_t kMaxValuesPerSeries = kMaxBaselineWindow;
 // More than any configuration keeps (20 GPUs at the most of config's budget, 2.6 million):
 // a file with more is not one xferd wrote, and holding it all would cost memory for nothing.
 constexpr std::size_t kMaxValuesKept = 4u << 20;
@@ -35,6 +38,10 @@ constexpr int kMaxDepth = 64;
 // (IncidentFromJson); longer ones are cut here already.
 constexpr std::size_t kMaxIncidentValues = 1u << 14;
 constexpr std::size_t kMaxIncidentStringBytes = 1024;
+// Every top-level key Save writes. A file holding another (a newer xferd's section) is kept
+// as a copy before the next write drops it: a section added to Save belongs here too.
+constexpr std::array<std::string_view, 4> kSectionsWritten = {"version", "written_at", "baselines",
+                                                              "incidents"};
 
 std::string UtcStamp(std::chrono::system_clock::time_point t, const char* format) {
   const std::time_t tt = std::chrono::system_clock::to_time_t(t);
@@ -71,6 +78,10 @@ class BaselineReader {
  public:
   using json = nlohmann::json;
 
+  // At most this many values of each series are kept (the newest): the configuration's
+  // baseline window, never more than kMaxValuesPerSeries.
+  explicit BaselineReader(std::size_t keep_per_series) : keep_(keep_per_series) {}
+
   std::optional<std::int64_t> version;
   bool version_seen = false;
   std::string problem;  // the first thing wrong; empty when the file is whole and ours
@@ -81,6 +92,9 @@ class BaselineReader {
   json incidents;
   bool incidents_seen = false;
   std::string incidents_problem;
+  // What the file holds beyond what is kept: the daemon keeps a copy of such a file.
+  std::size_t values_dropped = 0, series_cut = 0, longest_series = 0;
+  std::vector<std::string> unknown_sections;  // top-level keys xferd does not write
 
   bool null() { return capture_.empty() ? Scalar("null") : Capture(nullptr); }
   bool boolean(bool v) { return capture_.empty() ? Scalar("a boolean") : Capture(v); }
@@ -120,6 +134,11 @@ class BaselineReader {
     }
     if (depth_ == 1) {
       root_key_ = name;
+      if (std::find(kSectionsWritten.begin(), kSectionsWritten.end(), root_key_) ==
+              kSectionsWritten.end() &&
+          unknown_sections.size() < 8) {
+        unknown_sections.push_back(platform::Printable(root_key_, 80));
+      }
     } else if (depth_ == 2 && in_baselines_) {
       uuid_ = name;
     } else if (depth_ == 3 && in_gpu_) {
@@ -224,10 +243,11 @@ class BaselineReader {
       return true;
     }
     values_.push_back(value);
-    // Only the last kMaxValuesPerSeries can ever be used: drop the older ones as they come.
-    if (values_.size() >= 2 * kMaxValuesPerSeries) {
-      kept_ -= kMaxValuesPerSeries;
-      values_.erase(values_.begin(), values_.begin() + kMaxValuesPerSeries);
+    ++in_series_values_;
+    // Only the last keep_ are used: drop the older ones as they come (counted, below).
+    if (values_.size() >= 2 * keep_) {
+      kept_ -= keep_;
+      values_.erase(values_.begin(), values_.begin() + static_cast<long>(keep_));
     }
     return true;
   }
@@ -256,6 +276,7 @@ class BaselineReader {
       case Where::kSeries:
         in_series_ = !object;
         values_.clear();
+        in_series_values_ = 0;
         if (object) Problem(Series() + " not an array");
         break;
       case Where::kValue: Problem(Series() + " holds a value that is not a positive number"); break;
@@ -289,9 +310,14 @@ class BaselineReader {
     }
     if (depth_ == 3 && in_series_) {
       in_series_ = false;
-      if (values_.size() > kMaxValuesPerSeries) {
-        kept_ -= values_.size() - kMaxValuesPerSeries;
-        values_.erase(values_.begin(), values_.end() - kMaxValuesPerSeries);
+      if (values_.size() > keep_) {
+        kept_ -= values_.size() - keep_;
+        values_.erase(values_.begin(), values_.end() - static_cast<long>(keep_));
+      }
+      if (in_series_values_ > values_.size()) {
+        values_dropped += in_series_values_ - values_.size();
+        ++series_cut;
+        longest_series = std::max(longest_series, in_series_values_);
       }
       if (!values_.empty()) {
         if (++series_count_ > kMaxSeries) {
@@ -309,6 +335,8 @@ class BaselineReader {
     return true;
   }
 
+  std::size_t keep_;
+  std::size_t in_series_values_ = 0;  // values of the series being read, dropped ones too
   int depth_ = 0;
   bool root_is_object_ = false, in_baselines_ = false, in_gpu_ = false, in_series_ = false;
   std::string root_key_, uuid_, series_;
@@ -346,28 +374,43 @@ void ReadIncidents(const BaselineReader& reader, const std::filesystem::path& pa
       " (baselines are unaffected)";
 }
 
+// What a whole file holds that is not kept ("" when it is kept as it is), for the log.
+std::string DroppedOnLoad(const BaselineReader& reader, std::size_t keep_per_series) {
+  std::string dropped;
+  if (reader.values_dropped > 0) {
+    dropped = std::to_string(reader.values_dropped) + " older values of " +
+              std::to_string(reader.series_cut) + " series longer than the " +
+              std::to_string(keep_per_series) + " kept (health.baseline_window; the longest held " +
+              std::to_string(reader.longest_series) + ")";
+  }
+  if (!reader.unknown_sections.empty()) {
+    std::string names;
+    for (const std::string& name : reader.unknown_sections) {
+      names += (names.empty() ? "\"" : ", \"") + name + "\"";
+    }
+    if (!dropped.empty()) dropped += ", and ";
+    dropped += "sections this xferd does not write (" + names + ")";
+  }
+  return dropped;
+}
+
 }  // namespace
 
 StateFile::StateFile(std::filesystem::path dir) : dir_(std::move(dir)), path_(dir_ / kStateName) {}
 
-StateLoad StateFile::Load(std::chrono::system_clock::time_point now) {
+StateLoad StateFile::Load(std::chrono::system_clock::time_point now, std::size_t keep_per_series) {
   namespace fs = std::filesystem;
   StateLoad out;
   std::error_code ec;
 
   // Temp files of a write that never reached its rename: the state file itself is whole.
-  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
-    if (entry.path().filename().string().starts_with(platform::AtomicTempPrefix(path_))) {
-      std::error_code ignored;
-      fs::remove(entry.path(), ignored);
-    }
-  }
+  out.temp_files_removed = platform::RemoveAbandonedTempFiles(path_);
 
   if (!fs::exists(path_, ec)) {
     out.outcome = StateLoad::Outcome::kFresh;
     return out;
   }
-  BaselineReader reader;
+  BaselineReader reader(std::clamp<std::size_t>(keep_per_series, 1, kMaxValuesPerSeries));
   try {
     platform::BoundedFile file(path_, kMaxStateBytes, "state file");
     StateFileBuffer buffer(file);
@@ -418,25 +461,66 @@ StateLoad StateFile::Load(std::chrono::system_clock::time_point now) {
     out.baselines = std::move(reader.baselines);
     out.outcome = StateLoad::Outcome::kLoaded;
     ReadIncidents(reader, path_, out);
+    // Read whole but not kept as it is: the next write would drop the rest, so the file as
+    // it was is kept beside it first, and the log says what goes and where the copy is.
+    const std::string dropped = DroppedOnLoad(reader, keep_per_series);
+    if (dropped.empty()) return out;
+    const std::string file = platform::Printable(path_.string(), 512);
+    try {
+      out.set_aside = platform::KeepCopy(path_, "trimmed", now);
+      out.message = "state file " + file + " holds more than xferd keeps: " + dropped +
+                    "; the file as it was is kept as " +
+                    platform::Printable(out.set_aside.string(), 512) +
+                    ", and the next write keeps only the rest";
+    } catch (const platform::FileError& e) {
+      // Without a copy the file is not replaced: what it holds beyond the kept part stays.
+      persisting_ = false;
+      not_persisting_reason_ = "no copy could be kept of what it holds beyond what is kept";
+      out.message = "state file " + file + " holds more than xferd keeps: " + dropped +
+                    ", and no copy of it could be kept (" + e.cause() +
+                    "); keeping it untouched and learning baselines in memory only";
+    }
     return out;
   }
 
-  // Corrupt or truncated: keep it for inspection, start fresh.
-  fs::path aside = path_;
-  aside += ".corrupt-" + UtcStamp(now, "%Y%m%dT%H%M%SZ");
+  // Corrupt or truncated: keep it for inspection under a name of its own, start fresh.
   out.outcome = StateLoad::Outcome::kCorrupt;
   problem = platform::Printable(problem, 300);
-  fs::rename(path_, aside, ec);
-  if (ec) {
+  try {
+    out.set_aside = platform::MoveAside(path_, "corrupt", now);
     out.message = "state file " + platform::Printable(path_.string(), 512) + " is corrupt (" +
-                  problem + ") and could not be moved aside (" + ec.message() +
-                  "); starting fresh, it will be replaced on the next write";
-  } else {
-    out.message = "state file " + platform::Printable(path_.string(), 512) + " is corrupt (" +
-                  problem + "); moved it to " + platform::Printable(aside.string(), 512) +
+                  problem + "); moved it to " + platform::Printable(out.set_aside.string(), 512) +
                   " and started learning afresh";
+  } catch (const platform::FileError& e) {
+    // Not replaced by a write either: what is in it stays for a look.
+    persisting_ = false;
+    not_persisting_reason_ = "the corrupt state file could not be moved aside";
+    out.message = "state file " + platform::Printable(path_.string(), 512) + " is corrupt (" +
+                  problem + ") and could not be moved aside (" + e.cause() +
+                  "); keeping it untouched and learning baselines in memory only; move it away "
+                  "and restart";
   }
   return out;
+}
+
+std::string StateFile::KeepBeforeTrimming(const BaselineSet& held, std::size_t window,
+                                          std::chrono::system_clock::time_point now) {
+  std::size_t beyond = 0;
+  for (const auto& [uuid, series] : held) {
+    for (const auto& [key, values] : series) {
+      if (values.size() > window) beyond += values.size() - window;
+    }
+  }
+  std::error_code ec;
+  if (beyond == 0 || !persisting_ || !std::filesystem::exists(path_, ec)) return "";
+  const std::string what = "health.baseline_window is now " + std::to_string(window) + ": " +
+                           std::to_string(beyond) + " older values go from the state file";
+  try {
+    return what + "; the file as it was is kept as " +
+           platform::Printable(platform::KeepCopy(path_, "trimmed", now).string(), 512);
+  } catch (const platform::FileError& e) {
+    return what + ", and no copy of it could be kept (" + e.cause() + ")";
+  }
 }
 
 StateWrite StateFile::Save(const BaselineSet& baselines,

@@ -17,6 +17,8 @@ namespace xferd::core {
 // what the state file holds.
 using BaselineSet = std::map<std::string, std::map<std::string, std::vector<double>>>;
 inline constexpr int kStateVersion = 1;
+// The longest baseline window a configuration may set (health.baseline_window).
+inline constexpr std::size_t kMaxBaselineWindow = 10000;
 
 struct StateLoad {
   enum class Outcome {
@@ -28,7 +30,12 @@ struct StateLoad {
   };
   Outcome outcome = Outcome::kFresh;
   BaselineSet baselines;
-  std::string message;  // what happened and the fix; empty for kFresh/kLoaded
+  // What happened and the fix; empty for kFresh and for kLoaded when all was kept.
+  std::string message;
+  // Where the file as it was is kept: a corrupt one moved aside, or a copy of one whose
+  // content was not all kept (the longest series cut to the window). Empty when neither.
+  std::filesystem::path set_aside;
+  std::size_t temp_files_removed = 0;  // left by writes a crash interrupted
   // The incident log, oldest first. One that cannot be read costs only itself: the
   // baselines load, the log starts empty and `incidents_message` says why.
   std::vector<Incident> incidents;
@@ -47,8 +54,19 @@ class StateFile {
 
   const std::filesystem::path& path() const { return path_; }
 
-  // Read the file; never throws. `now` names a corrupt file moved aside.
-  StateLoad Load(std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
+  // Read the file; never throws. Each series keeps its newest `keep_per_series` values (the
+  // configuration's baseline window). What is not kept as it was (a corrupt file, series
+  // longer than that, sections this xferd does not write) is kept beside it under a name of
+  // its own with `now` in it (platform::MoveAside, platform::KeepCopy): StateLoad says where.
+  StateLoad Load(std::chrono::system_clock::time_point now = std::chrono::system_clock::now(),
+                 std::size_t keep_per_series = kMaxBaselineWindow);
+
+  // Before a shorter baseline window trims what is `held` (a reload): when values would go,
+  // keeps the file as last written under a name of its own. The line for the log, or ""
+  // when nothing goes.
+  std::string KeepBeforeTrimming(
+      const BaselineSet& held, std::size_t window,
+      std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
 
   // Atomic write: temp file in the same directory, write, fsync, rename, fsync the
   // directory. On failure the old file stays whole and the caller keeps its data.

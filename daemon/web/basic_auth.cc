@@ -3,6 +3,7 @@
 #include <crypt.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <memory>
 #include <regex>
@@ -21,7 +22,58 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// The value of a base64 digit (RFC 4648, the standard alphabet), or -1.
+int Base64Digit(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+// Strict base64: the alphabet, then at most two '=' that complete the last group (clients
+// that leave the padding out are accepted too); nullopt for anything else.
+std::optional<std::string> DecodeBase64(std::string_view text) {
+  std::size_t end = text.size();
+  while (end > 0 && text.size() - end < 2 && text[end - 1] == '=') --end;
+  if (end != text.size() && text.size() % 4 != 0) return std::nullopt;
+  if (end % 4 == 1) return std::nullopt;  // 6 bits cannot end a byte
+  std::string out;
+  out.reserve(end / 4 * 3 + 2);
+  unsigned bits = 0;
+  int held = 0;
+  for (std::size_t i = 0; i < end; ++i) {
+    const int digit = Base64Digit(text[i]);
+    if (digit < 0) return std::nullopt;
+    bits = (bits << 6) | static_cast<unsigned>(digit);
+    held += 6;
+    if (held >= 8) {
+      held -= 8;
+      out.push_back(static_cast<char>((bits >> held) & 0xff));
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+std::optional<BasicCredentials> ParseBasicAuthorization(std::string_view header) {
+  // The scheme is case-insensitive (RFC 9110); one or more spaces follow it.
+  constexpr std::string_view kScheme = "basic";
+  if (header.size() <= kScheme.size() || header[kScheme.size()] != ' ') return std::nullopt;
+  for (std::size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != kScheme[i]) return std::nullopt;
+  }
+  std::string_view token = header.substr(kScheme.size());
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+  const std::optional<std::string> decoded = DecodeBase64(token);
+  if (!decoded) return std::nullopt;
+  const std::size_t colon = decoded->find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  return BasicCredentials{decoded->substr(0, colon), decoded->substr(colon + 1)};
+}
 
 std::optional<std::string> BcryptHashProblem(const std::string& hash) {
   static const std::regex kBcrypt(R"(\$2[aby]\$([0-9]{2})\$[./A-Za-z0-9]{53})");

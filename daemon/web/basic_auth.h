@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace xferd::web {
 
@@ -20,6 +21,16 @@ inline constexpr int kMaxBcryptCost = 12;
 // nullopt when `hash` is bcrypt as exporter-toolkit accepts it ($2a$, $2b$ or $2y$, 53 more
 // characters) with a cost of 4..kMaxBcryptCost; else what is wrong, to follow "<user> ".
 std::optional<std::string> BcryptHashProblem(const std::string& hash);
+
+// The user and password of an Authorization header's value ("Basic " and the base64 of
+// "user:password", RFC 7617), byte for byte as sent: a NUL or any other byte stays in the
+// string where it was (libmicrohttpd's own decoder hands them out as C strings, which cut
+// "bob:bobpw\0zzz" to the password "bobpw"). nullopt for another scheme, base64 that is not
+// valid, or no ':'.
+struct BasicCredentials {
+  std::string user, password;
+};
+std::optional<BasicCredentials> ParseBasicAuthorization(std::string_view header);
 
 // True when `password` matches the crypt(3) `hash` ($2b$/$2y$/$2a$ bcrypt, and any other
 // scheme libxcrypt knows). Compares in constant time. A malformed hash never matches.

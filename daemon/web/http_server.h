@@ -48,6 +48,16 @@ struct HttpServerOptions {
   // connection of that address that is not being answered (still opening, or idle between
   // requests). Idle sockets from one address never keep another's scrape out.
   unsigned connection_limit = 1024;
+  // Over TLS each connection holds ~40 KB of GnuTLS state, mid-handshake or idle alike
+  // (docs/http.md): at most this many in all, so that a flood of TLS connections keeps the
+  // daemon within its 32 MiB...
+  unsigned tls_connection_limit = 256;
+  // ...and this many per client address: a new one past it is closed as it is accepted,
+  // before any TLS work (each handshake costs the server a key exchange and a signature),
+  // so one address's flood of half-finished handshakes costs at most this many per header
+  // timeout, and holds at most half the TLS room. A scraper uses one (kept alive); this
+  // leaves room for a burst of 100 behind one address.
+  unsigned tls_connections_per_address = 128;
   // A connection must send a whole request (its TLS handshake included) within this long
   // of opening, or it is closed.
   std::chrono::seconds header_timeout{5};

@@ -60,6 +60,13 @@ std::string DummySetting(int cost) {
   return setting;
 }
 
+// A NUL is never part of a user name (the web config refuses one) or of a password a bcrypt
+// can check (crypt(3) stops at it, so "pw\0zzz" would pass for "pw"): such a login is
+// refused at once, without a bcrypt.
+bool HoldsNul(const std::string& user, const std::string& password) {
+  return user.find('\0') != std::string::npos || password.find('\0') != std::string::npos;
+}
+
 }  // namespace
 
 // Named, not anonymous: State (declared in the header) holds them.
@@ -98,10 +105,16 @@ struct PasswordVerifier::State {
   std::set<std::string> cache;  // SHA-256(user, password, hash) of recent successes
   std::deque<std::string> cache_order;
 
-  std::deque<std::shared_ptr<Entry>> priority, penalty;
+  std::deque<std::shared_ptr<Entry>> priority;
+  // The penalty lane: a queue per address, answered in order of arrival, the addresses in
+  // turn (one login of each, round and round), so that behind a guessing address a login
+  // waits for the guesses ahead of it in its queue, not for whichever comes next.
+  std::unordered_map<std::string, std::deque<std::shared_ptr<Entry>>> penalty;
+  std::deque<std::string> penalty_turns;  // the addresses with a login in `penalty`
+  std::size_t penalty_size = 0;
   std::set<std::shared_ptr<Entry>> running;
-  std::unordered_map<std::string, std::size_t> waiting;          // per address, both lanes
-  std::unordered_map<std::string, std::size_t> penalty_waiting;  // per address
+  std::unordered_map<std::string, std::size_t> running_per_address;
+  std::unordered_map<std::string, std::size_t> waiting;  // per address, both lanes
   std::unordered_map<std::string, FailureRecord> failures;
 
   std::string HashForLocked(const std::string& user, bool* known) const {
@@ -144,9 +157,30 @@ struct PasswordVerifier::State {
 
   void ReleaseLocked(const Entry& entry) {
     if (--waiting[entry.address] == 0) waiting.erase(entry.address);
-    if (!entry.priority && --penalty_waiting[entry.address] == 0) {
-      penalty_waiting.erase(entry.address);
+  }
+
+  // The next penalty login to check: the first of the next address in turn that has no
+  // check running (one at a time per address, whatever the verifier threads); null if none.
+  std::shared_ptr<Entry> TakePenaltyTurnLocked() {
+    for (std::size_t tried = 0; tried < penalty_turns.size(); ++tried) {
+      const std::string address = std::move(penalty_turns.front());
+      penalty_turns.pop_front();
+      if (running_per_address.count(address) != 0) {
+        penalty_turns.push_back(address);
+        continue;
+      }
+      auto& queue = penalty[address];
+      auto entry = queue.front();
+      queue.pop_front();
+      --penalty_size;
+      if (queue.empty()) {
+        penalty.erase(address);
+      } else {
+        penalty_turns.push_back(address);
+      }
+      return entry;
     }
+    return nullptr;
   }
 
   static void AnswerLocked(Entry& entry, LoginVerdict verdict) {
@@ -157,14 +191,29 @@ struct PasswordVerifier::State {
     done(verdict);
   }
 
-  // Logins that waited past their deadline get 503 instead of a late bcrypt.
+  // Logins that waited past their deadline get 503 instead of a late bcrypt. Each queue is
+  // in order of arrival, so of deadlines: only its front can be due.
   void ExpireLocked(Clock::time_point now) {
-    for (auto* lane : {&priority, &penalty}) {
-      while (!lane->empty() && lane->front()->deadline <= now) {
-        const auto entry = lane->front();
-        lane->pop_front();
+    const auto expire = [&](std::deque<std::shared_ptr<Entry>>& queue) {
+      std::size_t expired = 0;
+      while (!queue.empty() && queue.front()->deadline <= now) {
+        const auto entry = queue.front();
+        queue.pop_front();
         ReleaseLocked(*entry);
         AnswerLocked(*entry, LoginVerdict::kBusy);
+        ++expired;
+      }
+      return expired;
+    };
+    expire(priority);
+    for (auto it = penalty_turns.begin(); it != penalty_turns.end();) {
+      auto& queue = penalty[*it];
+      penalty_size -= expire(queue);
+      if (queue.empty()) {
+        penalty.erase(*it);
+        it = penalty_turns.erase(it);
+      } else {
+        ++it;
       }
     }
   }
@@ -183,16 +232,19 @@ struct PasswordVerifier::State {
     for (;;) {
       if (self->stopping) return;
       self->ExpireLocked(Clock::now());
-      auto* lane = !self->priority.empty()  ? &self->priority
-                   : !self->penalty.empty() ? &self->penalty
-                                            : nullptr;
-      if (lane == nullptr) {
+      std::shared_ptr<Entry> entry;
+      if (!self->priority.empty()) {
+        entry = self->priority.front();
+        self->priority.pop_front();
+      } else {
+        entry = self->TakePenaltyTurnLocked();
+      }
+      if (entry == nullptr) {
         self->work.wait(lock);
         continue;
       }
-      const auto entry = lane->front();
-      lane->pop_front();
       self->running.insert(entry);
+      ++self->running_per_address[entry->address];
       // Copies for the bcrypt outside the lock: a stop may answer the entry meanwhile.
       std::string password = std::move(entry->password);
       entry->password.clear();
@@ -202,6 +254,10 @@ struct PasswordVerifier::State {
       std::fill(password.begin(), password.end(), '\0');
       lock.lock();
       self->running.erase(entry);
+      if (--self->running_per_address[entry->address] == 0) {
+        self->running_per_address.erase(entry->address);
+        self->work.notify_one();  // its address's next login may go now
+      }
       if (entry->answered) continue;  // stopped meanwhile: Stop() released it
       self->ReleaseLocked(*entry);
       const bool ok = match && entry->known_user;
@@ -253,6 +309,7 @@ std::string PasswordVerifier::HashFor(const std::string& user) const {
 
 std::optional<LoginVerdict> PasswordVerifier::CheckCached(const std::string& user,
                                                           const std::string& password) {
+  if (HoldsNul(user, password)) return LoginVerdict::kDenied;
   std::lock_guard lock(state_->mutex);
   bool known = false;
   const std::string hash = state_->HashForLocked(user, &known);
@@ -267,6 +324,7 @@ std::optional<LoginVerdict> PasswordVerifier::Check(const std::string& address,
                                                     const std::string& password,
                                                     const std::function<void()>& park,
                                                     std::function<void(LoginVerdict)> done) {
+  if (HoldsNul(user, password)) return LoginVerdict::kDenied;
   State& s = *state_;
   std::lock_guard lock(s.mutex);
   if (s.stopping) return LoginVerdict::kBusy;
@@ -274,8 +332,6 @@ std::optional<LoginVerdict> PasswordVerifier::Check(const std::string& address,
   entry->hash = s.HashForLocked(user, &entry->known_user);
   entry->cache_key = Sha256(user + '\0' + password + '\0' + entry->hash);
   if (entry->known_user && s.cache.count(entry->cache_key) != 0) return LoginVerdict::kAllowed;
-  // A NUL never matches (crypt stops at it) and costs nothing to refuse.
-  if (password.find('\0') != std::string::npos) return LoginVerdict::kDenied;
 
   const auto now = Clock::now();
   s.ExpireLocked(now);
@@ -284,17 +340,27 @@ std::optional<LoginVerdict> PasswordVerifier::Check(const std::string& address,
   if (!penalized && waiting == 0) {
     if (s.priority.size() >= s.options.priority_slots) return LoginVerdict::kBusy;
     entry->priority = true;
-  } else if (s.penalty_waiting.count(address) != 0 || s.penalty.size() >= s.options.penalty_slots) {
-    return LoginVerdict::kRateLimited;
+  } else {
+    const auto queue = s.penalty.find(address);
+    const std::size_t queued = queue != s.penalty.end() ? queue->second.size() : 0;
+    if (queued >= s.options.penalty_per_address || s.penalty_size >= s.options.penalty_slots) {
+      return LoginVerdict::kRateLimited;
+    }
   }
   entry->address = address;
   entry->password = password;
   entry->deadline = now + s.options.max_wait;
   entry->done = std::move(done);
   park();
-  (entry->priority ? s.priority : s.penalty).push_back(entry);
+  if (entry->priority) {
+    s.priority.push_back(entry);
+  } else {
+    auto& queue = s.penalty[address];
+    if (queue.empty()) s.penalty_turns.push_back(address);
+    queue.push_back(entry);
+    ++s.penalty_size;
+  }
   ++s.waiting[address];
-  if (!entry->priority) ++s.penalty_waiting[address];
   s.work.notify_one();
   return std::nullopt;
 }
@@ -303,14 +369,17 @@ void PasswordVerifier::Stop() {
   std::lock_guard lock(state_->mutex);
   State& s = *state_;
   s.stopping = true;
-  for (auto* lane : {&s.priority, &s.penalty}) {
-    for (const auto& entry : *lane) State::AnswerLocked(*entry, LoginVerdict::kBusy);
-    lane->clear();
+  for (const auto& entry : s.priority) State::AnswerLocked(*entry, LoginVerdict::kBusy);
+  s.priority.clear();
+  for (const auto& [address, queue] : s.penalty) {
+    for (const auto& entry : queue) State::AnswerLocked(*entry, LoginVerdict::kBusy);
   }
+  s.penalty.clear();
+  s.penalty_turns.clear();
+  s.penalty_size = 0;
   // Running ones are answered now too; their threads find them answered and drop the result.
   for (const auto& entry : s.running) State::AnswerLocked(*entry, LoginVerdict::kBusy);
   s.waiting.clear();
-  s.penalty_waiting.clear();
   s.work.notify_all();
 }
 

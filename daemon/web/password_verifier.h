@@ -8,8 +8,11 @@
 //    already waiting: a few slots, always served first, so a correct login from such an
 //    address waits at most (slots + 1) x one bcrypt;
 //  - the penalty lane, for an address that failed `penalty_after_failures` times in the
-//    last `failure_window`, or already has a login waiting: one login per address at a time,
-//    a few in all; more get 429 (too many) at once, without a bcrypt.
+//    last `failure_window`, or already has a login waiting: a queue per address, answered in
+//    order of arrival and one check at a time, the addresses in turn; a login that finds its
+//    address's queue (or the lane) full gets 429 (too many) at once, without a bcrypt. So a
+//    guesser still gets one check at a time, and a correct login from behind its address
+//    waits for the guesses queued ahead of it instead of losing every race for the slot.
 // A full priority lane answers 503 at once. An unknown user is checked against a dummy
 // setting of a configured user's cost, so a wrong name costs what a wrong password does.
 #pragma once
@@ -34,7 +37,8 @@ enum class LoginVerdict {
 struct PasswordVerifierOptions {
   unsigned threads = 1;  // concurrent bcrypts
   std::size_t priority_slots = 4;
-  std::size_t penalty_slots = 2;
+  std::size_t penalty_per_address = 8;  // waiting from one penalized address
+  std::size_t penalty_slots = 32;       // waiting in the penalty lane in all
   std::size_t penalty_after_failures = 2;
   std::chrono::seconds failure_window{60};
   // A login waiting longer than this (not yet started) is answered 503.
@@ -53,7 +57,8 @@ class PasswordVerifier {
   // user -> bcrypt hash; forgets cached logins. An empty map: every login is denied.
   void SetUsers(std::map<std::string, std::string> users);
 
-  // The verdict now, when the cache, the lanes or a stop decide it. Otherwise nullopt: the
+  // The verdict now, when the cache, the lanes or a stop decide it (a user or password
+  // holding a NUL is refused at once). Otherwise nullopt: the
   // login waits, `park` has been called (with the verifier's lock held, so that a stop
   // cannot answer before the request is parked), and `done` will be called exactly once,
   // from another thread, with the lock held: `done` must not call back into the verifier.

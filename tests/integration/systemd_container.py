@@ -107,6 +107,15 @@ def bootstrap_root(cache_dir, packages):
         return tar
 
 
+def package_root(deb):
+    """The one root both container tests start from: systemd and the package's dependencies,
+    so that one mmdebstrap run (minutes on 2 cores) serves the systemd container and the
+    podman image. Cached under <build>/container-root (XFERD_CONTAINER_CACHE elsewhere)."""
+    from deploy_support import BUILD_DIR
+    cache = Path(os.environ.get("XFERD_CONTAINER_CACHE", BUILD_DIR / "container-root"))
+    return bootstrap_root(cache, [*BASE_PACKAGES, *depends_packages(deb)])
+
+
 def _die_with_parent():
     """In the nspawn child: if the test process dies (a CI timeout), nspawn gets SIGTERM
     and powers the container off instead of leaving it running."""

@@ -8,18 +8,7 @@ import signal
 import subprocess
 import time
 
-from xferd_harness import BINARY, Daemon, sim_config
-
-
-def sanitizer_build():
-    """The sanitizer the binary was built with ("address", "thread") or "": a sanitizer's
-    shadow memory and slowness make memory and time figures mean nothing."""
-    cache = os.path.join(os.environ.get("XFERD_BUILD_DIR", ""), "CMakeCache.txt")
-    if os.path.exists(cache):
-        m = re.search(r"^XFERD_SANITIZE:STRING=(\w*)", open(cache).read(), re.M)
-        return m.group(1) if m else ""
-    return "thread" if "TSAN_OPTIONS" in os.environ else \
-        "address" if "ASAN_OPTIONS" in os.environ else ""
+from xferd_harness import BINARY, Daemon, sanitizer_build, sim_config
 
 
 def run_exit(args, timeout=20):

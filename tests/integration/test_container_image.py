@@ -6,8 +6,9 @@ simulated device. `xferd health` run inside it answers 0, then 1 after a fault.
 No registry is used: the base image is a Debian 12 root made here by mmdebstrap from the
 apt mirrors, with the package's dependencies in it, imported into a podman store private to
 the test, so the Dockerfile's build needs no network. The root's tarball is cached under
-the build directory (XFERD_CONTAINER_CACHE, default <build>/container-image; docs/operations.md
-says how long it takes to make and to use). Podman runs with runc and cgroupfs (crun refuses
+the build directory, shared with the systemd container test (XFERD_CONTAINER_CACHE,
+default <build>/container-root; docs/operations.md says how long it takes to make and to
+use). Podman runs with runc and cgroupfs (crun refuses
 this machine's hybrid cgroup hierarchy) and a containers.conf without default ulimits.
 
 Skips, with the reason, without root, podman, runc or mmdebstrap, or where podman cannot
@@ -21,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy_support import BUILD_DIR, KUBERNETES_DIR, build_deb
-from systemd_container import bootstrap_root, depends_packages
+from deploy_support import KUBERNETES_DIR, build_deb
+from systemd_container import package_root
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="building and running images with podman needs root")
@@ -96,9 +97,8 @@ def podman(tmp_path_factory):
 def image(podman, tmp_path_factory):
     context = tmp_path_factory.mktemp("context")
     deb = build_deb(context)
-    cache = Path(os.environ.get("XFERD_CONTAINER_CACHE", BUILD_DIR / "container-image"))
     started = time.monotonic()
-    tar = bootstrap_root(cache, depends_packages(deb))
+    tar = package_root(deb)
     print(f"base root {tar.name}: {tar.stat().st_size / 2**20:.0f} MiB, ready in "
           f"{time.monotonic() - started:.1f} s")
     started = time.monotonic()

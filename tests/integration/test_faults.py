@@ -115,6 +115,42 @@ def test_state_file_corrupt(daemon, tmp_path):
                "a fresh state file")
 
 
+def test_state_file_over_the_window_is_kept_beside_it(daemon, tmp_path):
+    """The review: a state file whose shape is valid but holds more than xferd keeps (63 MB,
+    one series of ~3.5 M values) became 2.3 KB at the next write, and the log said only
+    "1 learned series". Now the file as it was is kept under a name of its own, and the log
+    says what goes and where the copy is. Two corrupt files, each moved aside in turn, keep
+    a name of their own (two in one second shared one)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    values = 3_500_000
+    with open(state / "state.json", "w") as f:
+        f.write('{"version": 1, "baselines": {"SIM-0": {"pinned/h2d/1MiB": [')
+        f.write(",".join(["25219372953.438171"] * values))
+        f.write("]}}}\n")
+    size = (state / "state.json").stat().st_size
+    d = daemon(sim_config(), state_dir=state).start().wait_ready()
+    line = d.wait_log(r"state: .* holds more than xferd keeps: (\d+) older values of 1 series "
+                      r"longer than the (\d+) kept .*kept as (\S+state\.json\.trimmed-\S+),")
+    assert int(line.group(1)) + int(line.group(2)) == values, line.group(0)
+    copy = Path(line.group(3))
+    assert copy.stat().st_size == size
+    d.wait_for(lambda: (state / "state.json").stat().st_size < 100_000, 20,
+               "the next write to keep the window only")
+    assert copy.stat().st_size == size, "the copy must stay whole"
+    print(f"\n{size / 1e6:.1f} MB state file of one {values}-value series: "
+          f"{line.group(1)} values dropped, the whole file kept as {copy.name}")
+    d.stop()
+
+    names = set()
+    for i in range(2):
+        (state / "state.json").write_text('{"version": 1, "baselines": {"SIM-')
+        d = daemon(sim_config(), state_dir=state).start().wait_ready()
+        names.add(d.wait_log(r"state: .*corrupt .*moved it to (\S+) ").group(1))
+        d.stop()
+    assert len(names) == 2 and all(Path(n).exists() for n in names), names
+
+
 def test_state_file_from_a_future_version(daemon, tmp_path):
     state = tmp_path / "state"
     state.mkdir()
@@ -170,12 +206,32 @@ def test_textfile_on_a_full_disk(daemon, tiny_fs):
     assert d.alive()
 
 
+def test_a_textfile_no_longer_written_is_named(daemon, tmp_path):
+    """A reload that moves or turns off the textfile leaves the old file with the last
+    cycle's values, which node_exporter goes on exporting as if current: the log says so."""
+    old, new = tmp_path / "old.prom", tmp_path / "new.prom"
+    d = daemon(sim_config(extra=f'[daemon]\ntextfile_path = "{old}"\n')).start().wait_ready()
+    d.wait_for(old.exists, 10, "the textfile")
+    mark = len(d.log())
+    d.write_config(sim_config(extra=f'[daemon]\ntextfile_path = "{new}"\n'))
+    d.signal(signal.SIGHUP)
+    d.wait_log(r"the textfile \S*old.prom is no longer written \(now \S*new.prom\); "
+               r"node_exporter exports its last values until it is removed", start=mark)
+    d.wait_for(new.exists, 10, "the new textfile")
+    assert d.alive()
+
+
 def test_kill9_during_state_writes_never_tears_the_state_file(tmp_path):
-    """30 kill -9 at random moments while the daemon writes its state every ~20 ms: every
-    restart finds a whole state file (old or new) and says nothing is corrupt."""
+    """30 kill -9 at random moments while the daemon writes its state and its textfile every
+    ~20 ms: every restart finds a whole state file (old or new) and says nothing is corrupt,
+    and the temporary files of interrupted writes are gone once it has started (the
+    textfile's used to stay for good: 8 after 40 kills)."""
     state = tmp_path / "state"
+    textdir = tmp_path / "textfile"
+    textdir.mkdir()
     rng = random.Random(4)
-    d = Daemon(tmp_path / "d", sim_config(interval="20ms"), state_dir=state)
+    extra = f'[daemon]\ntextfile_path = "{textdir / "xferd.prom"}"\n'
+    d = Daemon(tmp_path / "d", sim_config(interval="20ms", extra=extra), state_dir=state)
     kills = 0
     for i in range(30):
         d.start()
@@ -192,8 +248,18 @@ def test_kill9_during_state_writes_never_tears_the_state_file(tmp_path):
     assert kills == 30
     # Temp files of interrupted writes do not pile up.
     assert len(list(state.iterdir())) <= 3, os.listdir(state)
-    # And a last normal run loads it.
+    # Where no kill landed inside a textfile write, one that did (a partial file under the
+    # temporary name the write gives it) stands in for it.
+    (textdir / ".xferd.prom.tmp.KiLLed").write_text("# HELP xferd_build_info A metric with a ")
+    left = sorted(p.name for p in textdir.glob(".xferd.prom.tmp.*"))
+    # And a last normal run loads it, and removes what the killed writes left.
     d.start()
     d.wait_ready()
     d.wait_log(r"state: .*state.json \(\d+ learned series\)")
+    d.wait_for(lambda: not list(textdir.glob(".xferd.prom.tmp.*")), 10,
+               f"the textfile's leftovers ({left}) to be removed")
     assert d.stop() == 0
+    assert not list(state.glob(".state.json.tmp.*")), os.listdir(state)
+    assert sorted(p.name for p in textdir.iterdir()) == ["xferd.prom"], os.listdir(textdir)
+    print(f"\n{len(left) - 1} textfile temporary files left by 30 kills (and 1 planted); "
+          "none after a start")

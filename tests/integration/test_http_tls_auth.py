@@ -122,6 +122,102 @@ def test_sighup_reloads_the_users(tls_daemon):
     assert curl(url, *cacert, "-u", f"prometheus:{PASSWORD}")[0] == "401"
 
 
+def reload_refused(d, pattern):
+    mark = len(d.log())
+    d.signal(signal.SIGHUP)
+    d.wait_log(r"reload failed, keeping the running configuration: .*" + pattern, start=mark)
+
+
+def test_an_emptied_or_cut_web_config_on_sighup_keeps_tls_and_auth(tls_daemon):
+    """The review: with TLS and basic auth on, an emptied web config (a failed copy) and a
+    SIGHUP let /metrics answer 200 to anyone while the reload metric stayed 1. Now a file that
+    turns nothing on is refused, as an empty TOML is, and a reload that would drop TLS or
+    auth is refused, naming what it would have removed."""
+    d = tls_daemon
+    url = f"https://127.0.0.1:{d.port}/metrics"
+    cacert = ["--cacert", str(d.cert)]
+    good = ["-u", f"prometheus:{PASSWORD}"]
+
+    def still_protected():
+        assert curl(url, *cacert)[0] == "401"
+        code, _, body = curl(url, *cacert, *good)
+        assert code == "200"
+        assert "xferd_config_last_reload_successful 0" in body, body[-2000:]
+
+    for text in ["", "# cut\n", "basic_auth_users:\n", "tls_server_config:\n"]:
+        d.conf.write_text(text)
+        reload_refused(d, "turns on neither TLS nor basic auth")
+        still_protected()
+    # TLS kept, the users cut off: auth would go.
+    web_config(d.conf, d.cert, d.cert.with_suffix(".key"))
+    reload_refused(d, r"would turn off basic auth \(1 user\)")
+    still_protected()
+    # Users kept, TLS cut off.
+    web_config(d.conf, users={"prometheus": HASH})
+    reload_refused(d, r"would turn off TLS \(.*server.crt\)")
+    still_protected()
+    assert d.alive()
+
+
+def test_dropping_protection_on_reload_takes_saying_so(tmp_path):
+    """Turning auth off by a reload is refused until the config says so on purpose
+    ([web] reload_may_remove_protection = true); the web config no longer named counts too."""
+    conf = web_config(tmp_path / "web.yml", users={"prometheus": HASH})
+    web = f'[web]\nconfig_file = "{conf}"\n'
+    d = Daemon(tmp_path, sim_config(interval="500ms", extra=web))
+    d.start()
+    try:
+        url = f"http://127.0.0.1:{d.port}/metrics"
+        assert curl(url)[0] == "401"
+        d.write_config(sim_config(interval="500ms"))  # config_file gone
+        reload_refused(d, r"would turn off basic auth .*no web config file is named now.*"
+                          r"reload_may_remove_protection = true")
+        assert curl(url)[0] == "401"
+        d.write_config(sim_config(interval="500ms",
+                                  extra="[web]\nreload_may_remove_protection = true\n"))
+        mark = len(d.log())
+        d.signal(signal.SIGHUP)
+        d.wait_log(r"reload: configuration .* applied", start=mark)
+        d.wait_for(lambda: curl(url)[0] == "200", 20, "auth to be off as asked")
+    finally:
+        assert d.stop() == 0
+
+
+def raw_get(port, headers):
+    """(status line, body) of a raw GET with `headers` (bytes) on a new connection."""
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + headers + b"Connection: close\r\n\r\n")
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0], body
+
+
+def test_credentials_are_compared_byte_for_byte(tmp_path):
+    """The review: "bob:bobpw\\0zzz" got 200 as bob with password bobpw (the credentials went
+    through C strings). The NUL and what follows are part of what was sent: 401, cached
+    login or not, in the password and in the user name."""
+    import base64
+    conf = web_config(tmp_path / "web.yml", users={"bob": HASH})
+    d = Daemon(tmp_path, sim_config(interval="500ms"), args=["--web.config.file", str(conf)])
+    d.start()
+
+    def basic(credentials):
+        return b"Authorization: Basic " + base64.b64encode(credentials) + b"\r\n"
+
+    try:
+        good = PASSWORD.encode()
+        for _ in range(2):  # the second round after the good login is cached
+            assert raw_get(d.port, basic(b"bob:" + good + b"\0zzz"))[0].endswith(b"401 Unauthorized")
+            assert raw_get(d.port, basic(b"bob\0zzz:" + good))[0].endswith(b"401 Unauthorized")
+            assert raw_get(d.port, basic(b"bob:" + good))[0].endswith(b"200 OK")
+        assert d.alive()
+    finally:
+        assert d.stop() == 0
+
+
 def test_basic_auth_without_tls(tmp_path):
     conf = web_config(tmp_path / "web.yml", users={"prometheus": HASH})
     d = Daemon(tmp_path, sim_config(interval="500ms"), args=["--web.config.file", str(conf)])

@@ -22,13 +22,11 @@ import re
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from deploy_support import BUILD_DIR, SOURCE_DIR, build_deb
-from systemd_container import (BASE_PACKAGES, Container, bootstrap_root, depends_packages,
-                               require_container_tools)
+from deploy_support import SOURCE_DIR, build_deb
+from systemd_container import Container, package_root, require_container_tools
 from xferd_harness import parse_metrics
 
 WATCHDOG_SEC = 6
@@ -74,9 +72,8 @@ def debs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def box(debs, tmp_path_factory):
-    cache = Path(os.environ.get("XFERD_CONTAINER_CACHE", BUILD_DIR / "systemd-container"))
     started = time.monotonic()
-    tar = bootstrap_root(cache, [*BASE_PACKAGES, *depends_packages(debs[0])])
+    tar = package_root(debs[0])
     with Container.boot(tar, tmp_path_factory.mktemp("container")) as c:
         print(f"container root ready and booted in {time.monotonic() - started:.1f} s")
         # What purge must leave alone: another service's state, an admin's file in

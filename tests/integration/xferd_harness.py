@@ -24,6 +24,17 @@ BINARY = os.environ.get("XFERD_BINARY", "")
 SOURCE_DIR = Path(os.environ.get("XFERD_SOURCE_DIR", Path(__file__).resolve().parents[2]))
 
 
+def sanitizer_build():
+    """The sanitizer the binary was built with ("address", "thread") or "": a sanitizer's
+    shadow memory and slowness make memory and time figures mean nothing."""
+    cache = os.path.join(os.environ.get("XFERD_BUILD_DIR", ""), "CMakeCache.txt")
+    if os.path.exists(cache):
+        m = re.search(r"^XFERD_SANITIZE:STRING=(\w*)", open(cache).read(), re.M)
+        return m.group(1) if m else ""
+    return "thread" if "TSAN_OPTIONS" in os.environ else \
+        "address" if "ASAN_OPTIONS" in os.environ else ""
+
+
 def sim_config(interval="300ms", time_scale=0.0, faults=(), devices=1, deadline=None,
                consecutive_bad=2, extra="", sizes=('"1MiB"',), iterations=8, busy=""):
     """A TOML config for a fast simulated daemon. `faults` are dicts of [[simulate.fault]]."""

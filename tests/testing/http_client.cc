@@ -11,7 +11,6 @@
 #include <cstdlib>
 
 namespace xferd::fakes {
-namespace {
 
 std::string Base64(const std::string& in) {
   static const char* table = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -33,8 +32,6 @@ std::string Base64(const std::string& in) {
   }
   return out;
 }
-
-}  // namespace
 
 int ConnectFrom(std::uint16_t port, const char* source, std::chrono::seconds timeout) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -169,6 +169,55 @@ TEST(Service, BadReloadKeepsTheRunningConfigAndSetsTheMetricToZero) {
   EXPECT_EQ(h.Stop(), 0);
 }
 
+// A reload that would turn basic auth off (the web config emptied, or no longer named) is
+// refused: the running configuration stays and the reload metric goes to 0. Said on
+// purpose (web.reload_may_remove_protection), the same reload is applied.
+TEST(Service, AReloadThatWouldDropAuthIsRefusedUnlessSaidOnPurpose) {
+  Harness h;
+  config::Config protected_config = FastConfig(h.dir.path());
+  // bcrypt of "test-password", cost 10.
+  protected_config.web.basic_auth_users["prometheus"] =
+      "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi";
+  config::Config unprotected = FastConfig(h.dir.path());
+  h.reload = [&] { return unprotected; };
+  h.Start(protected_config);
+  h.Reload();
+  EXPECT_THAT(h.Scrape(), HasSubstr("xferd_config_last_reload_successful 0"));
+  // Users changed but auth still on: applied.
+  unprotected = protected_config;
+  unprotected.web.basic_auth_users = {
+      {"grafana", protected_config.web.basic_auth_users.begin()->second}};
+  h.Reload();
+  EXPECT_THAT(h.Scrape(), HasSubstr("xferd_config_last_reload_successful 1"));
+  unprotected = FastConfig(h.dir.path());
+  unprotected.reload_may_remove_protection = true;
+  h.Reload();
+  EXPECT_THAT(h.Scrape(), HasSubstr("xferd_config_last_reload_successful 1"));
+  EXPECT_EQ(h.Stop(), 0);
+}
+
+// Temporary files an earlier run left when it was killed mid-write (kill -9, power loss)
+// are removed once the textfile is written: they used to stay for good.
+TEST(Service, TextfileLeftoversOfAnEarlierRunAreRemovedAtStart) {
+  Harness h;
+  config::Config c = FastConfig(h.dir.path() / "state");
+  c.textfile_path = h.dir.path() / "xferd.prom";
+  for (const char* name : {".xferd.prom.tmp.Ab12Cd", ".xferd.prom.tmp.x9y8z7"}) {
+    h.dir.Write(name, "# HELP xferd_ half a file");
+  }
+  const auto other = h.dir.Write(".node.prom.tmp.Ab12Cd", "another exporter's");
+  h.Start(c);
+  ASSERT_TRUE(h.WaitFor([](const Messages& m) { return Find(m, "READY") >= 0; }));
+  for (int i = 0; i < 200 && !std::filesystem::exists(c.textfile_path); ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(h.Stop(), 0);
+  EXPECT_TRUE(std::filesystem::exists(c.textfile_path));
+  EXPECT_FALSE(std::filesystem::exists(h.dir.path() / ".xferd.prom.tmp.Ab12Cd"));
+  EXPECT_FALSE(std::filesystem::exists(h.dir.path() / ".xferd.prom.tmp.x9y8z7"));
+  EXPECT_TRUE(std::filesystem::exists(other));
+}
+
 // A probe stuck in a device call past its deadline and the grace: the watchdog pings
 // stop, so systemd restarts the service; they resume once the call returns.
 TEST(Service, StalledProbeStopsWatchdogPings) {

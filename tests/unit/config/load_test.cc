@@ -36,6 +36,8 @@ TEST(Config, ShippedExampleSpellsOutEveryDefault) {
   EXPECT_EQ(c.listen_address, d.listen_address);
   EXPECT_EQ(c.telemetry_path, d.telemetry_path);
   EXPECT_EQ(c.web_config_file, d.web_config_file);
+  EXPECT_EQ(c.reload_may_remove_protection, d.reload_may_remove_protection);
+  EXPECT_FALSE(c.reload_may_remove_protection);
   EXPECT_EQ(c.state_dir, d.state_dir);
   EXPECT_EQ(c.textfile_path, d.textfile_path);
   EXPECT_EQ(c.log_level, d.log_level);
@@ -300,9 +302,10 @@ TEST(ConfigValidation, NonAsciiOnlyInsideStringsAndComments) {
   // Strings stay strings wherever TOML places them: no spaces around '=', in arrays and
   // inline tables, a quoted key part.
   EXPECT_NO_THROW(Parse("[daemon]\nstate_dir=\"/caf\xc3\xa9\"\n"));
-  EXPECT_EQ(FirstNonAsciiOutsideStrings("a = [{b = \"\xc2\xa4\", c = ['\xc2\xa4']}, \"\xc2\xa4\"]\n"
-                                        "\"\xc2\xa4\" = 1\n[t.\"\xc2\xa4\"]\nd = 1979-05-27 07:32:00\n"),
-            0);
+  EXPECT_EQ(
+      FirstNonAsciiOutsideStrings("a = [{b = \"\xc2\xa4\", c = ['\xc2\xa4']}, \"\xc2\xa4\"]\n"
+                                  "\"\xc2\xa4\" = 1\n[t.\"\xc2\xa4\"]\nd = 1979-05-27 07:32:00\n"),
+      0);
   EXPECT_EQ(FirstNonAsciiOutsideStrings("a = [\n 1,\n 2 \xc2\xa4]\n"), 3);
   const Config c = Parse(
       "[probe]\nmodes = [\n  \"pinned\", # \xc2\xa4\n  'pageable',\n]\n"

@@ -48,10 +48,61 @@ TEST_F(WebConfigTest, TlsAndUsersWithRelativePaths) {
   EXPECT_EQ(web.basic_auth_users.at("prometheus"), kHash);
 }
 
-TEST_F(WebConfigTest, EmptyFileMeansPlainHttp) {
-  const WebConfig web = LoadWebConfig(dir_.Write("web.yml", "# nothing\n"));
-  EXPECT_FALSE(web.TlsEnabled());
-  EXPECT_FALSE(web.AuthEnabled());
+// A reload may not turn off TLS or basic auth by accident: the error names what would go
+// and why; saying so on purpose (or keeping protection, other users) lets it through.
+TEST_F(WebConfigTest, AReloadThatWouldDropProtectionIsRefusedNamingIt) {
+  const auto tls = kDataDir / "tls";
+  Config running;
+  running.web_config_file = dir_.path() / "web.yml";
+  running.web.tls = web::LoadTlsMaterial(tls / "server.crt", tls / "server.key");
+  running.web.basic_auth_users["prometheus"] = kHash;
+  const auto refusal = [&](const Config& next) -> std::string {
+    try {
+      CheckReloadKeepsProtection(running, next);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Config next = running;
+  EXPECT_EQ(refusal(next), "");
+  next.web.basic_auth_users = {{"grafana", kHash}};  // other users: auth stays on
+  EXPECT_EQ(refusal(next), "");
+  next.web.basic_auth_users.clear();
+  EXPECT_THAT(refusal(next), HasSubstr("web.yml: basic_auth_users: reload refused: it would "
+                                       "turn off basic auth (1 user)"));
+  next = running;
+  next.web.tls.reset();
+  EXPECT_THAT(refusal(next), HasSubstr("tls_server_config: reload refused: it would turn off "
+                                       "TLS (" +
+                                       (tls / "server.crt").string() + ")"));
+  next.web = {};
+  next.web_config_file.clear();
+  next.source = dir_.path() / "xferd.toml";
+  const std::string both = refusal(next);
+  EXPECT_THAT(both, HasSubstr("xferd.toml: reload refused: it would turn off TLS"));
+  EXPECT_THAT(both, HasSubstr("and basic auth (1 user)"));
+  EXPECT_THAT(both, HasSubstr("no web config file is named now"));
+  EXPECT_THAT(both, HasSubstr("reload_may_remove_protection = true"));
+  next.reload_may_remove_protection = true;
+  EXPECT_EQ(refusal(next), "");
+  // What the running daemon does not have, a reload cannot take away.
+  running.web = {};
+  next.reload_may_remove_protection = false;
+  EXPECT_EQ(refusal(next), "");
+}
+
+// exporter-toolkit takes an empty web config for plain HTTP; xferd refuses it as it refuses
+// an empty TOML: an emptied or cut-short file (a failed copy) must never turn protection
+// off. Serving without TLS and auth is done by naming no web config.
+TEST_F(WebConfigTest, AFileThatTurnsNothingOnIsRefused) {
+  for (const std::string text : {"", "\n\n", "# nothing\n", "---\n", "{}\n", "basic_auth_users:\n",
+                                 "tls_server_config:\nbasic_auth_users: {}\n"}) {
+    const ConfigError e = WebErrorOf(text);
+    EXPECT_EQ(e.line(), 1) << text;
+    EXPECT_THAT(e.what(), HasSubstr("turns on neither TLS nor basic auth")) << text;
+    EXPECT_THAT(e.what(), HasSubstr("remove web.config_file")) << text;
+  }
 }
 
 TEST_F(WebConfigTest, PlainTextPasswordIsRejectedWithHtpasswdFix) {

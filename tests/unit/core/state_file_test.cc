@@ -137,6 +137,26 @@ TEST_F(StateFileTest, TrackerSurvivesARestartThroughTheFile) {
       24e9, 1e3);
 }
 
+// Two corrupt files in one second used to share one name: the second rename replaced the
+// first copy. Each keeps a name of its own, and the message names it.
+TEST_F(StateFileTest, CorruptFilesInOneSecondEachKeepTheirOwnCopy) {
+  std::vector<fs::path> asides;
+  for (int i = 0; i < 3; ++i) {
+    Write("{\"version\": 1, \"baselines\": {\"GPU-" + std::to_string(i) + "\": [1");
+    const StateLoad load = StateFile(dir_).Load(Now());
+    ASSERT_EQ(load.outcome, StateLoad::Outcome::kCorrupt);
+    EXPECT_NE(load.message.find(load.set_aside.string()), std::string::npos) << load.message;
+    asides.push_back(load.set_aside);
+  }
+  EXPECT_EQ(asides[0], dir_ / "state.json.corrupt-20261129T180000Z");
+  EXPECT_EQ(asides[1], dir_ / "state.json.corrupt-20261129T180000Z.2");
+  EXPECT_EQ(asides[2], dir_ / "state.json.corrupt-20261129T180000Z.3");
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Read(asides[i]),
+              "{\"version\": 1, \"baselines\": {\"GPU-" + std::to_string(i) + "\": [1");
+  }
+}
+
 TEST_F(StateFileTest, CorruptFileIsMovedAsideAndLearningStartsFresh) {
   Write("{\"version\": 1, \"baselines\": {\"GPU-a\": [1, 2");  // truncated mid-write
   StateFile state(dir_);
@@ -269,10 +289,16 @@ TEST_F(StateFileTest, DeepNestingIsCorruptNotACrash) {
   }
 }
 
-TEST_F(StateFileTest, OnlyTheLongestWindowOfEachSeriesIsKept) {
+// What is not kept as it is, is kept beside it: a series longer than the window used to be
+// cut down silently (63 MB, one series of ~3.5 M values, became 2.3 KB, and the log said
+// "1 learned series"). Now the file as it was stays under a name of its own, and the
+// message gives the numbers.
+TEST_F(StateFileTest, OnlyTheLongestWindowOfEachSeriesIsKeptAndTheWholeFileBesideIt) {
   std::string values;
   for (int i = 1; i <= 25000; ++i) values += (i > 1 ? "," : "") + std::to_string(i);
-  Write("{\"version\": 1, \"baselines\": {\"GPU-a\": {\"pinned/h2d/64MiB\": [" + values + "]}}}");
+  const std::string whole = "{\"version\": 1, \"baselines\": {\"GPU-a\": {\"pinned/h2d/64MiB\": [" +
+                            values + "], \"pinned/d2h/64MiB\": [1, 2, 3]}}}";
+  Write(whole);
   StateFile state(dir_);
   const StateLoad load = state.Load(Now());
   ASSERT_EQ(load.outcome, StateLoad::Outcome::kLoaded) << load.message;
@@ -280,6 +306,66 @@ TEST_F(StateFileTest, OnlyTheLongestWindowOfEachSeriesIsKept) {
   ASSERT_EQ(kept.size(), 10000u);
   EXPECT_EQ(kept.front(), 15001);
   EXPECT_EQ(kept.back(), 25000);
+  EXPECT_EQ(load.baselines.at("GPU-a").at("pinned/d2h/64MiB").size(), 3u);
+  const fs::path copy = dir_ / "state.json.trimmed-20261129T180000Z";
+  EXPECT_EQ(load.set_aside, copy);
+  EXPECT_NE(load.message.find("15000 older values of 1 series longer than the 10000 kept"),
+            std::string::npos)
+      << load.message;
+  EXPECT_NE(load.message.find("the longest held 25000"), std::string::npos) << load.message;
+  EXPECT_NE(load.message.find(copy.string()), std::string::npos) << load.message;
+  // The next write keeps the window; the copy keeps everything.
+  ASSERT_TRUE(state.Save(load.baselines, Now()).ok);
+  EXPECT_EQ(Read(copy), whole);
+  EXPECT_EQ(StateFile(dir_).Load(Now()).baselines, load.baselines);
+}
+
+// The configured window decides what is kept: with 20, the rest goes into the copy.
+TEST_F(StateFileTest, TheConfiguredWindowIsWhatIsKept) {
+  Write("{\"version\": 1, \"baselines\": {\"GPU-a\": {\"pinned/h2d/64MiB\": [" +
+        std::string("1,2,3,4,5,6,7,8,9,10") + "]}}}");
+  StateFile state(dir_);
+  const StateLoad load = state.Load(Now(), 4);
+  ASSERT_EQ(load.outcome, StateLoad::Outcome::kLoaded) << load.message;
+  EXPECT_EQ(load.baselines.at("GPU-a").at("pinned/h2d/64MiB"), (std::vector<double>{7, 8, 9, 10}));
+  EXPECT_NE(load.message.find("6 older values of 1 series longer than the 4 kept"),
+            std::string::npos)
+      << load.message;
+  EXPECT_TRUE(fs::exists(load.set_aside));
+  // A file within the window is kept as it is: no copy, no message.
+  Write("{\"version\": 1, \"baselines\": {\"GPU-a\": {\"pinned/h2d/64MiB\": [1, 2]}}}");
+  const StateLoad within = StateFile(dir_).Load(Now(), 4);
+  EXPECT_TRUE(within.message.empty()) << within.message;
+  EXPECT_TRUE(within.set_aside.empty());
+}
+
+// Sections this xferd does not write (a newer xferd of the same file version, a hand edit)
+// would go with the next write: the file as it was is kept first.
+TEST_F(StateFileTest, SectionsThisXferdDoesNotWriteAreKeptInACopy) {
+  const std::string text =
+      "{\"version\": 1, \"written_at\": \"2026-11-29T17:00:00Z\", \"notes\": [\"x\"], "
+      "\"baselines\": {\"GPU-a\": {\"pinned/h2d/64MiB\": [1]}}}";
+  Write(text);
+  const StateLoad load = StateFile(dir_).Load(Now());
+  ASSERT_EQ(load.outcome, StateLoad::Outcome::kLoaded) << load.message;
+  EXPECT_NE(load.message.find("sections this xferd does not write (\"notes\")"), std::string::npos)
+      << load.message;
+  EXPECT_EQ(Read(load.set_aside), text);
+}
+
+// A shorter window on reload drops the oldest values at the next write: the file as last
+// written is kept first; a window that drops nothing keeps nothing.
+TEST_F(StateFileTest, AShorterWindowKeepsTheFileBeforeTrimming) {
+  StateFile state(dir_);
+  ASSERT_EQ(state.Load(Now()).outcome, StateLoad::Outcome::kFresh);
+  ASSERT_TRUE(state.Save(Sample(), Now()).ok);
+  const std::string before = Read(dir_ / "state.json");
+  EXPECT_EQ(state.KeepBeforeTrimming(Sample(), 3, Now()), "");
+  const std::string line = state.KeepBeforeTrimming(Sample(), 1, Now());
+  EXPECT_NE(line.find("3 older values go"), std::string::npos) << line;  // 2 + 0 + 1
+  const fs::path copy = dir_ / "state.json.trimmed-20261129T180000Z";
+  EXPECT_NE(line.find(copy.string()), std::string::npos) << line;
+  EXPECT_EQ(Read(copy), before);
 }
 
 TEST_F(StateFileTest, MoreValuesOrLongerNamesThanXferdWritesAreCorrupt) {

@@ -2,15 +2,20 @@
 // size is refused at once with a clear error, never waited on and never read to the end.
 #include "platform/files.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "platform/printable.h"
@@ -123,6 +128,128 @@ TEST(Printable, EscapesWhatATerminalWouldActOnAndCapsTheLength) {
   EXPECT_EQ(Printable(std::string(50, 'x'), 10), "xxxxxxxxxx...(50 bytes)");
   // Cut between characters, never inside one.
   EXPECT_EQ(Printable("\xc3\xbc\xc3\xbc\xc3\xbc", 5), "\xc3\xbc\xc3\xbc...(6 bytes)");
+}
+
+std::string Contents(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// 2026-11-29 18:00:00 UTC: one second for every name below.
+std::chrono::system_clock::time_point Second() {
+  return std::chrono::system_clock::from_time_t(1795975200);
+}
+
+// Two corrupt state files in one second used to get one name: the second rename replaced
+// the first copy. Each file set aside keeps a name of its own, and the original bytes.
+TEST(MoveAside, NeverReplacesAFileSetAsideBefore) {
+  fakes::TempDir dir("aside");
+  std::set<fs::path> names;
+  for (int i = 0; i < 5; ++i) {
+    const fs::path file = dir.Write("state.json", "corrupt " + std::to_string(i));
+    const fs::path aside = MoveAside(file, "corrupt", Second());
+    EXPECT_FALSE(fs::exists(file));
+    EXPECT_EQ(Contents(aside), "corrupt " + std::to_string(i));
+    names.insert(aside);
+  }
+  EXPECT_EQ(names.size(), 5u);
+  EXPECT_TRUE(names.count(dir.path() / "state.json.corrupt-20261129T180000Z"));
+  EXPECT_TRUE(names.count(dir.path() / "state.json.corrupt-20261129T180000Z.5"));
+  try {
+    MoveAside(dir.path() / "missing.json", "corrupt", Second());
+    ADD_FAILURE() << "moved a file that does not exist";
+  } catch (const FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.json"), std::string::npos) << e.what();
+  }
+}
+
+// A copy is kept whole when the file is then replaced as xferd replaces it.
+TEST(KeepCopy, KeepsTheContentUnderANameOfItsOwnWhateverReplacesTheFile) {
+  fakes::TempDir dir("aside");
+  const fs::path file = dir.Write("state.json", "all of it");
+  const fs::path first = KeepCopy(file, "trimmed", Second());
+  const fs::path second = KeepCopy(file, "trimmed", Second());
+  EXPECT_NE(first, second);
+  WriteFileAtomically(file, "the kept part", {});
+  EXPECT_EQ(Contents(file), "the kept part");
+  EXPECT_EQ(Contents(first), "all of it");
+  EXPECT_EQ(Contents(second), "all of it");
+}
+
+// Only what is provably ours goes: mkstemp's name, a regular file of ours, held by nobody.
+TEST(RemoveAbandonedTempFiles, RemovesOnlyTempFilesNoLiveWriterHolds) {
+  fakes::TempDir dir("temps");
+  const fs::path target = dir.path() / "xferd.prom";
+  const fs::path left1 = dir.Write(".xferd.prom.tmp.Ab12Cd", "half a file");
+  const fs::path left2 = dir.Write(".xferd.prom.tmp.zz9900", "");
+  // A writer of this process or another holds its temporary file locked.
+  const fs::path held = dir.Write(".xferd.prom.tmp.HELD00", "being written");
+  const int fd = ::open(held.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  // Not ours by name: another file's, another pattern, a link, a directory.
+  const std::vector<fs::path> others = {
+      dir.Write(".other.prom.tmp.Ab12Cd", "x"),     dir.Write(".xferd.prom.tmp.Ab12", "x"),
+      dir.Write(".xferd.prom.tmp.Ab12Cd.bak", "x"), dir.Write("xferd.prom.tmp.Ab12Cd", "x"),
+      dir.Write(".xferd.prom.tmp.Ab-2Cd", "x"),     dir.Write("xferd.prom", "served")};
+  fs::create_directory(dir.path() / ".xferd.prom.tmp.dir000");
+  fs::create_symlink(dir.path() / "xferd.prom", dir.path() / ".xferd.prom.tmp.link00");
+
+  EXPECT_EQ(RemoveAbandonedTempFiles(target), 2u);
+  EXPECT_FALSE(fs::exists(left1));
+  EXPECT_FALSE(fs::exists(left2));
+  EXPECT_TRUE(fs::exists(held));
+  for (const fs::path& other : others) EXPECT_TRUE(fs::exists(other)) << other;
+  EXPECT_TRUE(fs::is_directory(dir.path() / ".xferd.prom.tmp.dir000"));
+  EXPECT_TRUE(fs::is_symlink(dir.path() / ".xferd.prom.tmp.link00"));
+  EXPECT_EQ(Contents(dir.path() / "xferd.prom"), "served");
+  // Once its writer is gone (its lock with it), it is abandoned.
+  ::close(fd);
+  EXPECT_EQ(RemoveAbandonedTempFiles(target), 1u);
+  EXPECT_FALSE(fs::exists(held));
+  // Another user's file of that name is not ours (root can give one away to test it).
+  if (::geteuid() == 0) {
+    const fs::path foreign = dir.Write(".xferd.prom.tmp.NOBODY", "x");
+    ASSERT_EQ(::chown(foreign.c_str(), 65534, 65534), 0);
+    EXPECT_EQ(RemoveAbandonedTempFiles(target), 0u);
+    EXPECT_TRUE(fs::exists(foreign));
+  }
+  // A directory that cannot be read removes nothing and throws nothing.
+  EXPECT_EQ(RemoveAbandonedTempFiles(dir.path() / "missing" / "xferd.prom"), 0u);
+}
+
+// An operator who made the file tighter (0600; 0640 and a group only node_exporter is in)
+// keeps that: each replacement used to make it 0644 again, readable by every user.
+TEST(WriteFileAtomically, NeverLetsMoreUsersReadThanTheFileItReplaces) {
+  fakes::TempDir dir("modes");
+  const fs::path path = dir.path() / "xferd.prom";
+  const auto mode_of = [&] {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0);
+    return st.st_mode & 07777;
+  };
+  WriteFileAtomically(path, "1", {"textfile", 0644, "", ""});
+  EXPECT_EQ(mode_of(), 0644u);
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  WriteFileAtomically(path, "2", {"textfile", 0644, "", ""});
+  EXPECT_EQ(mode_of(), 0640u);
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  WriteFileAtomically(path, "3", {"textfile", 0644, "", ""});
+  EXPECT_EQ(mode_of(), 0600u);
+  // Nor more than asked for: a wider file is not kept wider.
+  ASSERT_EQ(::chmod(path.c_str(), 0666), 0);
+  WriteFileAtomically(path, "4", {"textfile", 0644, "", ""});
+  EXPECT_EQ(mode_of(), 0644u);
+  EXPECT_EQ(Contents(path), "4");
+  if (::geteuid() == 0) {  // the group is kept (root may give any)
+    ASSERT_EQ(::chown(path.c_str(), static_cast<uid_t>(-1), 65534), 0);
+    WriteFileAtomically(path, "5", {"textfile", 0644, "", ""});
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_gid, 65534u);
+  }
 }
 
 }  // namespace

@@ -74,7 +74,14 @@ TEST(PasswordVerifier, AllowsTheRightPasswordAndCachesIt) {
   EXPECT_EQ(verifier.CheckCached("prometheus", "test-password"), LoginVerdict::kAllowed);
   EXPECT_EQ(CheckOnce(verifier, "10.0.0.1", "prometheus", "wrong"), LoginVerdict::kDenied);
   EXPECT_EQ(CheckOnce(verifier, "10.0.0.1", "nobody", "test-password"), LoginVerdict::kDenied);
+  // Byte for byte: a NUL and what follows it are part of what was sent (crypt(3) would stop
+  // at it and let "test-password\0x" pass), in the password and in the name alike; neither
+  // costs a bcrypt, and neither is let in by the cache of the real password either.
   EXPECT_EQ(CheckOnce(verifier, "10.0.0.1", "prometheus", std::string("test-password\0x", 15)),
+            LoginVerdict::kDenied);
+  EXPECT_EQ(verifier.CheckCached("prometheus", std::string("test-password\0x", 15)),
+            LoginVerdict::kDenied);
+  EXPECT_EQ(CheckOnce(verifier, "10.0.0.1", std::string("prometheus\0x", 12), "test-password"),
             LoginVerdict::kDenied);
   // New users forget the cache.
   verifier.SetUsers({{"prometheus", kCost8}});
@@ -87,7 +94,8 @@ TEST(PasswordVerifier, ACorrectLoginGetsThroughAFloodOfGuessesFromAnotherAddress
   PasswordVerifier verifier;
   verifier.SetUsers({{"prometheus", kCost8}});
   std::atomic<int> guesses{0}, denied{0}, pushed_back{0};
-  fakes::Flood guessers(6, [&](int t, int n) {
+  // More guessers than the address's queue holds: some are told 429.
+  fakes::Flood guessers(12, [&](int t, int n) {
     ++guesses;
     const LoginVerdict v = CheckOnce(verifier, "192.0.2.66", "prometheus",
                                      "guess-" + std::to_string(t) + "-" + std::to_string(n));
@@ -104,23 +112,53 @@ TEST(PasswordVerifier, ACorrectLoginGetsThroughAFloodOfGuessesFromAnotherAddress
   guessers.Stop();
   for (const LoginVerdict v : scrapes) EXPECT_EQ(v, LoginVerdict::kAllowed);
   EXPECT_GT(denied, 0);       // guesses are still checked, one at a time for that address
-  EXPECT_GT(pushed_back, 0);  // and the rest told to come back, costing no bcrypt
+  EXPECT_GT(pushed_back, 0);  // and those past its queue told to come back, costing no bcrypt
+}
+
+// The review: behind the guessing address itself, a correct login that was not cached got
+// 429 every time in four runs of ten (whichever guess came next took the one slot). Now the
+// address's logins wait in its queue in order of arrival: a correct one is checked after
+// the guesses queued ahead of it, however fast the guessers come back.
+TEST(PasswordVerifier, ACorrectLoginFromTheGuessingAddressGetsItsTurn) {
+  PasswordVerifier verifier;
+  verifier.SetUsers({{"prometheus", kCost8}});
+  std::atomic<int> denied{0}, other{0};
+  fakes::Flood guessers(4, [&](int t, int n) {
+    const LoginVerdict v = CheckOnce(verifier, "192.0.2.66", "prometheus",
+                                     "guess-" + std::to_string(t) + "-" + std::to_string(n));
+    (v == LoginVerdict::kDenied ? denied : other)++;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::vector<LoginVerdict> scrapes;
+  for (int i = 0; i < 10; ++i) {
+    verifier.SetUsers({{"prometheus", kCost8}});  // nothing cached
+    scrapes.push_back(CheckOnce(verifier, "192.0.2.66", "prometheus", "test-password"));
+  }
+  guessers.Stop();
+  for (const LoginVerdict v : scrapes) EXPECT_EQ(v, LoginVerdict::kAllowed);
+  EXPECT_GT(denied, 10);  // the guesses took their turns too, one check at a time
+  EXPECT_EQ(other, 0);    // four guessers fit the queue: none was told 429
 }
 
 TEST(PasswordVerifier, AnAddressThatKeepsFailingGetsOneCheckAtATime) {
   PasswordVerifierOptions options;
   options.penalty_after_failures = 2;
+  options.penalty_per_address = 2;
   PasswordVerifier verifier(options);
   verifier.SetUsers({{"prometheus", kCost8}});
   EXPECT_EQ(CheckOnce(verifier, "192.0.2.1", "prometheus", "a"), LoginVerdict::kDenied);
   EXPECT_EQ(CheckOnce(verifier, "192.0.2.1", "prometheus", "b"), LoginVerdict::kDenied);
-  // Now failing: one login in the penalty lane, the next at the same time is told 429.
+  // Now failing: its logins queue, two at most; the next at the same time is told 429.
   Login first(verifier, "192.0.2.1", "prometheus", "c");
   Login second(verifier, "192.0.2.1", "prometheus", "d");
+  Login third(verifier, "192.0.2.1", "prometheus", "e");
   EXPECT_TRUE(first.parked());
-  EXPECT_FALSE(second.parked());
-  EXPECT_EQ(second.Wait(), LoginVerdict::kRateLimited);
+  EXPECT_TRUE(second.parked());
+  EXPECT_FALSE(third.parked());
+  EXPECT_EQ(third.Wait(), LoginVerdict::kRateLimited);
+  // Both queued ones are checked.
   EXPECT_EQ(first.Wait(), LoginVerdict::kDenied);
+  EXPECT_EQ(second.Wait(), LoginVerdict::kDenied);
   // Its right password still works, and clears the record.
   EXPECT_EQ(CheckOnce(verifier, "192.0.2.1", "prometheus", "test-password"),
             LoginVerdict::kAllowed);
