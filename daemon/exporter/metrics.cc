@@ -384,10 +384,6 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
     }
   }
   bandwidth_.Add(series).Set(sample.MedianBandwidth());
-  // Only the exceptions get a series: a default config (64 MiB) adds none.
-  if (core::BandExempt(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes)) {
-    band_exempt_.Add(series).Set(1);
-  }
   last_success_.Add({{"gpu", gpu}, {"mode", mode}}).Set(UnixNow());
 }
 
@@ -466,6 +462,18 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
       }
     }
     pair_bands_[health.gpu] = std::move(exported);
+  }
+  for (const SeriesHealth& s : health.series) {
+    // Only the exceptions get a series: a default config (64 MiB, a PCIe link) adds none;
+    // an NVLink-C2C GPU marks the modes it keeps to their baseline (core::HoldOf).
+    if (core::BandExempt(s.mode, s.direction, s.size_bytes, health.band)) {
+      band_exempt_
+          .Add({{"gpu", gpu},
+                {"mode", Mode(s.mode)},
+                {"direction", Dir(s.direction)},
+                {"size", probes::FormatSize(s.size_bytes)}})
+          .Set(1);
+    }
   }
   for (const SeriesHealth& s : health.series) {
     if (s.baseline_bytes_per_s <= 0) continue;

@@ -108,6 +108,8 @@ std::string_view ToString(SimFault::Kind kind) {
     case SimFault::Kind::kSlow: return "slow";
     case SimFault::Kind::kLost: return "lost";
     case SimFault::Kind::kLinkErrors: return "link_errors";
+    case SimFault::Kind::kRemoteNuma: return "remote_numa";
+    case SimFault::Kind::kSlowStaging: return "slow_staging";
   }
   return "unknown";
 }
@@ -115,7 +117,8 @@ std::string_view ToString(SimFault::Kind kind) {
 std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text) {
   for (auto kind : {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain,
                     SimFault::Kind::kErrorEvery, SimFault::Kind::kHang, SimFault::Kind::kSlow,
-                    SimFault::Kind::kLost, SimFault::Kind::kLinkErrors}) {
+                    SimFault::Kind::kLost, SimFault::Kind::kLinkErrors,
+                    SimFault::Kind::kRemoteNuma, SimFault::Kind::kSlowStaging}) {
     if (ToString(kind) == text) return kind;
   }
   return std::nullopt;
@@ -333,6 +336,7 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
   const std::uint64_t probe_number = ++dev.probes;
 
   double degrade = 1.0, slow = 1.0;
+  bool remote_numa = false;
   for (const SimFault& f : faults) {
     switch (f.kind) {
       case SimFault::Kind::kLost:
@@ -359,6 +363,14 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
       case SimFault::Kind::kLinkErrors:
         // Replays and retries cost bandwidth as they grow, as much as the fault says.
         if (f.factor > 0) degrade *= std::min(f.factor, 1.0);
+        break;
+      case SimFault::Kind::kRemoteNuma:
+        // Every mode reads or writes host memory across the socket link.
+        remote_numa = true;
+        if (f.factor > 0) degrade *= std::min(f.factor, 1.0);
+        break;
+      case SimFault::Kind::kSlowStaging:
+        if (spec.mode == TransferMode::kPageable && f.factor > 0) degrade *= std::min(f.factor, 1.0);
         break;
     }
   }
@@ -450,7 +462,12 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
   sample.link_d2h_bytes = static_cast<std::uint64_t>(d2h_each * total);
   sample.status = ProbeStatus::kOk;
   sample.device_time_s = elapsed;
-  sample.host_numa_node = o.integrated ? 0 : path.numa_node;  // buffers placed locally
+  // Buffers placed on the GPU's node, or with remote_numa on another one (node 0's
+  // neighbour is 1); a single-node host has no other node to place them on.
+  sample.host_numa_node = o.integrated ? 0 : path.numa_node;
+  if (remote_numa && !o.integrated && path.numa_node >= 0) {
+    sample.host_numa_node = path.numa_node == 0 ? 1 : 0;
+  }
   return {std::move(sample), elapsed};
 }
 
