@@ -141,9 +141,11 @@ Metrics::Metrics(prometheus::Registry& registry)
                          "Expected band per direction for link-bound modes, from config or "
                          "the narrowest PCIe link on the path.")),
       band_exempt_(Register(prometheus::BuildGauge(), registry, "xferd_band_exempt",
-                            "1 for a link-bound probe smaller than the size its mode is held "
-                            "to the band at (4 MiB; managed_prefetch h2d 64 MiB): judged "
-                            "against its baseline only, and left out of the band rules.")),
+                            "1 for a link-bound probe the band does not hold: smaller than "
+                            "the size its mode is held at (4 MiB; managed_prefetch h2d 64 "
+                            "MiB), bounded by its per-copy cost on the link, or without a "
+                            "healthy figure over NVLink-C2C: judged against its baseline "
+                            "only, and left out of the band rules.")),
       degraded_(Register(prometheus::BuildGauge(), registry, "xferd_bandwidth_degraded",
                          "1 when the daemon judges the mode and direction degraded (below band "
                          "or baseline for consecutive_bad cycles).")),
