@@ -78,7 +78,7 @@ const ModeProfile& ProfileOf(probes::TransferMode mode, probes::Direction direct
   // pinned_async: its 1 MiB chunks stream as pinned copies do (0.87 of the link) plus a
   // fixed cost per copy; the H200 read 47.5-49.1 GB/s against pinned's 55.0-55.2, 2.3-2.9 us
   // more per chunk, and the model takes the larger: 0.755 of Gen5 x16 (read 0.75-0.78),
-  // 0.80 of Gen4 x16, 0.42 of NVLink-C2C's 450 GB/s (the cost per copy, not the link).
+  // 0.81 of Gen4 x16, 0.42 of NVLink-C2C's 450 GB/s (the cost per copy, not the link).
   // Over NVLink-C2C the only published healthy figure is a host-to-device pinned copy
   // (nvbandwidth's ~346 GB/s on a GH200): every other row keeps its baseline there.
   constexpr double kPinnedShare = 0.87, kPerCopyS = 2.9e-6;

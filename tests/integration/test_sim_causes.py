@@ -147,7 +147,9 @@ def test_each_fault_kind_produces_its_cause(tmp_path, fault):
 @pytest.mark.parametrize("fault", sorted(FAULT_CAUSES))
 def test_the_daemon_names_each_cause_in_status_and_metrics(daemon, tmp_path, fault):
     cause = FAULT_CAUSES[fault]
-    d = daemon(config(tmp_path, faults=[{"kind": fault, "device": 1}]).read_text())
+    # 16 MiB: the slowest modes finish within the deadline a 200 ms interval leaves them.
+    d = daemon(config(tmp_path, faults=[{"kind": fault, "device": 1}],
+                      sizes=('"16MiB"',)).read_text())
     d.start().wait_ready()
     d.wait_for(lambda: d.value("xferd_diagnosis", default=0, gpu="1", cause=cause) == 1, 60,
                f"xferd_diagnosis{{cause={cause}}} on the faulted GPU")
@@ -163,7 +165,7 @@ def test_a_healthy_device_names_neither(daemon, tmp_path):
         rc, doc, _ = probe(config(tmp_path, c2c=c2c))
         assert rc == 0
         assert not set(FAULT_CAUSES.values()) & all_causes(doc), causes_of(doc)
-    d = daemon(config(tmp_path).read_text()).start().wait_ready()
+    d = daemon(config(tmp_path, sizes=('"16MiB"',)).read_text()).start().wait_ready()
     d.wait_for(lambda: d.value("xferd_cycles_total", default=0, sum_all=True) >= 4, 60,
                "four cycles")
     for gpu in ("0", "1"):
