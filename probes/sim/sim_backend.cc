@@ -266,6 +266,20 @@ SimBackend::SimBackend(SimOptions options) {
                                 "; name one of them, or -1 for every device");
     }
   }
+  for (const SimFault& f : options.faults) {
+    if (f.kind != SimFault::Kind::kRemoteNuma) continue;
+    for (int d = 0; d < state_->topology.size(); ++d) {
+      if ((f.device < 0 || f.device == d) && state_->topology.Path(d).numa_node < 0) {
+        throw platform::Error(
+            platform::Failure::kConfig,
+            "a remote_numa [[simulate.fault]] applies to device " + std::to_string(d) +
+                " but the " + state_->topology.Describe() +
+                " gives it no NUMA node (numa_node -1: a single-node host), so there is no "
+                "far node for its host buffers; limit the fault to a GPU with a NUMA node "
+                "(device = N), or give the tree's GPU a numa_node");
+      }
+    }
+  }
   state_->faults = options.faults;
   for (int i = 0; i < state_->options.devices; ++i) {
     auto device = std::make_unique<State::Device>();
