@@ -115,10 +115,10 @@ std::string_view ToString(SimFault::Kind kind) {
 }
 
 std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text) {
-  for (auto kind : {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain,
-                    SimFault::Kind::kErrorEvery, SimFault::Kind::kHang, SimFault::Kind::kSlow,
-                    SimFault::Kind::kLost, SimFault::Kind::kLinkErrors,
-                    SimFault::Kind::kRemoteNuma, SimFault::Kind::kSlowStaging}) {
+  for (auto kind :
+       {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain, SimFault::Kind::kErrorEvery,
+        SimFault::Kind::kHang, SimFault::Kind::kSlow, SimFault::Kind::kLost,
+        SimFault::Kind::kLinkErrors, SimFault::Kind::kRemoteNuma, SimFault::Kind::kSlowStaging}) {
     if (ToString(kind) == text) return kind;
   }
   return std::nullopt;
@@ -384,7 +384,8 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
         if (f.factor > 0) degrade *= std::min(f.factor, 1.0);
         break;
       case SimFault::Kind::kSlowStaging:
-        if (spec.mode == TransferMode::kPageable && f.factor > 0) degrade *= std::min(f.factor, 1.0);
+        if (spec.mode == TransferMode::kPageable && f.factor > 0)
+          degrade *= std::min(f.factor, 1.0);
         break;
     }
   }

@@ -82,9 +82,9 @@ TEST(Config, SimulatedFarNumaNodeAndSlowStaging) {
       ErrorOf("[simulate]\nnuma_nodes = 1\n[[simulate.fault]]\nkind = \"remote_numa\"\n");
   EXPECT_EQ(one_node.key(), "simulate.fault[0].kind");
   EXPECT_THAT(one_node.fix(), HasSubstr("numa_nodes = 2"));
-  EXPECT_EQ(ErrorOf("[simulate]\nintegrated = true\n[[simulate.fault]]\nkind = \"remote_numa\"\n")
-                .key(),
-            "simulate.fault[0].kind");
+  EXPECT_EQ(
+      ErrorOf("[simulate]\nintegrated = true\n[[simulate.fault]]\nkind = \"remote_numa\"\n").key(),
+      "simulate.fault[0].kind");
 }
 
 TEST(Config, SimulatedTopologyKeys) {

@@ -230,8 +230,7 @@ TEST(BandHold, PinnedAsyncFollowsItsPerCopyCostOnEachLink) {
   // NVLink-C2C: 1 MiB lasts ~2.3 us at 450 GB/s, as long as a copy's own cost.
   const ExpectedBand c2c = BandOver(probes::kC2cBytesPerSecond, true);
   EXPECT_LT(share(c2c), 0.5);
-  EXPECT_EQ(HoldOf(TransferMode::kPinnedAsync, Direction::kD2H, big, c2c),
-            BandHold::kPerCopyBound);
+  EXPECT_EQ(HoldOf(TransferMode::kPinnedAsync, Direction::kD2H, big, c2c), BandHold::kPerCopyBound);
   EXPECT_EQ(JudgeBand(TransferMode::kPinnedAsync, Direction::kH2D, big, 220e9, c2c),
             BandVerdict::kPerCopyBound);
   EXPECT_NE(ToString(BandVerdict::kPerCopyBound).find("baseline only"), std::string::npos);
@@ -266,8 +265,7 @@ TEST(BandHold, OverNvlinkC2cOnlyTheModeWithAFigureKeepsTheBand) {
     // The same pairs over PCIe keep the band.
     EXPECT_EQ(HoldOf(mode, direction, big, BandOver(kGen4x16)), BandHold::kHeld);
   }
-  EXPECT_EQ(HoldOf(TransferMode::kPageable, Direction::kH2D, big, c2c),
-            BandHold::kNotLinkBound);
+  EXPECT_EQ(HoldOf(TransferMode::kPageable, Direction::kH2D, big, c2c), BandHold::kNotLinkBound);
 }
 
 TEST(GroupBand, TheFractionsOfWhatTheMembersCarryTogether) {

@@ -41,8 +41,7 @@ struct SimFault {
   enum class ErrorCounter { kCorrectable, kNonFatal, kFatal, kReplay };
   Kind kind = Kind::kDegrade;
   int device = -1;         // -1: every device
-  // kDegrade, kSlow; kLinkErrors, kRemoteNuma, kSlowStaging: the bandwidth left (1 = as before)
-  double factor = 1.0;
+  double factor = 1.0;     // kDegrade, kSlow, and the bandwidth the others leave (1 = as before)
   int gen = 0, width = 0;  // kDownTrain
   int every = 0;           // kErrorEvery
   ErrorCounter counter = ErrorCounter::kCorrectable;  // kLinkErrors
