@@ -386,6 +386,12 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
     }
   }
   bandwidth_.Add(series).Set(sample.MedianBandwidth());
+  // Only the exceptions get a series: a default config (64 MiB) adds none. Under its size a
+  // probe is exempt on any link, so from its first reading; what the GPU's link exempts
+  // besides (core::HoldOf) is marked with its band, in RecordHealth.
+  if (core::BandExempt(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes)) {
+    band_exempt_.Add(series).Set(1);
+  }
   last_success_.Add({{"gpu", gpu}, {"mode", mode}}).Set(UnixNow());
 }
 
@@ -466,8 +472,8 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
     pair_bands_[health.gpu] = std::move(exported);
   }
   for (const SeriesHealth& s : health.series) {
-    // Only the exceptions get a series: a default config (64 MiB, a PCIe link) adds none;
-    // an NVLink-C2C GPU marks the modes it keeps to their baseline (core::HoldOf).
+    // On its link: an NVLink-C2C GPU marks the modes it keeps to their baseline, a PCIe
+    // GPU pinned_async where its chunks' per-copy cost bounds it (core::HoldOf).
     if (core::BandExempt(s.mode, s.direction, s.size_bytes, health.band)) {
       band_exempt_
           .Add({{"gpu", gpu},
