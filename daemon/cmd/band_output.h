@@ -19,4 +19,11 @@ std::string BandText(const core::ExpectedBand& band);
 // {"lower_bytes_per_s", "upper_bytes_per_s", "source"}: every "expected_band" of --json.
 nlohmann::json BandJson(const core::ExpectedBand& band);
 
+// How a result of (mode, direction, size) stands to the GPU's `band` (core::HoldOf):
+// {"hold": "held" or why not, "lower_bytes_per_s", "upper_bytes_per_s" (the mode's band
+// where held, else null), "expected_link_share" (where the per-copy model gives one, else
+// null)}: each result's "band" in `xferd probe --json`.
+nlohmann::json ModeHoldJson(const core::ExpectedBand& band, probes::TransferMode mode,
+                            probes::Direction direction, std::uint64_t size_bytes);
+
 }  // namespace xferd::cmd

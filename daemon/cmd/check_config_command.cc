@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cmd/backend.h"
 #include "cmd/band_output.h"
@@ -61,30 +63,35 @@ void PrintSummary(const std::string& file, const Config& c) {
 }
 
 // The GPUs the simulated device offers that the config selects, with their bands.
-nlohmann::json SimulatedDevices(Config config) {
+std::vector<std::pair<probes::DeviceInfo, ExpectedBand>> SimulatedBands(Config config) {
   config.simulate = true;
   const Backend made = MakeBackend(config, "check-config");
-  const std::vector<probes::DeviceInfo> selected =
-      SelectConfigured(made.backend->Devices(), config);
-  nlohmann::json devices = nlohmann::json::array();
-  for (const probes::DeviceInfo& d : selected) {
-    const probes::LinkPath path = made.backend->ReadLinkPath(d.index);
-    devices.push_back({{"index", d.index},
-                       {"uuid", d.uuid},
-                       {"expected_band", BandJson(ResolveBand(config, d, path))}});
+  std::vector<std::pair<probes::DeviceInfo, ExpectedBand>> bands;
+  for (const probes::DeviceInfo& d : SelectConfigured(made.backend->Devices(), config)) {
+    bands.emplace_back(d, ResolveBand(config, d, made.backend->ReadLinkPath(d.index)));
   }
-  return devices;
+  return bands;
 }
 
 void PrintPlan(const Config& c, bool simulate) {
+  // Which probes the band holds depends on each GPU's link (core::HoldOf): on the simulated
+  // GPUs, held where every one holds it; without them, by what the config alone says.
+  std::vector<std::pair<probes::DeviceInfo, ExpectedBand>> simulated;
+  if (c.simulate || simulate) simulated = SimulatedBands(c);
+  ExpectedBand linkless;
+  linkless.chunk_bytes = c.chunk_bytes;
   nlohmann::json probes = nlohmann::json::array();
   for (const probes::ProbeSpec& spec : PlanProbes(c)) {
+    bool held = HeldToBand(spec.mode, spec.direction, spec.size_bytes, linkless);
+    for (const auto& [device, band] : simulated) {
+      held = held && HeldToBand(spec.mode, spec.direction, spec.size_bytes, band);
+    }
     probes.push_back({{"mode", probes::ToString(spec.mode)},
                       {"direction", probes::ToString(spec.direction)},
                       {"size_bytes", spec.size_bytes},
                       {"deadline_s", spec.deadline.count() / 1e3},
                       {"headline", IsHeadline(spec, c)},
-                      {"held_to_band", HeldToBand(spec.mode, spec.direction, spec.size_bytes)}});
+                      {"held_to_band", held}});
   }
   nlohmann::json bands = nlohmann::json::array();
   for (const BandOverride& b : c.bands) {
@@ -103,7 +110,14 @@ void PrintPlan(const Config& c, bool simulate) {
                        {"band_upper_fraction", c.band_upper_fraction},
                        {"consecutive_bad", c.consecutive_bad},
                        {"drift_fraction", c.drift_fraction}}}};
-  if (c.simulate || simulate) doc["devices"] = SimulatedDevices(c);
+  if (c.simulate || simulate) {
+    nlohmann::json devices = nlohmann::json::array();
+    for (const auto& [device, band] : simulated) {
+      devices.push_back(
+          {{"index", device.index}, {"uuid", device.uuid}, {"expected_band", BandJson(band)}});
+    }
+    doc["devices"] = std::move(devices);
+  }
   std::printf("%s\n", doc.dump(2).c_str());
 }
 

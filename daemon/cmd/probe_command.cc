@@ -357,6 +357,7 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
            {"percent_of_link",
             row.percent_of_link ? nlohmann::json(*row.percent_of_link) : nlohmann::json()},
            {"contention", ContentionJson(s)},
+           {"band", ModeHoldJson(r.band, s.spec.mode, s.spec.direction, s.spec.size_bytes)},
            {"verdict", row.verdict}});
     }
   }

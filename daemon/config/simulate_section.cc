@@ -102,7 +102,7 @@ void ReadUnsupported(const TableReader& r, probes::SimOptions& sim) {
 std::string KindNames() {
   std::string kinds;
   for (Kind k : {Kind::kDegrade, Kind::kDownTrain, Kind::kErrorEvery, Kind::kHang, Kind::kSlow,
-                 Kind::kLost, Kind::kLinkErrors}) {
+                 Kind::kLost, Kind::kLinkErrors, Kind::kRemoteNuma, Kind::kSlowStaging}) {
     kinds += (kinds.empty() ? "" : ", ") + std::string(probes::ToString(k));
   }
   return kinds;
@@ -184,6 +184,29 @@ void ReadFaultParameters(const TableReader& f, const std::string& kind_text,
     case Kind::kLinkErrors:
       only({"counter", "rate", "hop", "factor"});
       ReadLinkErrorsFault(f, fault);
+      break;
+    case Kind::kRemoteNuma:
+      only({"factor"});
+      // A far node's memory over the socket link: a third of the bandwidth lost is usual
+      // on two-socket hosts.
+      fault.factor = f.Number("factor", 0, 1, true, 0.7).value_or(0.7);
+      if (sim.integrated) {
+        f.Fail(*f.Find("kind"), "kind",
+               "an integrated GPU shares the host's memory: it has no remote NUMA node",
+               "remove the fault, or integrated = true");
+      }
+      if (sim.sysfs_root.empty() && sim.numa_nodes < 2) {
+        f.Fail(*f.Find("kind"), "kind",
+               "the simulated host has one NUMA node (numa_nodes = 1): no other node to "
+               "place the host buffers on",
+               "set numa_nodes = 2 in [simulate]");
+      }
+      break;
+    case Kind::kSlowStaging:
+      only({"factor"});
+      // The default takes pageable h2d from ~1/3.6 of pinned to ~1/14: past the 10x the
+      // diagnosis names.
+      fault.factor = f.Number("factor", 0, 1, true, 0.25).value_or(0.25);
       break;
     case Kind::kErrorEvery:
       only({"every"});

@@ -42,6 +42,8 @@ const probes::PcieLink* BandLink(const probes::LinkPath& path) {
 ExpectedBand BandFromPath(const probes::LinkPath& path, double lower_fraction,
                           double upper_fraction) {
   ExpectedBand band;
+  band.link_bytes_per_s = HostLinkRate(path);
+  band.c2c = path.c2c;
   if (path.c2c) {
     band.lower_bytes_per_s = lower_fraction * HostLinkRate(path);
     band.upper_bytes_per_s = upper_fraction * HostLinkRate(path);
@@ -68,19 +70,30 @@ const ModeProfile& ProfileOf(probes::TransferMode mode, probes::Direction direct
   using probes::Direction;
   using probes::TransferMode;
   const bool h2d = direction != Direction::kD2H;
-  // One row per (mode, direction), alike on every host link today (PCIe of any generation,
-  // NVLink-C2C): where a mode's share differs by link, it differs here.
+  // One row per (mode, direction); where a mode's share depends on the link, the row says
+  // what it follows from (per_copy_s: the link's rate and the chunk) and whether it has a
+  // figure over NVLink-C2C (c2c_figure).
   // cost_fraction: about 0.7 x what each reached of a Gen5 x16 link (63 GB/s) in the
   // probe's device time on a healthy H200 (docs/gpu-results.md, 64 MiB, 22 transfers).
+  // pinned_async: its 1 MiB chunks stream as pinned copies do (0.87 of the link) plus a
+  // fixed cost per copy; the H200 read 47.5-49.1 GB/s against pinned's 55.0-55.2, 2.3-2.9 us
+  // more per chunk, and the model takes the larger: 0.755 of Gen5 x16 (read 0.75-0.78),
+  // 0.81 of Gen4 x16, 0.42 of NVLink-C2C's 450 GB/s (the cost per copy, not the link).
+  // Over NVLink-C2C the only published healthy figure is a host-to-device pinned copy
+  // (nvbandwidth's ~346 GB/s on a GH200): every other row keeps its baseline there.
+  constexpr double kPinnedShare = 0.87, kPerCopyS = 2.9e-6;
   static const ModeProfile kPageableH2D{1.0, 0.07}, kPageableD2H{1.0, 0.14};
-  static const ModeProfile kPinned{1.0, 0.60}, kPinnedBoth{1.0, 0.50};
-  static const ModeProfile kPinnedAsync{1.0, 0.40}, kZeroCopy{1.0, 0.60};
+  static const ModeProfile kPinnedH2D{1.0, 0.60, kBandMinSizeBytes, 0, 0, true};
+  static const ModeProfile kPinnedD2H{1.0, 0.60}, kPinnedBoth{1.0, 0.50};
+  static const ModeProfile kPinnedAsync{1.0, 0.40, kBandMinSizeBytes, kPerCopyS, kPinnedShare};
+  static const ModeProfile kZeroCopy{1.0, 0.60};
   static const ModeProfile kManagedH2D{1.0, 0.04}, kManagedD2H{1.0, 0.035};
   static const ModeProfile kPrefetchH2D{0.8, 0.09, 64ull << 20}, kPrefetchD2H{1.0, 0.08};
   switch (mode) {
     case TransferMode::kPageable: return h2d ? kPageableH2D : kPageableD2H;
     case TransferMode::kPinned:
-      return direction == Direction::kBidirectional ? kPinnedBoth : kPinned;
+      if (direction == Direction::kBidirectional) return kPinnedBoth;
+      return h2d ? kPinnedH2D : kPinnedD2H;
     case TransferMode::kPinnedAsync: return kPinnedAsync;
     case TransferMode::kZeroCopy: return kZeroCopy;
     case TransferMode::kManaged: return h2d ? kManagedH2D : kManagedD2H;
@@ -104,10 +117,18 @@ ExpectedBand ModeBand(const ExpectedBand& band, probes::TransferMode mode,
 
 ExpectedBand ResolveBand(const Settings& settings, const probes::DeviceInfo& device,
                          const probes::LinkPath& path) {
+  ExpectedBand band =
+      BandFromPath(path, settings.band_lower_fraction, settings.band_upper_fraction);
   for (const BandOverride& o : settings.bands) {
-    if (NamesDevice(o.gpu, device)) return {o.lower_bytes_per_s, o.upper_bytes_per_s, "config"};
+    if (!NamesDevice(o.gpu, device)) continue;
+    // The config's figures, over the same link: each mode's share still follows from it.
+    band.lower_bytes_per_s = o.lower_bytes_per_s;
+    band.upper_bytes_per_s = o.upper_bytes_per_s;
+    band.source = "config";
+    break;
   }
-  return BandFromPath(path, settings.band_lower_fraction, settings.band_upper_fraction);
+  band.chunk_bytes = settings.chunk_bytes;
+  return band;
 }
 
 double PerDirection(probes::Direction direction, double bytes_per_s) {
@@ -121,17 +142,56 @@ std::string_view ToString(BandVerdict verdict) {
     case BandVerdict::kNotLinkBound: return "n/a (not link-bound)";
     case BandVerdict::kNoBand: return "n/a (no expected band)";
     case BandVerdict::kLatencyBound: return "n/a (under the band's size)";
+    case BandVerdict::kPerCopyBound: return "n/a (per-copy bound: baseline only)";
+    case BandVerdict::kNoLinkFigure: return "n/a (no figure on NVLink-C2C: baseline only)";
   }
   return "unknown";
 }
 
-bool HeldToBand(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes) {
-  return probes::IsLinkBound(mode, direction) &&
-         size_bytes >= ProfileOf(mode, direction).band_min_size_bytes;
+double ExpectedLinkShare(probes::TransferMode mode, probes::Direction direction,
+                         const ExpectedBand& band) {
+  const ModeProfile& p = ProfileOf(mode, direction);
+  if (p.per_copy_s <= 0 || p.copy_share <= 0 || band.link_bytes_per_s <= 0 ||
+      band.chunk_bytes == 0) {
+    return 0;
+  }
+  const double chunk = static_cast<double>(band.chunk_bytes);
+  return chunk / (chunk / p.copy_share + p.per_copy_s * band.link_bytes_per_s);
 }
 
-bool BandExempt(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes) {
-  return probes::IsLinkBound(mode, direction) && !HeldToBand(mode, direction, size_bytes);
+std::string_view ToString(BandHold hold) {
+  switch (hold) {
+    case BandHold::kHeld: return "held";
+    case BandHold::kNotLinkBound: return "not link-bound";
+    case BandHold::kUnderSize: return "under the band's size";
+    case BandHold::kPerCopyBound: return "per-copy bound";
+    case BandHold::kNoLinkFigure: return "no figure on this link";
+  }
+  return "unknown";
+}
+
+BandHold HoldOf(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes,
+                const ExpectedBand& band) {
+  if (!probes::IsLinkBound(mode, direction)) return BandHold::kNotLinkBound;
+  const ModeProfile& p = ProfileOf(mode, direction);
+  if (size_bytes < p.band_min_size_bytes) return BandHold::kUnderSize;
+  // Per direction, as shares of the link: what it reaches against what it would be held to.
+  const double share = ExpectedLinkShare(mode, direction, band);
+  if (share > 0 && band.lower_bytes_per_s > 0 &&
+      share < p.band_scale * band.lower_bytes_per_s / band.link_bytes_per_s + kPerCopyMargin) {
+    return BandHold::kPerCopyBound;
+  }
+  return band.c2c && !p.c2c_figure ? BandHold::kNoLinkFigure : BandHold::kHeld;
+}
+
+bool HeldToBand(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes,
+                const ExpectedBand& band) {
+  return HoldOf(mode, direction, size_bytes, band) == BandHold::kHeld;
+}
+
+bool BandExempt(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes,
+                const ExpectedBand& band) {
+  return probes::IsLinkBound(mode, direction) && !HeldToBand(mode, direction, size_bytes, band);
 }
 
 bool HasOwnBand(probes::TransferMode mode, probes::Direction direction) {
@@ -155,7 +215,13 @@ BandVerdict JudgeBand(probes::TransferMode mode, probes::Direction direction,
                       const ExpectedBand& band) {
   if (!probes::IsLinkBound(mode, direction)) return BandVerdict::kNotLinkBound;
   if (!band.Known()) return BandVerdict::kNoBand;
-  if (!HeldToBand(mode, direction, size_bytes)) return BandVerdict::kLatencyBound;
+  switch (HoldOf(mode, direction, size_bytes, band)) {
+    case BandHold::kHeld: break;
+    case BandHold::kNotLinkBound: return BandVerdict::kNotLinkBound;
+    case BandHold::kUnderSize: return BandVerdict::kLatencyBound;
+    case BandHold::kPerCopyBound: return BandVerdict::kPerCopyBound;
+    case BandHold::kNoLinkFigure: return BandVerdict::kNoLinkFigure;
+  }
   if (PerDirection(direction, median_bytes_per_s) <
       ModeBand(band, mode, direction).lower_bytes_per_s) {
     return BandVerdict::kBelowBand;

@@ -11,7 +11,8 @@
 //   each mode's share of the band ........ ProfileOf (one table: band_scale, and the
 //                                          smallest size held, for modes whose small
 //                                          transfers are bounded by per-copy overhead)
-//   which results the band holds ......... HeldToBand; BandExempt and HasOwnBand (of the
+//   which results the band holds ......... HoldOf (size, per-copy cost on the link, a figure
+//                                          on NVLink-C2C); BandExempt and HasOwnBand (of the
 //                                          pairs probed: OwnBandPairs) for the series
 //                                          exported beside them
 //   the verdict .......................... JudgeBand (per direction, ModeBand's lower bound)
@@ -50,6 +51,12 @@ struct ExpectedBand {
   double lower_bytes_per_s = 0;
   double upper_bytes_per_s = 0;
   std::string source;  // "config", "link Gen4 x16 at 0000:00:01.0", "unknown: ..."
+  // What each mode's share of the band follows from (BandHold): the rate and kind of the
+  // link the band is a share of (BandFromPath; 0 where none is known), and the chunk
+  // pinned_async copies in (ResolveBand, from the settings; 0 = not known).
+  double link_bytes_per_s = 0;
+  bool c2c = false;
+  std::uint64_t chunk_bytes = 0;
   bool Known() const { return upper_bytes_per_s > 0; }
 };
 
@@ -87,6 +94,16 @@ struct ModeProfile {
   // read 27.8-36.0 GB/s at 16 MiB on a healthy H200 (44-57 % of the link, under its band)
   // and 38.9-45.0 at 64 MiB: smaller sizes are held to their baseline only.
   std::uint64_t band_min_size_bytes = kBandMinSizeBytes;
+  // A mode that moves its data in chunks of its own (pinned_async) pays a fixed cost per
+  // copy on top of the link: per_copy_s per chunk, while the bytes stream at copy_share of
+  // the link (pinned's). 0 = no per-copy cost beyond the fixed latency band_min_size_bytes
+  // already covers. How much of the link it reaches then follows from the link's rate and
+  // the chunk (ExpectedLinkShare).
+  double per_copy_s = 0;
+  double copy_share = 0;
+  // Whether a healthy figure of this (mode, direction) over NVLink-C2C exists to hold it
+  // to the band there; without one it keeps its baseline only (docs/health.md).
+  bool c2c_figure = false;
 };
 const ModeProfile& ProfileOf(probes::TransferMode mode, probes::Direction direction);
 
@@ -94,15 +111,45 @@ const ModeProfile& ProfileOf(probes::TransferMode mode, probes::Direction direct
 ExpectedBand ModeBand(const ExpectedBand& band, probes::TransferMode mode,
                       probes::Direction direction);
 
+// The share of `band`'s link a (mode, direction) reaches on healthy hardware where its
+// profile models it (per_copy_s): chunk / (chunk / copy_share + per_copy_s x link rate).
+// 0 where it is not modelled or the link's rate or the chunk is not known.
+double ExpectedLinkShare(probes::TransferMode mode, probes::Direction direction,
+                         const ExpectedBand& band);
+
+// Where a modelled mode's expected share comes closer than this to the lower bound it would
+// be held to (as shares of the link), the per-copy cost, not the link, bounds it: the
+// spread of healthy readings would cross the band (the H200's pinned_async keeps 0.12).
+inline constexpr double kPerCopyMargin = 0.10;
+
 // ---- Which results it holds ---------------------------------------------------------------
 
-// Whether a result of this (mode, direction, size) is held to the band at all: link-bound
-// (probes::IsLinkBound) and at least its profile's band_min_size_bytes.
-bool HeldToBand(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes);
+// Whether a result is held to its GPU's band, or why not. One rule for the verdict, the
+// status API, the exported xferd_band_exempt and the dashboards' view of it.
+enum class BandHold {
+  kHeld,
+  kNotLinkBound,  // bounded by staging or page faults (probes::IsLinkBound)
+  kUnderSize,     // smaller than its profile's band_min_size_bytes: fixed latency bounds it
+  kPerCopyBound,  // its chunks' per-copy cost bounds it on this link (kPerCopyMargin)
+  kNoLinkFigure,  // no healthy figure of it over NVLink-C2C (ModeProfile::c2c_figure)
+};
+// "held", "not link-bound", "under the band's size", "per-copy bound", "no figure on this link"
+std::string_view ToString(BandHold hold);
 
-// A link-bound probe smaller than the size its mode is held at: judged against its
-// baseline only (xferd_band_exempt).
-bool BandExempt(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes);
+// The hold of a (mode, direction, size) on `band`'s link. A band whose link is not known
+// (zeros: a budget, a plan) applies the size rule only.
+BandHold HoldOf(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes,
+                const ExpectedBand& band);
+
+// Whether a result of this (mode, direction, size) is held to the band at all: HoldOf is
+// kHeld.
+bool HeldToBand(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes,
+                const ExpectedBand& band = {});
+
+// A link-bound probe not held to its band (under its size, per-copy bound, no figure on
+// its link): judged against its baseline only (xferd_band_exempt).
+bool BandExempt(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes,
+                const ExpectedBand& band = {});
 
 // A link-bound (mode, direction) held to a share of the band other than 1: its band is
 // exported as a series of its own beside the GPU's.
@@ -124,14 +171,16 @@ enum class BandVerdict {
   kNotLinkBound,  // the mode is bounded by staging or page faults, not the link
   kNoBand,        // no band is known for this GPU
   kLatencyBound,  // smaller than the mode's band_min_size_bytes
+  kPerCopyBound,  // BandHold::kPerCopyBound: baseline only
+  kNoLinkFigure,  // BandHold::kNoLinkFigure: baseline only
 };
 // "ok", "below band", "n/a (not link-bound)", "n/a (no expected band)",
-// "n/a (under the band's size)": the words of `xferd probe`'s verdict column.
+// "n/a (under the band's size)", "n/a (per-copy bound: baseline only)",
+// "n/a (no figure on NVLink-C2C: baseline only)": the words of `xferd probe`'s verdict column.
 std::string_view ToString(BandVerdict verdict);
 
-// The band rule for a result of `median_bytes_per_s`: link-bound (mode, direction) only
-// (probes::IsLinkBound), sizes of at least band_min_size_bytes, compared per direction with
-// the lower bound of the mode's band (ModeBand of the GPU's `band`).
+// The band rule for a result of `median_bytes_per_s`: results HoldOf holds only, compared
+// per direction with the lower bound of the mode's band (ModeBand of the GPU's `band`).
 BandVerdict JudgeBand(probes::TransferMode mode, probes::Direction direction,
                       std::uint64_t size_bytes, double median_bytes_per_s,
                       const ExpectedBand& band);

@@ -141,9 +141,11 @@ Metrics::Metrics(prometheus::Registry& registry)
                          "Expected band per direction for link-bound modes, from config or "
                          "the narrowest PCIe link on the path.")),
       band_exempt_(Register(prometheus::BuildGauge(), registry, "xferd_band_exempt",
-                            "1 for a link-bound probe smaller than the size its mode is held "
-                            "to the band at (4 MiB; managed_prefetch h2d 64 MiB): judged "
-                            "against its baseline only, and left out of the band rules.")),
+                            "1 for a link-bound probe the band does not hold: smaller than "
+                            "the size its mode is held at (4 MiB; managed_prefetch h2d 64 "
+                            "MiB), bounded by its per-copy cost on the link, or without a "
+                            "healthy figure over NVLink-C2C: judged against its baseline "
+                            "only, and left out of the band rules.")),
       degraded_(Register(prometheus::BuildGauge(), registry, "xferd_bandwidth_degraded",
                          "1 when the daemon judges the mode and direction degraded (below band "
                          "or baseline for consecutive_bad cycles).")),
@@ -384,7 +386,9 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
     }
   }
   bandwidth_.Add(series).Set(sample.MedianBandwidth());
-  // Only the exceptions get a series: a default config (64 MiB) adds none.
+  // Only the exceptions get a series: a default config (64 MiB) adds none. Under its size a
+  // probe is exempt on any link, so from its first reading; what the GPU's link exempts
+  // besides (core::HoldOf) is marked with its band, in RecordHealth.
   if (core::BandExempt(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes)) {
     band_exempt_.Add(series).Set(1);
   }
@@ -466,6 +470,18 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
       }
     }
     pair_bands_[health.gpu] = std::move(exported);
+  }
+  for (const SeriesHealth& s : health.series) {
+    // On its link: an NVLink-C2C GPU marks the modes it keeps to their baseline, a PCIe
+    // GPU pinned_async where its chunks' per-copy cost bounds it (core::HoldOf).
+    if (core::BandExempt(s.mode, s.direction, s.size_bytes, health.band)) {
+      band_exempt_
+          .Add({{"gpu", gpu},
+                {"mode", Mode(s.mode)},
+                {"direction", Dir(s.direction)},
+                {"size", probes::FormatSize(s.size_bytes)}})
+          .Set(1);
+    }
   }
   for (const SeriesHealth& s : health.series) {
     if (s.baseline_bytes_per_s <= 0) continue;

@@ -77,7 +77,7 @@ json Errors(const std::optional<std::vector<LinkErrorCounter>>& counters) {
 }
 
 json Series(const core::SeriesHealth& s, const core::ExpectedBand& band) {
-  const bool held = core::HeldToBand(s.mode, s.direction, s.size_bytes);
+  const bool held = core::HeldToBand(s.mode, s.direction, s.size_bytes, band);
   json lower = nullptr;
   if (held && band.Known()) lower = core::ModeBand(band, s.mode, s.direction).lower_bytes_per_s;
   return {{"mode", probes::ToString(s.mode)},

@@ -108,14 +108,17 @@ std::string_view ToString(SimFault::Kind kind) {
     case SimFault::Kind::kSlow: return "slow";
     case SimFault::Kind::kLost: return "lost";
     case SimFault::Kind::kLinkErrors: return "link_errors";
+    case SimFault::Kind::kRemoteNuma: return "remote_numa";
+    case SimFault::Kind::kSlowStaging: return "slow_staging";
   }
   return "unknown";
 }
 
 std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text) {
-  for (auto kind : {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain,
-                    SimFault::Kind::kErrorEvery, SimFault::Kind::kHang, SimFault::Kind::kSlow,
-                    SimFault::Kind::kLost, SimFault::Kind::kLinkErrors}) {
+  for (auto kind :
+       {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain, SimFault::Kind::kErrorEvery,
+        SimFault::Kind::kHang, SimFault::Kind::kSlow, SimFault::Kind::kLost,
+        SimFault::Kind::kLinkErrors, SimFault::Kind::kRemoteNuma, SimFault::Kind::kSlowStaging}) {
     if (ToString(kind) == text) return kind;
   }
   return std::nullopt;
@@ -263,6 +266,20 @@ SimBackend::SimBackend(SimOptions options) {
                                 "; name one of them, or -1 for every device");
     }
   }
+  for (const SimFault& f : options.faults) {
+    if (f.kind != SimFault::Kind::kRemoteNuma) continue;
+    for (int d = 0; d < state_->topology.size(); ++d) {
+      if ((f.device < 0 || f.device == d) && state_->topology.Path(d).numa_node < 0) {
+        throw platform::Error(
+            platform::Failure::kConfig,
+            "a remote_numa [[simulate.fault]] applies to device " + std::to_string(d) +
+                " but the " + state_->topology.Describe() +
+                " gives it no NUMA node (numa_node -1: a single-node host), so there is no "
+                "far node for its host buffers; limit the fault to a GPU with a NUMA node "
+                "(device = N), or give the tree's GPU a numa_node");
+      }
+    }
+  }
   state_->faults = options.faults;
   for (int i = 0; i < state_->options.devices; ++i) {
     auto device = std::make_unique<State::Device>();
@@ -333,6 +350,7 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
   const std::uint64_t probe_number = ++dev.probes;
 
   double degrade = 1.0, slow = 1.0;
+  bool remote_numa = false;
   for (const SimFault& f : faults) {
     switch (f.kind) {
       case SimFault::Kind::kLost:
@@ -359,6 +377,15 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
       case SimFault::Kind::kLinkErrors:
         // Replays and retries cost bandwidth as they grow, as much as the fault says.
         if (f.factor > 0) degrade *= std::min(f.factor, 1.0);
+        break;
+      case SimFault::Kind::kRemoteNuma:
+        // Every mode reads or writes host memory across the socket link.
+        remote_numa = true;
+        if (f.factor > 0) degrade *= std::min(f.factor, 1.0);
+        break;
+      case SimFault::Kind::kSlowStaging:
+        if (spec.mode == TransferMode::kPageable && f.factor > 0)
+          degrade *= std::min(f.factor, 1.0);
         break;
     }
   }
@@ -450,7 +477,12 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
   sample.link_d2h_bytes = static_cast<std::uint64_t>(d2h_each * total);
   sample.status = ProbeStatus::kOk;
   sample.device_time_s = elapsed;
-  sample.host_numa_node = o.integrated ? 0 : path.numa_node;  // buffers placed locally
+  // Buffers placed on the GPU's node, or with remote_numa on another one (node 0's
+  // neighbour is 1); a single-node host has no other node to place them on.
+  sample.host_numa_node = o.integrated ? 0 : path.numa_node;
+  if (remote_numa && !o.integrated && path.numa_node >= 0) {
+    sample.host_numa_node = path.numa_node == 0 ? 1 : 0;
+  }
   return {std::move(sample), elapsed};
 }
 

@@ -33,6 +33,10 @@ TEST(ConfigValidation, SimulatedFaults) {
       {"kind = \"link_errors\"\nrate = 5\nfactor = 1.5\n", "factor"},
       {"kind = \"link_errors\"\nrate = 5\nevery = 2\n", "every"},
       {"kind = \"degrade\"\nfactor = 0.5\nrate = 2\n", "rate"},
+      {"kind = \"remote_numa\"\nfactor = 0\n", "factor"},
+      {"kind = \"remote_numa\"\nevery = 2\n", "every"},
+      {"kind = \"slow_staging\"\nfactor = 1.5\n", "factor"},
+      {"kind = \"slow_staging\"\ngen = 3\n", "gen"},
   };
   for (const auto& [body, key] : cases) {
     EXPECT_EQ(ErrorOf(std::string("[[simulate.fault]]\n") + body).key(),
@@ -61,6 +65,26 @@ TEST(Config, SimulatedLinkErrors) {
       "[[simulate.fault]]\nkind = \"link_errors\"\ncounter = \"replays\"\n"
       "rate = 1\n");
   EXPECT_THAT(e.fix(), HasSubstr("\"replay\""));
+}
+
+TEST(Config, SimulatedFarNumaNodeAndSlowStaging) {
+  const Config c = Parse(
+      "[[simulate.fault]]\nkind = \"remote_numa\"\n"
+      "[[simulate.fault]]\nkind = \"slow_staging\"\nfactor = 0.1\ndevice = 0\n");
+  ASSERT_EQ(c.sim.faults.size(), 2u);
+  EXPECT_EQ(c.sim.faults[0].kind, probes::SimFault::Kind::kRemoteNuma);
+  EXPECT_EQ(c.sim.faults[0].factor, 0.7);
+  EXPECT_EQ(c.sim.faults[1].kind, probes::SimFault::Kind::kSlowStaging);
+  EXPECT_EQ(c.sim.faults[1].factor, 0.1);
+  EXPECT_EQ(Parse("[[simulate.fault]]\nkind = \"slow_staging\"\n").sim.faults[0].factor, 0.25);
+  // No far node to put the buffers on: said, with the fix.
+  const ConfigError one_node =
+      ErrorOf("[simulate]\nnuma_nodes = 1\n[[simulate.fault]]\nkind = \"remote_numa\"\n");
+  EXPECT_EQ(one_node.key(), "simulate.fault[0].kind");
+  EXPECT_THAT(one_node.fix(), HasSubstr("numa_nodes = 2"));
+  EXPECT_EQ(
+      ErrorOf("[simulate]\nintegrated = true\n[[simulate.fault]]\nkind = \"remote_numa\"\n").key(),
+      "simulate.fault[0].kind");
 }
 
 TEST(Config, SimulatedTopologyKeys) {

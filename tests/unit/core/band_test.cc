@@ -204,6 +204,70 @@ TEST(BandSeries, ExemptUnderItsSizeAndOwnBandWhereTheShareDiffers) {
       << prefetch.source;
 }
 
+// A band over a link of `link_bytes_per_s` (the default fractions), pinned_async in 1 MiB
+// chunks unless told.
+ExpectedBand BandOver(double link_bytes_per_s, bool c2c = false,
+                      std::uint64_t chunk_bytes = 1ull << 20) {
+  ExpectedBand band{0.63 * link_bytes_per_s, 0.83 * link_bytes_per_s, "test"};
+  band.link_bytes_per_s = link_bytes_per_s;
+  band.c2c = c2c;
+  band.chunk_bytes = chunk_bytes;
+  return band;
+}
+
+TEST(BandHold, PinnedAsyncFollowsItsPerCopyCostOnEachLink) {
+  const std::uint64_t big = 64ull << 20;
+  const auto share = [](const ExpectedBand& b) {
+    return ExpectedLinkShare(TransferMode::kPinnedAsync, Direction::kH2D, b);
+  };
+  // The H200's Gen5 x16 read 0.75-0.78 of the link: the model sits at its low end and the
+  // band holds it, as before.
+  const ExpectedBand gen5 = BandOver(probes::PcieBytesPerSecond(5, 16));
+  EXPECT_NEAR(share(gen5), 0.755, 0.005);
+  EXPECT_EQ(HoldOf(TransferMode::kPinnedAsync, Direction::kH2D, big, gen5), BandHold::kHeld);
+  EXPECT_GT(share(BandOver(kGen4x16)), share(gen5));
+  EXPECT_GT(share(BandOver(probes::PcieBytesPerSecond(3, 16))), share(BandOver(kGen4x16)));
+  // NVLink-C2C: 1 MiB lasts ~2.3 us at 450 GB/s, as long as a copy's own cost.
+  const ExpectedBand c2c = BandOver(probes::kC2cBytesPerSecond, true);
+  EXPECT_LT(share(c2c), 0.5);
+  EXPECT_EQ(HoldOf(TransferMode::kPinnedAsync, Direction::kD2H, big, c2c), BandHold::kPerCopyBound);
+  EXPECT_EQ(JudgeBand(TransferMode::kPinnedAsync, Direction::kH2D, big, 220e9, c2c),
+            BandVerdict::kPerCopyBound);
+  EXPECT_NE(ToString(BandVerdict::kPerCopyBound).find("baseline only"), std::string::npos);
+  // Smaller chunks on PCIe: the same cost, a larger share of each copy.
+  const ExpectedBand small_chunks = BandOver(probes::PcieBytesPerSecond(5, 16), false, 256 << 10);
+  EXPECT_EQ(HoldOf(TransferMode::kPinnedAsync, Direction::kH2D, big, small_chunks),
+            BandHold::kPerCopyBound);
+  EXPECT_TRUE(BandExempt(TransferMode::kPinnedAsync, Direction::kH2D, big, small_chunks));
+  EXPECT_EQ(HoldOf(TransferMode::kPinnedAsync, Direction::kH2D, big,
+                   BandOver(probes::PcieBytesPerSecond(3, 16), false, 256 << 10)),
+            BandHold::kHeld);
+  // No link known (a plan, the budget): the size rule only.
+  EXPECT_TRUE(HeldToBand(TransferMode::kPinnedAsync, Direction::kH2D, big));
+}
+
+TEST(BandHold, OverNvlinkC2cOnlyTheModeWithAFigureKeepsTheBand) {
+  const std::uint64_t big = 64ull << 20;
+  const ExpectedBand c2c = BandOver(probes::kC2cBytesPerSecond, true);
+  EXPECT_EQ(HoldOf(TransferMode::kPinned, Direction::kH2D, big, c2c), BandHold::kHeld);
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, big, 200e9, c2c),
+            BandVerdict::kBelowBand);
+  for (const auto& [mode, direction] :
+       {std::pair{TransferMode::kPinned, Direction::kD2H},
+        std::pair{TransferMode::kPinned, Direction::kBidirectional},
+        std::pair{TransferMode::kZeroCopy, Direction::kH2D},
+        std::pair{TransferMode::kZeroCopy, Direction::kD2H},
+        std::pair{TransferMode::kManagedPrefetch, Direction::kH2D}}) {
+    EXPECT_EQ(HoldOf(mode, direction, big, c2c), BandHold::kNoLinkFigure)
+        << probes::ToString(mode) << " " << probes::ToString(direction);
+    EXPECT_EQ(JudgeBand(mode, direction, big, 1e9, c2c), BandVerdict::kNoLinkFigure);
+    EXPECT_TRUE(BandExempt(mode, direction, big, c2c));
+    // The same pairs over PCIe keep the band.
+    EXPECT_EQ(HoldOf(mode, direction, big, BandOver(kGen4x16)), BandHold::kHeld);
+  }
+  EXPECT_EQ(HoldOf(TransferMode::kPageable, Direction::kH2D, big, c2c), BandHold::kNotLinkBound);
+}
+
 TEST(GroupBand, TheFractionsOfWhatTheMembersCarryTogether) {
   HostGroup group;
   group.name = "host";

@@ -404,7 +404,7 @@ TEST(Metrics, AModeTheConfigDoesNotProbeHasNoSeries) {
   HealthTracker health{pinned};
   run_planned(metrics, health, pinned);
   std::string text = Expose(registry);
-  // ok, contended, skipped_busy, timeout, error: "unsupported" appears once a probe is.
+  // Every result but unsupported, which comes with the first probe that reports it.
   EXPECT_EQ(SeriesWith(text, "xferd_probe_runs_total{").size(), 5u) << text;
   EXPECT_TRUE(SeriesWith(text, "mode=\"managed_prefetch\"").empty()) << text;
   EXPECT_TRUE(SeriesWith(text, "mode=\"pageable\"").empty()) << text;
@@ -534,6 +534,33 @@ TEST_F(OneGpuMetrics, OnlyLinkBoundProbesUnderTheBandsSizeAreMarkedExempt) {
   EXPECT_NE(exempt[0].find("mode=\"managed_prefetch\",size=\"16MiB\""), std::string::npos)
       << exempt[0];
   EXPECT_NE(exempt[1].find("mode=\"pinned\",size=\"1MiB\""), std::string::npos) << exempt[1];
+}
+
+TEST(Metrics, AnNvlinkC2cGpuMarksTheModesItKeepsToTheirBaseline) {
+  prometheus::Registry registry;
+  Metrics metrics(registry);
+  probes::SimOptions options = FastSim();
+  options.c2c = true;
+  probes::SimBackend sim(options);
+  const probes::DeviceInfo dev = sim.Devices().at(0);
+  const core::Settings settings;  // every mode, 64 MiB
+  metrics.SetPlan(settings);
+  metrics.SetDevice(dev);
+  HealthTracker health{settings};
+  CycleObservation obs{dev, sim.ReadLinkPath(dev.index), {}};
+  for (const probes::ProbeSpec& spec : core::PlanProbes(settings)) {
+    obs.samples.push_back(sim.Run(dev.index, spec));
+    metrics.RecordSample(dev, obs.samples.back());
+  }
+  EXPECT_TRUE(SeriesWith(Expose(registry), "xferd_band_exempt{").empty());
+  metrics.RecordHealth(health.Observe(obs));
+  // Of the 8 link-bound pairs only pinned h2d has a healthy figure over NVLink-C2C.
+  const auto exempt = SeriesWith(Expose(registry), "xferd_band_exempt{");
+  EXPECT_EQ(exempt.size(), 7u) << ::testing::PrintToString(exempt);
+  for (const std::string& line : exempt) {
+    EXPECT_EQ(line.find("direction=\"h2d\",gpu=\"0\",mode=\"pinned\""), std::string::npos)
+        << line;
+  }
 }
 
 TEST(Metrics, ScrapesRunAlongsideRecording) {

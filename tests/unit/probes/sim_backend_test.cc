@@ -171,6 +171,41 @@ TEST(SimBackend, DegradeScalesBandwidth) {
   EXPECT_NEAR(FaultedOverHealthy({.kind = SimFault::Kind::kDegrade, .factor = 0.5}), 0.5, 0.03);
 }
 
+TEST(SimBackend, RemoteNumaPutsTheBuffersOnTheFarNodeAndCostsEveryMode) {
+  SimOptions o = Fast();
+  o.devices = 2;  // one GPU on node 0, one on node 1
+  o.faults = {{.kind = SimFault::Kind::kRemoteNuma, .factor = 0.7}};
+  SimBackend sim(o), healthy(Fast());
+  for (int device = 0; device < 2; ++device) {
+    const ProbeSample s = sim.Run(device, Spec(TransferMode::kPinned, Direction::kH2D));
+    EXPECT_GE(s.host_numa_node, 0);
+    EXPECT_NE(s.host_numa_node, sim.ReadLinkPath(device).numa_node);
+  }
+  for (TransferMode mode : {TransferMode::kPinned, TransferMode::kPageable}) {
+    EXPECT_NEAR(MedianBw(sim, mode, Direction::kH2D) / MedianBw(healthy, mode, Direction::kH2D),
+                0.7, 0.03)
+        << ToString(mode);
+  }
+}
+
+TEST(SimBackend, SlowStagingCostsPageableOnly) {
+  SimOptions o = Fast();
+  o.faults = {{.kind = SimFault::Kind::kSlowStaging, .factor = 0.25}};
+  SimBackend sim(o), healthy(Fast());
+  EXPECT_NEAR(MedianBw(sim, TransferMode::kPageable, Direction::kH2D) /
+                  MedianBw(healthy, TransferMode::kPageable, Direction::kH2D),
+              0.25, 0.02);
+  EXPECT_NEAR(MedianBw(sim, TransferMode::kPinned, Direction::kH2D) /
+                  MedianBw(healthy, TransferMode::kPinned, Direction::kH2D),
+              1.0, 0.02);
+  // Past the 10x the diagnosis names (pinned_pageable_ratio), from the usual 2-4x.
+  EXPECT_GT(MedianBw(sim, TransferMode::kPinned, Direction::kH2D) /
+                MedianBw(sim, TransferMode::kPageable, Direction::kH2D),
+            10.0);
+  EXPECT_EQ(sim.Run(0, Spec(TransferMode::kPageable, Direction::kH2D)).host_numa_node,
+            sim.ReadLinkPath(0).numa_node);
+}
+
 TEST(SimBackend, FaultsCanTargetOneDevice) {
   SimOptions o = Fast();
   o.devices = 2;

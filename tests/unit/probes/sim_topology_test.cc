@@ -212,5 +212,31 @@ TEST(SimTopology, GraceHopperHostsCopyOverNvlinkC2c) {
   }
 }
 
+TEST(SimTopology, RemoteNumaNeedsAGpuWithANumaNode) {
+  // igx-dgpu is a single-node host (numa_node -1): no far node to put the buffers on.
+  SimOptions o = FromTree("igx-dgpu");
+  o.faults = {{.kind = SimFault::Kind::kRemoteNuma, .factor = 0.7}};
+  try {
+    SimBackend sim(o);
+    FAIL() << "a remote_numa fault on a GPU without a NUMA node was accepted";
+  } catch (const platform::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no NUMA node"), std::string::npos) << what;
+    EXPECT_NE(what.find("device = N"), std::string::npos) << what;
+  }
+  // hgx-8gpu's GPUs sit on nodes 0 and 1: each gets the other one.
+  SimOptions hgx = FromTree("hgx-8gpu");
+  hgx.faults = o.faults;
+  SimBackend sim(hgx);
+  ProbeSpec spec;
+  spec.mode = TransferMode::kPinned;
+  spec.size_bytes = 4 << 20;
+  spec.iterations = 2;
+  for (int device : {0, 7}) {
+    const ProbeSample s = sim.Run(device, spec);
+    EXPECT_EQ(s.host_numa_node, sim.ReadLinkPath(device).numa_node == 0 ? 1 : 0);
+  }
+}
+
 }  // namespace
 }  // namespace xferd::probes

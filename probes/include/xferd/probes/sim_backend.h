@@ -28,13 +28,20 @@ struct SimFault {
     kSlow,        // every transfer takes `factor` times longer (factor >= 1)
     kLost,        // the device is gone: every probe returns kError "device lost"
     kLinkErrors,  // a link error counter grows at `rate` on device `hop` of the GPU's path
+    // The host buffers land on a NUMA node other than the GPU's: every copy crosses the
+    // socket link, each mode's bandwidth x factor, and the placement a probe reports is the
+    // far node (what `get_mempolicy` would say).
+    kRemoteNuma,
+    // The pageable path's staging through the driver's bounce buffer is starved (host
+    // memory bandwidth, pressure): pageable bandwidth x factor, pinned as before.
+    kSlowStaging,
   };
   // kLinkErrors: the counter that grows, the kernel's AER counts of a class or NVML's replay
   // counter of the GPU's own link.
   enum class ErrorCounter { kCorrectable, kNonFatal, kFatal, kReplay };
   Kind kind = Kind::kDegrade;
   int device = -1;         // -1: every device
-  double factor = 1.0;     // kDegrade, kSlow; kLinkErrors: the bandwidth left (1 = as before)
+  double factor = 1.0;     // kDegrade, kSlow, and the bandwidth the others leave (1 = as before)
   int gen = 0, width = 0;  // kDownTrain
   int every = 0;           // kErrorEvery
   ErrorCounter counter = ErrorCounter::kCorrectable;  // kLinkErrors
