@@ -43,9 +43,8 @@ void HoldToDeadline(probes::ProbeSample& sample, const probes::ProbeSpec& spec, 
                      " ms deadline (hung device?); the probe was cancelled";
   } else if (sample.status == probes::ProbeStatus::kOk && elapsed_s > deadline_s) {
     sample.status = probes::ProbeStatus::kTimeout;
-    sample.message =
-        fmt::format("finished after {}, past its {} deadline", SecondsText(elapsed_s),
-                    SecondsText(deadline_s));
+    sample.message = fmt::format("finished after {}, past its {} deadline", SecondsText(elapsed_s),
+                                 SecondsText(deadline_s));
   }
 }
 

@@ -111,7 +111,7 @@ class ProbeRunner {
   Clock& clock_;
   const HangWatch watch_;
 
-  std::mutex mutex_;  // guards the call in flight and path_rates_
+  std::mutex mutex_;                  // guards the call in flight and path_rates_
   std::map<int, double> path_rates_;  // PathRate by device index
   bool in_probe_ = false;
   int probe_device_ = 0;

@@ -1,6 +1,7 @@
 """A small neighbour on a narrow link, end to end on the simulated device: another process's
-steady traffic, under the busy check's 2 GB/s but a fifth to a quarter of the link, takes enough of a
-Gen3 x4, Gen4 x4 or (an IGX's uplink) Gen4 x8 link to push healthy readings below the band.
+steady traffic, under the busy check's 2 GB/s but a tenth to a quarter of a Gen3 x4, Gen4
+x4 or (an IGX's uplink) Gen4 x8 link, takes enough of it to push healthy readings to or
+below the band.
 The contention threshold scales with the link, so those probes are recognised as contended
 (link_shared names it, the readings are neither judged nor learned) and no verdict turns
 DEGRADED; on a Gen4 x16 link the threshold stays the configured 2 GB/s, and a probe alone

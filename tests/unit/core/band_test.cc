@@ -110,8 +110,7 @@ TEST(BandFromPath, FollowsTheTrainedLinkWhereAMaximumCannotBeRead) {
   EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
   EXPECT_EQ(band.source, "link Gen4 x16 as trained at 0000:01:00.0 (maximum unreadable)");
   // The GPU's own maximum unreadable: the same.
-  const probes::LinkPath own =
-      Path({{"0000:01:00.0", 4, 8, 0, 0}, {"0000:00:01.0", 4, 8, 4, 16}});
+  const probes::LinkPath own = Path({{"0000:01:00.0", 4, 8, 0, 0}, {"0000:00:01.0", 4, 8, 4, 16}});
   EXPECT_NEAR(BandFromPath(own, 0.63, 0.83).upper_bytes_per_s, 0.83 * kGen4x8, 1e7);
 }
 

@@ -166,7 +166,6 @@ TEST(Contention, WithoutTheBackendsByteCountTheSpecsTransfersCount) {
   EXPECT_EQ(JudgeContention(s, kDefault).state, ContentionState::kContended);
 }
 
-
 // The links a GPU reaches host memory over, from the narrowest xferd is built for to the
 // widest: what each carries per direction when healthy.
 struct LinkCase {
@@ -174,10 +173,14 @@ struct LinkCase {
   double bytes_per_s;
 };
 const LinkCase kLinks[] = {
-    {"Gen3 x4", probes::PcieBytesPerSecond(3, 4)},   {"Gen3 x8", probes::PcieBytesPerSecond(3, 8)},
-    {"Gen4 x4", probes::PcieBytesPerSecond(4, 4)},   {"Gen4 x8", probes::PcieBytesPerSecond(4, 8)},
-    {"Gen3 x16", probes::PcieBytesPerSecond(3, 16)}, {"Gen5 x8", probes::PcieBytesPerSecond(5, 8)},
-    {"Gen4 x16", probes::PcieBytesPerSecond(4, 16)}, {"Gen5 x16", probes::PcieBytesPerSecond(5, 16)},
+    {"Gen3 x4", probes::PcieBytesPerSecond(3, 4)},
+    {"Gen3 x8", probes::PcieBytesPerSecond(3, 8)},
+    {"Gen4 x4", probes::PcieBytesPerSecond(4, 4)},
+    {"Gen4 x8", probes::PcieBytesPerSecond(4, 8)},
+    {"Gen3 x16", probes::PcieBytesPerSecond(3, 16)},
+    {"Gen5 x8", probes::PcieBytesPerSecond(5, 8)},
+    {"Gen4 x16", probes::PcieBytesPerSecond(4, 16)},
+    {"Gen5 x16", probes::PcieBytesPerSecond(5, 16)},
     {"NVLink-C2C", probes::kC2cBytesPerSecond},
 };
 
@@ -230,15 +233,14 @@ TEST(ContentionThreshold, ASmallNeighbourOnANarrowLinkIsSeenAndOnAFastOneIsNoise
   // 1.7 GB/s of someone else's h2d traffic: a fifth of a Gen4 x4 link, the probe reads 21 %
   // low (5.0 of 6.3 GB/s).
   const double gen4x4 = probes::PcieBytesPerSecond(4, 4);
-  const auto narrow = JudgeContention(Probe(Direction::kH2D, 5.0, 5.0 * 1.07 + 1.7, 0.5),
-                                      OnLink(gen4x4));
+  const auto narrow =
+      JudgeContention(Probe(Direction::kH2D, 5.0, 5.0 * 1.07 + 1.7, 0.5), OnLink(gen4x4));
   EXPECT_EQ(narrow.state, ContentionState::kContended) << narrow.reason;
   EXPECT_NEAR(narrow.foreign_h2d_bytes_per_s, 1.7e9 - 0.03 * 5e9, 0.05e9);
   // The same 1.7 GB/s beside 26 GB/s on Gen4 x16 cannot move the reading out of its band:
   // under the 2 GB/s it is held to there.
-  const auto wide =
-      JudgeContention(Probe(Direction::kH2D, 26, 26 * 1.07 + 1.7, 3),
-                      OnLink(probes::PcieBytesPerSecond(4, 16)));
+  const auto wide = JudgeContention(Probe(Direction::kH2D, 26, 26 * 1.07 + 1.7, 3),
+                                    OnLink(probes::PcieBytesPerSecond(4, 16)));
   EXPECT_EQ(wide.state, ContentionState::kClear) << wide.reason;
 }
 
