@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "cmd/backend.h"
-#include "config/units.h"
 #include "exporter/exposition.h"
 #include "exporter/textfile.h"
 #include "platform/abandonable_call.h"
@@ -117,10 +116,10 @@ HealthState Service::Healthz() const {
   const auto age = seams_.clock->Now() - since;
   if (age > stale_after) {
     return {false,
-            fmt::format("no probe cycle finished for {:.0f} s (interval {:.0f} s, "
-                        "stale after {:.0f} s)",
-                        duration<double>(age).count(), duration<double>(config->interval).count(),
-                        duration<double>(stale_after).count())};
+            fmt::format("no probe cycle finished for {} (interval {}, stale after {})",
+                        FormatSeconds(duration<double>(age).count(), 0),
+                        FormatSeconds(duration<double>(config->interval).count(), 0),
+                        FormatSeconds(duration<double>(stale_after).count(), 0))};
   }
   return {true, last ? "ok" : "starting: first probe cycle running"};
 }
@@ -305,7 +304,7 @@ void Service::CheckStall() {
         "pings stop so systemd restarts xferd; check the GPU (nvidia-smi, dmesg for Xid)",
         stall->device, probes::ToString(s.mode), probes::ToString(s.direction),
         probes::FormatSize(s.size_bytes), stall->running_for.count() / 1e3,
-        config::FormatDuration(s.deadline));
+        FormatSeconds(duration<double>(s.deadline).count()));
     seams_.notifier->Status(fmt::format(
         "HUNG: gpu {} {} {} probe not answering for {:.0f} s", stall->device,
         probes::ToString(s.mode), probes::ToString(s.direction), stall->running_for.count() / 1e3));

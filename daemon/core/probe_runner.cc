@@ -26,11 +26,6 @@ double TrainedRate(const probes::LinkPath& path) {
   return link != nullptr ? link->CurrentBytesPerSecond() : 0.0;
 }
 
-// A duration in a message: milliseconds below a second, where "0.00 s" would say nothing.
-std::string SecondsText(double seconds) {
-  return seconds < 1 ? fmt::format("{:.3g} ms", seconds * 1e3) : fmt::format("{:.2f} s", seconds);
-}
-
 // The one conversion to a timeout. A probe asked to stop because it hung answers kError
 // ("cancelled"); one that finished past its deadline without noticing came too late to
 // trust.
@@ -43,8 +38,8 @@ void HoldToDeadline(probes::ProbeSample& sample, const probes::ProbeSpec& spec, 
                      " ms deadline (hung device?); the probe was cancelled";
   } else if (sample.status == probes::ProbeStatus::kOk && elapsed_s > deadline_s) {
     sample.status = probes::ProbeStatus::kTimeout;
-    sample.message = fmt::format("finished after {}, past its {} deadline", SecondsText(elapsed_s),
-                                 SecondsText(deadline_s));
+    sample.message = fmt::format("finished after {}, past its {} deadline",
+                                 FormatSeconds(elapsed_s, 2), FormatSeconds(deadline_s, 2));
   }
 }
 
