@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/diagnosis.h"
 #include "platform/printable.h"
 
@@ -148,9 +149,9 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
                                              : Num(daemon, "stale_after_seconds").value_or(0);
   if (stale > 0 && *age > stale) {
     return Unknown(
-        fmt::format("verdict stale: the last probe cycle ended {:.0f} s ago (stale "
-                    "after {:.0f} s); is the probe loop stuck?",
-                    *age, stale));
+        fmt::format("verdict stale: the last probe cycle ended {} ago (stale after {}); is "
+                    "the probe loop stuck?",
+                    core::FormatSeconds(*age, 0), core::FormatSeconds(stale, 0)));
   }
 
   const json gpus = doc.contains("gpus") ? doc["gpus"] : json(nullptr);

@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "core/band.h"
 #include "core/busy_detector.h"
+#include "core/contention.h"
 #include "core/health_tracker.h"
 #include "core/link_errors.h"
 #include "core/plan.h"
@@ -52,6 +53,7 @@ struct DeviceReport {
   std::vector<Diagnosis> diagnoses;  // likely causes of what the rows show; usually none
   LinkErrorReading link_errors;      // the path's error counters after the probes
   LinkErrorGrowth link_errors_grown;  // and what they grew by while the probes ran
+  double foreign_traffic_threshold_bytes_per_s = 0;  // ForeignTrafficLimit on its path
 };
 
 // The link's error counters around the probes of one GPU: read before and after them, and
@@ -108,6 +110,10 @@ DeviceReport ProbeDevice(ProbeRunner& runner, probes::TransferBackend& backend,
   }
   if (!link_read) report.path = backend.ReadLinkPath(info.index);
   report.band = ResolveBand(config, info, report.path);
+  // The foreign traffic that makes a probe on this path contended (besides the counters'
+  // noise on the probe's own bytes).
+  report.foreign_traffic_threshold_bytes_per_s =
+      ForeignTrafficLimit(ContentionThresholdsOf(config, HostLinkRate(report.path)), 0);
   report.link_errors = errors.tracker.Observe(info, errors.reader.Read(info, report.path), now());
   report.link_errors_grown = errors.tracker.Growth(info.uuid);
   // Judged as the daemon judges one cycle (no history, so no baseline cause).
@@ -167,7 +173,8 @@ void PrintTable(const std::vector<DeviceReport>& reports) {
       const probes::PcieLink& own = r.path.links.front();
       std::printf(
           "  WARNING: the GPU's link runs at %s, below the %s both its ends can do: check "
-          "the slot, riser and seating (the band follows the trained link)\n",
+          "the slot, riser and seating (the band follows what the link can do, so its copies "
+          "read below it)\n",
           probes::FormatLink(own.current_gen, own.current_width).c_str(),
           probes::FormatLink(own.LinkMaxGen(), own.LinkMaxWidth()).c_str());
     }
@@ -332,6 +339,7 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
            {"iommu_type", r.path.iommu_type},
            {"note", r.path.note}}},
          {"expected_band", BandJson(r.band)},
+         {"foreign_traffic_threshold_bytes_per_s", r.foreign_traffic_threshold_bytes_per_s},
          {"link_errors", LinkErrorsJson(r)},
          {"diagnoses", diagnoses}});
     for (const Row& row : r.rows) {

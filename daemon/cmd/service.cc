@@ -71,6 +71,7 @@ void WarnRestartOnly(const Config& running, const Config& next) {
   if (running.simulate && next.simulate &&
       (running.sim.devices != next.sim.devices || running.sim.seed != next.sim.seed ||
        running.sim.link_gen != next.sim.link_gen || running.sim.link_width != next.sim.link_width ||
+       running.sim.idle_link_gen != next.sim.idle_link_gen ||
        running.sim.time_scale != next.sim.time_scale ||
        running.sim.integrated != next.sim.integrated ||
        running.sim.sysfs_root != next.sim.sysfs_root ||
@@ -116,10 +117,10 @@ HealthState Service::Healthz() const {
   const auto age = seams_.clock->Now() - since;
   if (age > stale_after) {
     return {false,
-            fmt::format("no probe cycle finished for {:.0f} s (interval {:.0f} s, "
-                        "stale after {:.0f} s)",
-                        duration<double>(age).count(), duration<double>(config->interval).count(),
-                        duration<double>(stale_after).count())};
+            fmt::format("no probe cycle finished for {} (interval {}, stale after {})",
+                        FormatSeconds(duration<double>(age).count(), 0),
+                        FormatSeconds(duration<double>(config->interval).count(), 0),
+                        FormatSeconds(duration<double>(stale_after).count(), 0))};
   }
   return {true, last ? "ok" : "starting: first probe cycle running"};
 }
@@ -312,11 +313,11 @@ void Service::CheckStall() {
     metrics_.RecordSkipped(stall->device, s.mode, ProbeResult::kTimeout);
     status_board_.RecordSkipped(stall->device, s, ProbeResult::kTimeout);
     spdlog::error(
-        "gpu {} {} {} {}: probe hung: no answer after {:.1f} s (deadline {:.1f} s); watchdog "
+        "gpu {} {} {} {}: probe hung: no answer after {:.1f} s (deadline {}); watchdog "
         "pings stop so systemd restarts xferd; check the GPU (nvidia-smi, dmesg for Xid)",
         stall->device, probes::ToString(s.mode), probes::ToString(s.direction),
         probes::FormatSize(s.size_bytes), stall->running_for.count() / 1e3,
-        duration<double>(s.deadline).count());
+        FormatSeconds(duration<double>(s.deadline).count()));
     seams_.notifier->Status(fmt::format(
         "HUNG: gpu {} {} {} probe not answering for {:.0f} s", stall->device,
         probes::ToString(s.mode), probes::ToString(s.direction), stall->running_for.count() / 1e3));

@@ -53,6 +53,8 @@ void ReadLink(const TableReader& r, probes::SimOptions& sim) {
     }
     sim.link_width = static_cast<int>(*v);
   }
+  // PCIe power saving: the generation the link drops to at idle.
+  if (auto v = r.Integer("idle_link_gen", 1, 6, 1)) sim.idle_link_gen = static_cast<int>(*v);
 }
 
 // Where the simulated GPUs sit: the built-in host's switches, uplink and NUMA nodes, or a

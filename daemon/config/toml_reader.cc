@@ -49,6 +49,7 @@ const std::vector<Section>& Schema() {
         "link",
         "link_gen",
         "link_width",
+        "idle_link_gen",
         "integrated",
         "time_scale",
         "fault",

@@ -1,16 +1,32 @@
 #include "core/band.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <mutex>
+#include <set>
 
 #include "core/host_groups.h"
 #include "core/plan.h"
 
 namespace xferd::core {
 
+double CapabilityRate(const probes::PcieLink& link) {
+  // Either end's maximum unreadable: the link's is not known (the GPU's alone would hold
+  // a Gen5 GPU in a Gen4 slot to Gen5). No other end on the path at all (a GPU on a
+  // virtual machine's root bus): this end's is all there is.
+  if (link.max_gen == 0 || link.max_width == 0) return 0.0;
+  if (!link.other_end_bdf.empty() &&
+      (link.other_end_max_gen == 0 || link.other_end_max_width == 0)) {
+    return 0.0;
+  }
+  return link.LinkMaxBytesPerSecond();
+}
+
 double BandRate(const probes::PcieLink& link) {
-  return link.CurrentBytesPerSecond();
+  const double capability = CapabilityRate(link);
+  return capability > 0 ? capability : link.CurrentBytesPerSecond();
 }
 
 double HostLinkRate(const probes::LinkPath& path) {
@@ -37,6 +53,23 @@ const probes::PcieLink* BandLink(const probes::LinkPath& path) {
   return lowest;
 }
 
+// A band that follows a trained link is said once per link in the log: its maximum could
+// not be read, so a link trained down from the start reads as healthy there.
+void SayTrainedOnce(const probes::PcieLink& link) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  {
+    std::lock_guard lock(mutex);
+    if (!said.insert(link.bdf).second) return;
+  }
+  spdlog::warn(
+      "link at {}: the maximum speed of {} cannot be read, so the expected band follows the "
+      "link as trained ({}): a link trained down from the start is not seen there; check "
+      "max_link_speed and max_link_width under /sys/bus/pci/devices (said once)",
+      link.bdf, link.other_end_bdf.empty() ? link.bdf : link.bdf + " or " + link.other_end_bdf,
+      probes::FormatLink(link.current_gen, link.current_width));
+}
+
 }  // namespace
 
 ExpectedBand BandFromPath(const probes::LinkPath& path, double lower_fraction,
@@ -61,8 +94,17 @@ ExpectedBand BandFromPath(const probes::LinkPath& path, double lower_fraction,
   }
   band.lower_bytes_per_s = lower_fraction * BandRate(*link);
   band.upper_bytes_per_s = upper_fraction * BandRate(*link);
-  band.source =
-      "link " + probes::FormatLink(link->current_gen, link->current_width) + " at " + link->bdf;
+  const std::string trained = probes::FormatLink(link->current_gen, link->current_width);
+  if (CapabilityRate(*link) > 0) {
+    const std::string capability = probes::FormatLink(link->LinkMaxGen(), link->LinkMaxWidth());
+    band.source = "link " + capability + " at " + link->bdf;
+    if (link->CurrentBytesPerSecond() > 0 && trained != capability) {
+      band.source += ", trained " + trained;
+    }
+  } else {
+    band.source = "link " + trained + " as trained at " + link->bdf + " (maximum unreadable)";
+    SayTrainedOnce(*link);
+  }
   return band;
 }
 

@@ -36,8 +36,17 @@ struct HostGroup;
 
 // ---- What a band is a share of ------------------------------------------------------------
 
-// The per-direction rate of one PCIe link that bands are a share of: the rate the link
-// trained to, so a downtrained link narrows the band (and link_downtrained names the cause).
+// What one PCIe link carries per direction when healthy: the lower of its two ends'
+// maxima (a Gen5 GPU in a Gen4 slot is held to the slot); this end's alone when the path
+// has no other end (a GPU on a virtual machine's root bus). 0 when a maximum on the path
+// cannot be read.
+double CapabilityRate(const probes::PcieLink& link);
+
+// The per-direction rate of one PCIe link that bands are a share of: its CapabilityRate,
+// not the rate it trained to, so a link trained down (from the start or later) reads below
+// its band and link_downtrained names the cause; links that slow down at idle to save
+// power do not move it. Where the capability is unknown, the rate the link trained to
+// (said once in the log, and in the band's source).
 double BandRate(const probes::PcieLink& link);
 
 // The rate of a GPU's way to host memory that its band is a share of: NVLink-C2C's rate for
@@ -50,7 +59,9 @@ double HostLinkRate(const probes::LinkPath& path);
 struct ExpectedBand {
   double lower_bytes_per_s = 0;
   double upper_bytes_per_s = 0;
-  std::string source;  // "config", "link Gen4 x16 at 0000:00:01.0", "unknown: ..."
+  // "config", "link Gen4 x16 at 0000:00:01.0" (what it can carry; ", trained Gen4 x4" when
+  // it runs below that), "link Gen4 x4 as trained at ... (maximum unreadable)", "unknown: ..."
+  std::string source;
   // What each mode's share of the band follows from (BandHold): the rate and kind of the
   // link the band is a share of (BandFromPath; 0 where none is known), and the chunk
   // pinned_async copies in (ResolveBand, from the settings; 0 = not known).

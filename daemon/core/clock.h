@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <stop_token>
+#include <string>
 
 namespace xferd::core {
 
@@ -21,5 +22,9 @@ class SteadyClock final : public Clock {
   SteadyTime Now() const override { return std::chrono::steady_clock::now(); }
   bool SleepUntil(SteadyTime until, std::stop_token stop) override;
 };
+
+// A duration in a message: "40 ms" below a second, where "0.0 s" would say nothing, else
+// seconds with `decimals` places ("1.5 s").
+std::string FormatSeconds(double seconds, int decimals = 1);
 
 }  // namespace xferd::core

@@ -6,12 +6,24 @@
 
 namespace xferd::core {
 
-ContentionThresholds ContentionThresholdsOf(const Settings& settings) {
-  return {settings.busy_pcie_bytes_per_s};
+ContentionThresholds ContentionThresholdsOf(const Settings& settings, double link_bytes_per_s) {
+  return {settings.busy_pcie_bytes_per_s, link_bytes_per_s, settings.band_lower_fraction};
+}
+
+double LinkForeignThreshold(double link_bytes_per_s, double band_lower_fraction) {
+  if (!(link_bytes_per_s > 0)) return 0.0;
+  return kNeighbourShareOfHeadroom * std::clamp(1.0 - band_lower_fraction, 0.0, 1.0) *
+         link_bytes_per_s;
 }
 
 double ForeignTrafficLimit(const ContentionThresholds& thresholds, double own_bytes_per_s) {
-  return std::max(thresholds.foreign_bytes_per_s, kForeignNoiseShare * own_bytes_per_s);
+  double limit = thresholds.foreign_bytes_per_s;
+  if (const double link =
+          LinkForeignThreshold(thresholds.link_bytes_per_s, thresholds.band_lower_fraction);
+      link > 0) {
+    limit = std::min(limit, link);
+  }
+  return std::max(limit, kForeignNoiseShare * own_bytes_per_s);
 }
 
 probes::Contention JudgeContention(const probes::ProbeSample& sample,

@@ -26,18 +26,38 @@ inline constexpr double kForeignNoiseShare = 0.10;
 // refreshed): the window is no reading, and contention unknown rather than clear.
 inline constexpr double kOwnTrafficMinSeen = 0.5;
 
+// A neighbour moving N bytes/s over a link the probe keeps full takes about N from the
+// probe's reading. A healthy reading sits well inside the band (pinned copies read 0.80-0.87
+// of the link, the band's lower edge is 0.63 of it), so a neighbour of more than
+// (1 - band_lower_fraction) of the link pushes even a perfect reading below the band, and
+// the room a healthy reading has is about half that. A quarter of it is the neighbour that
+// counts: smaller ones cannot move a healthy reading out of the band.
+inline constexpr double kNeighbourShareOfHeadroom = 0.25;
+
 struct ContentionThresholds {
-  // Foreign traffic (both directions summed) at or above this is contention; the busy
-  // check's PCIe threshold ([busy] pcie_bytes_per_second).
+  // Foreign traffic (both directions summed) at or above this is contention wherever the
+  // link's own threshold is higher: the busy check's PCIe threshold ([busy]
+  // pcie_bytes_per_second), the figure on fast links (x16, NVLink-C2C).
   double foreign_bytes_per_s = 2e9;
+  // What the GPU's path carries per direction when healthy (HostLinkRate, the narrowest
+  // link's capability); 0 = unknown, the figure above alone.
+  double link_bytes_per_s = 0;
+  double band_lower_fraction = 0.63;
 };
 
-// The thresholds `settings` set ([busy] pcie_bytes_per_second).
-ContentionThresholds ContentionThresholdsOf(const Settings& settings);
+// The thresholds `settings` set ([busy] pcie_bytes_per_second, [health]
+// band_lower_fraction) on a path carrying `link_bytes_per_s` (HostLinkRate; 0 = unknown).
+ContentionThresholds ContentionThresholdsOf(const Settings& settings, double link_bytes_per_s);
+
+// The neighbour that can move a healthy reading below the band on a link that carries
+// `link_bytes_per_s` per direction: kNeighbourShareOfHeadroom x (1 - band_lower_fraction)
+// x the link; 0 when the link is unknown.
+double LinkForeignThreshold(double link_bytes_per_s, double band_lower_fraction);
 
 // The foreign traffic (bytes/s, both directions summed) at which a probe moving
-// `own_bytes_per_s` of its own counts as contended: the threshold, or the counters' noise
-// on the probe's own rate where that is more. After the probe has ended its own rate is 0.
+// `own_bytes_per_s` of its own counts as contended: the lower of the configured figure
+// and the link's own threshold (LinkForeignThreshold), or the counters' noise on the
+// probe's own rate where that is more. After the probe has ended its own rate is 0.
 double ForeignTrafficLimit(const ContentionThresholds& thresholds, double own_bytes_per_s);
 
 // Judge `sample`'s traffic window: kUnknown without one (no NVML, unsupported GPU), for

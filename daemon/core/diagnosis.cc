@@ -56,8 +56,11 @@ std::string_view ToString(DiagnosisCause cause) {
 
 namespace {
 
-// A downtrained link is a fault whether or not this cycle was slow: it caps every copy.
-// Both ends of a link report it; it is named once, with the most it could train to.
+// A downtrained link is a fault whether or not this cycle was slow: it caps every copy, and
+// the band follows what the link can do (BandRate), so its copies read below the band. It is
+// read while a probe keeps the link busy: a link that slows down at idle to save power is
+// back up to speed then. Both ends of a link report it; it is named once, with the most it
+// could train to.
 std::optional<Diagnosis> LinkDowntrained(const probes::LinkPath& path) {
   std::string detail, first_bdf;
   std::vector<std::pair<std::string, std::string>> named;
@@ -83,7 +86,8 @@ std::optional<Diagnosis> LinkDowntrained(const probes::LinkPath& path) {
 }
 
 // The GPU can do more than its path allows (a Gen5 GPU in a Gen4 slot, an x8 switch on the
-// way): not a fault, and not link_downtrained; the band follows the trained link.
+// way): not a fault, and not link_downtrained; the band follows what the path can carry, the
+// lower of each link's two ends' maxima.
 std::optional<Diagnosis> CapabilityMismatch(const probes::LinkPath& path) {
   if (path.links.empty()) return std::nullopt;
   const probes::PcieLink& own = path.links.front();
@@ -99,7 +103,7 @@ std::optional<Diagnosis> CapabilityMismatch(const probes::LinkPath& path) {
       "GPU can do " + LinkText(own.max_gen, own.max_width) + ", its path at most " +
           LinkText(cap->LinkMaxGen(), cap->LinkMaxWidth()) + " (link " + ends + ")",
       "Not a fault: the slot or a port upstream caps the GPU below what it can do, and the "
-      "expected band follows the link as it is. For the GPU's full bandwidth, move it to a "
+      "expected band follows what that path can carry. For the GPU's full bandwidth, move it to a "
       "slot whose path supports " +
           LinkText(own.max_gen, own.max_width) + " (`lspci -vv` LnkCap of each port)."};
 }

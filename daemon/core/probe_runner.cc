@@ -38,8 +38,8 @@ void HoldToDeadline(probes::ProbeSample& sample, const probes::ProbeSpec& spec, 
                      " ms deadline (hung device?); the probe was cancelled";
   } else if (sample.status == probes::ProbeStatus::kOk && elapsed_s > deadline_s) {
     sample.status = probes::ProbeStatus::kTimeout;
-    sample.message =
-        fmt::format("finished after {:.2f} s, past its {:.2f} s deadline", elapsed_s, deadline_s);
+    sample.message = fmt::format("finished after {}, past its {} deadline",
+                                 FormatSeconds(elapsed_s, 2), FormatSeconds(deadline_s, 2));
   }
 }
 
@@ -130,13 +130,36 @@ std::optional<Measured> ProbeRunner::Run(const probes::DeviceInfo& device,
   if (stop.stop_requested()) return std::nullopt;  // cut short: not a result
   m.elapsed_s = duration<double>(end - m.started).count();
   HoldToDeadline(m.sample, spec, m.elapsed_s, cancelled);
-  m.sample.contention = JudgeContention(m.sample, ContentionThresholdsOf(settings));
-  m.cost_s = CostOf(m.sample, m.elapsed_s);
   if (read_link && m.sample.status == probes::ProbeStatus::kOk) {
-    // Right after traffic, before an idle link trains down to save power.
-    m.link = widest ? std::move(*widest) : backend_.ReadLinkPath(device.index);
+    // Right after traffic too, before an idle link trains down to save power: a probe may
+    // end before any reading during it saw the link back up to speed.
+    probes::LinkPath after = backend_.ReadLinkPath(device.index);
+    m.link = widest && TrainedRate(*widest) >= TrainedRate(after) ? std::move(*widest)
+                                                                  : std::move(after);
   }
+  const double link_rate = m.sample.traffic ? PathRate(device.index, m.link) : 0.0;
+  m.sample.contention = JudgeContention(m.sample, ContentionThresholdsOf(settings, link_rate));
+  m.cost_s = CostOf(m.sample, m.elapsed_s);
   return m;
+}
+
+double ProbeRunner::PathRate(int device, const std::optional<probes::LinkPath>& read) {
+  // What a path can carry does not change at idle: read it once per device, again with
+  // each path the caller has read anyway.
+  if (read) {
+    const double rate = HostLinkRate(*read);
+    std::lock_guard lock(mutex_);
+    path_rates_[device] = rate;
+    return rate;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = path_rates_.find(device); it != path_rates_.end()) return it->second;
+  }
+  const double rate = HostLinkRate(backend_.ReadLinkPath(device));
+  std::lock_guard lock(mutex_);
+  path_rates_[device] = rate;
+  return rate;
 }
 
 std::optional<MeasuredGroup> ProbeRunner::RunGroup(const HostGroup& group,

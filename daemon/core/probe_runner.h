@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <stop_token>
@@ -102,12 +103,16 @@ class ProbeRunner {
   template <typename Result, typename Call, typename Poll>
   Result Watched(const probes::ProbeSpec& spec, std::stop_token stop, bool& cancelled, Call call,
                  Poll poll);
+  // What `device`'s path carries when healthy (HostLinkRate), the rate its contention
+  // threshold scales with: of the path `read` for this probe, else as last read.
+  double PathRate(int device, const std::optional<probes::LinkPath>& read);
 
   probes::TransferBackend& backend_;
   Clock& clock_;
   const HangWatch watch_;
 
-  std::mutex mutex_;  // guards the call in flight
+  std::mutex mutex_;                  // guards the call in flight and path_rates_
+  std::map<int, double> path_rates_;  // PathRate by device index
   bool in_probe_ = false;
   int probe_device_ = 0;
   probes::ProbeSpec probe_spec_;

@@ -349,9 +349,9 @@ CycleReport Scheduler::RunCycle(const Settings& config, BusyDetector* busy, std:
   report.wall_s = duration<double>(clock_.Now() - round.start).count();
   if (report.over_budget) {
     spdlog::warn(
-        "cycle over its {:.1f} s budget: {} probes not started; raise "
+        "cycle over its {} budget: {} probes not started; raise "
         "probe.cycle_budget or probe fewer modes/sizes",
-        duration<double>(config.cycle_budget).count(), report.skipped_budget);
+        FormatSeconds(duration<double>(config.cycle_budget).count()), report.skipped_budget);
   }
   return report;
 }

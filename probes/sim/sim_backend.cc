@@ -324,7 +324,18 @@ Capabilities SimBackend::GetCapabilities(int) const {
 }
 
 LinkPath SimBackend::ReadLinkPath(int device) const {
-  return state_->CurrentPath(device, state_->FaultsFor(device));
+  LinkPath path = state_->CurrentPath(device, state_->FaultsFor(device));
+  const int idle_gen = state_->options.idle_link_gen;
+  if (idle_gen > 0 && !path.links.empty() && device >= 0 &&
+      device < static_cast<int>(state_->devices.size())) {
+    const State::Device& dev = *state_->devices[static_cast<std::size_t>(device)];
+    std::lock_guard lock(dev.mutex);
+    const bool idle =
+        dev.probes == 0 || state_->Now(dev) - dev.busy_until_s > kSimIdleDownclockAfterS;
+    int& gen = path.links.front().current_gen;
+    if (idle && gen > idle_gen) gen = idle_gen;
+  }
+  return path;
 }
 
 // One probe of one device, computed without waiting: the sample and how long it takes in

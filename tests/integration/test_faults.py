@@ -74,6 +74,13 @@ def test_hang_past_deadline(daemon):
     assert_kept(d, baseline)
 
 
+def test_hang_with_a_deadline_under_a_second(daemon):
+    # The log says the deadline in milliseconds below a second: 40 ms, not "0.0 s".
+    d = daemon(sim_config(interval="2s", deadline="40ms", faults=[{"kind": "hang"}])).start()
+    m = d.wait_log(r"probe hung: no answer after [0-9.]+ s \(deadline [^)]*\)", timeout=15)
+    assert m.group(0).endswith("(deadline 40 ms)"), m.group(0)
+
+
 def test_device_lost_mid_cycle(daemon):
     d, baseline = counted_after_learning(daemon, {"kind": "lost"}, "error", 13,
                                          "every probe to fail")

@@ -5,7 +5,8 @@ band, the verdict, the diagnosis and the metrics of `xferd probe` and `xferd run
   gen5-in-gen4  a Gen5 x16 GPU in a Gen4 x16 slot: capped, not downtrained
   x8-switch     a Gen5 x16 root port linked to an x8 switch, a Gen5 x16 GPU below it: the
                 switch caps the path, nothing is downtrained
-  downtrained   a GPU and its root port both Gen5 x16 capable, trained at x8: a fault
+  downtrained   a GPU and its root port both Gen5 x16 capable, trained at x8: a fault, held
+                to the Gen5 x16 band it does not reach
 """
 import importlib.util
 import json
@@ -17,6 +18,7 @@ from xferd_harness import BINARY, SOURCE_DIR
 
 GEN4X16 = 31.508e9
 GEN5X8 = 31.508e9
+GEN5X16 = 63.015e9
 
 
 def tree_maker():
@@ -80,12 +82,19 @@ def test_probe_tells_a_downtrained_link_from_a_capped_one(tmp_path, case):
     if case == "x8-switch":
         assert found["capability_mismatch"]["detail"] == \
             "GPU can do Gen5 x16, its path at most Gen5 x8 (link 0000:01:00.0 - 0000:00:01.0)"
-    # The band follows the narrowest link as trained in every case.
-    expected = GEN4X16 if case == "gen5-in-gen4" else GEN5X8
+    # The band follows what the narrowest link can carry, the lower of its two ends' maxima:
+    # the slot's Gen4 x16 for the capped GPU, the switch's x8, and the downtrained link's
+    # Gen5 x16, which it does not reach.
+    expected = {"gen5-in-gen4": GEN4X16, "x8-switch": GEN5X8, "downtrained": GEN5X16}[case]
     assert device["expected_band"]["lower_bytes_per_s"] == pytest.approx(0.63 * expected, rel=1e-3)
-    # A GPU that is only capped reads within its band: nothing fails.
+    # A GPU that is only capped reads within its band: nothing fails. A downtrained one reads
+    # below it, and `xferd probe` says so in its exit status.
     if case != "downtrained":
         assert out.returncode == 0, table
+    else:
+        assert out.returncode == 1, table
+        assert "below band" in table, table
+        assert "link Gen5 x16 at 0000:01:00.0, trained Gen5 x8" in device["expected_band"]["source"]
 
 
 @pytest.mark.parametrize("case", ["gen5-in-gen4", "downtrained"])
@@ -117,4 +126,10 @@ sysfs_root = "{tree}"
     assert (gen_now < gen_max or width_now < width_max) == (not capped)
     if capped:
         assert (gen_max, gen_now) == (4, 4)
-    assert "verdict DEGRADED" not in d.log()
+        assert "verdict DEGRADED" not in d.log()
+        assert d.value("xferd_bandwidth_degraded", gpu="0") == 0
+    else:
+        # Trained down from the start: below the band the link can carry, so DEGRADED.
+        d.wait_for(lambda: d.value("xferd_bandwidth_degraded", gpu="0", default=0) == 1, 30,
+                   "the downtrained GPU to turn DEGRADED")
+        d.wait_log(r"verdict DEGRADED")

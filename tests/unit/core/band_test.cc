@@ -50,28 +50,43 @@ TEST(BandFromPath, TheSeedsBandForGen4x16) {
 }
 
 TEST(BandFromPath, TheNarrowestLinkBehindASwitchDecidesAndIsNamed) {
-  // The GPU's own slot is Gen5 x16; the switch's uplink and the root port trained at Gen4 x8.
+  // The GPU's own slot is Gen5 x16; the switch's uplink and the root port can do Gen4 x8.
   const probes::LinkPath path = Path({{"0000:02:00.0", 5, 16, 5, 16},
                                       {"0000:01:08.0", 5, 16, 5, 16},
-                                      {"0000:01:00.0", 4, 8, 5, 16},
+                                      {"0000:01:00.0", 4, 8, 4, 8},
                                       {"0000:00:01.0", 4, 8, 5, 16}});
   const ExpectedBand band = BandFromPath(path, 0.63, 0.83);
   EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * kGen4x8, 1e7);
   EXPECT_NEAR(band.upper_bytes_per_s, 0.83 * kGen4x8, 1e7);
-  EXPECT_NE(band.source.find("Gen4 x8 at 0000:01:00.0"), std::string::npos) << band.source;
+  EXPECT_EQ(band.source, "link Gen4 x8 at 0000:01:00.0");
   EXPECT_NEAR(HostLinkRate(path), kGen4x8, 1e7);
 }
 
-TEST(BandFromPath, FollowsTheLinkAsItTrained) {
-  // Downtrained: x8 where both ends can do x16. The band narrows with it (the diagnosis
-  // names the cause).
+TEST(BandFromPath, FollowsWhatTheLinkCanCarryNotWhatItTrainedTo) {
+  // Trained down from the start: x4 where both ends can do x16. The band stays Gen4 x16's,
+  // so the link's copies read below it (and the diagnosis names link_downtrained).
   const probes::LinkPath down =
-      Path({{"0000:01:00.0", 4, 8, 4, 16}, {"0000:00:01.0", 4, 8, 4, 16}});
-  EXPECT_NEAR(BandFromPath(down, 0.63, 0.83).upper_bytes_per_s, 0.83 * kGen4x8, 1e7);
-  // A Gen5 GPU in a Gen4 slot: Gen4 x16, what the link trained to.
+      Path({{"0000:01:00.0", 4, 4, 4, 16}, {"0000:00:01.0", 4, 4, 4, 16}});
+  const ExpectedBand band = BandFromPath(down, 0.63, 0.83);
+  EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
+  EXPECT_EQ(band.source, "link Gen4 x16 at 0000:01:00.0, trained Gen4 x4");
+  EXPECT_NEAR(HostLinkRate(down), kGen4x16, 1e7);
+  // Down a generation on the uplink behind a switch: the same.
+  const probes::LinkPath uplink_down = Path({{"0000:02:00.0", 5, 16, 5, 16},
+                                             {"0000:01:08.0", 5, 16, 5, 16},
+                                             {"0000:01:00.0", 4, 16, 5, 16},
+                                             {"0000:00:01.0", 4, 16, 5, 16}});
+  EXPECT_NEAR(BandFromPath(uplink_down, 0.63, 0.83).lower_bytes_per_s,
+              0.63 * probes::PcieBytesPerSecond(5, 16), 1e7);
+  // A link that slowed down at idle to save power (Gen1): no different.
+  const probes::LinkPath idle =
+      Path({{"0000:01:00.0", 1, 16, 4, 16}, {"0000:00:01.0", 1, 16, 4, 16}});
+  EXPECT_NEAR(BandFromPath(idle, 0.63, 0.83).lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
+  // A Gen5 GPU in a Gen4 slot: held to the slot, the lower of the link's two ends.
   const probes::LinkPath capped =
       Path({{"0000:01:00.0", 4, 16, 5, 16}, {"0000:00:01.0", 4, 16, 4, 16}});
   EXPECT_NEAR(BandFromPath(capped, 0.63, 0.83).lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
+  EXPECT_EQ(BandFromPath(capped, 0.63, 0.83).source, "link Gen4 x16 at 0000:01:00.0");
   // An x16 root port linked to an x8 switch: the x8 link.
   const probes::LinkPath x8_switch = Path({{"0000:02:00.0", 5, 16, 5, 16},
                                            {"0000:01:08.0", 5, 16, 5, 16},
@@ -79,6 +94,24 @@ TEST(BandFromPath, FollowsTheLinkAsItTrained) {
                                            {"0000:00:01.0", 5, 8, 5, 16}});
   EXPECT_NEAR(BandFromPath(x8_switch, 0.63, 0.83).upper_bytes_per_s,
               0.83 * probes::PcieBytesPerSecond(5, 8), 1e7);
+  // No other end on the path (a GPU on a virtual machine's root bus): its own maximum.
+  const probes::LinkPath vm = Path({{"0000:00:06.0", 4, 4, 4, 16}});
+  EXPECT_NEAR(BandFromPath(vm, 0.63, 0.83).lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
+}
+
+TEST(BandFromPath, FollowsTheTrainedLinkWhereAMaximumCannotBeRead) {
+  // The root port's max_link_speed unreadable: the link's maximum is not known (the GPU's
+  // alone would hold it to Gen5 in what may be a Gen4 slot), so the band follows the link
+  // as trained, and says so.
+  const probes::LinkPath path =
+      Path({{"0000:01:00.0", 4, 16, 5, 16}, {"0000:00:01.0", 4, 16, 0, 16}});
+  EXPECT_EQ(CapabilityRate(path.links[0]), 0.0);
+  const ExpectedBand band = BandFromPath(path, 0.63, 0.83);
+  EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
+  EXPECT_EQ(band.source, "link Gen4 x16 as trained at 0000:01:00.0 (maximum unreadable)");
+  // The GPU's own maximum unreadable: the same.
+  const probes::LinkPath own = Path({{"0000:01:00.0", 4, 8, 0, 0}, {"0000:00:01.0", 4, 8, 4, 16}});
+  EXPECT_NEAR(BandFromPath(own, 0.63, 0.83).upper_bytes_per_s, 0.83 * kGen4x8, 1e7);
 }
 
 TEST(BandFromPath, HonoursOtherFractions) {

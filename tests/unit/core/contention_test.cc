@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "xferd/probes/topology.h"
+
 namespace xferd::core {
 namespace {
 
@@ -162,6 +164,84 @@ TEST(Contention, WithoutTheBackendsByteCountTheSpecsTransfersCount) {
   EXPECT_EQ(JudgeContention(s, kDefault).state, ContentionState::kClear);
   s.traffic->rx_bytes = own * 1.07 + 27e9 * 0.026;
   EXPECT_EQ(JudgeContention(s, kDefault).state, ContentionState::kContended);
+}
+
+// The links a GPU reaches host memory over, from the narrowest xferd is built for to the
+// widest: what each carries per direction when healthy.
+struct LinkCase {
+  const char* name;
+  double bytes_per_s;
+};
+const LinkCase kLinks[] = {
+    {"Gen3 x4", probes::PcieBytesPerSecond(3, 4)},
+    {"Gen3 x8", probes::PcieBytesPerSecond(3, 8)},
+    {"Gen4 x4", probes::PcieBytesPerSecond(4, 4)},
+    {"Gen4 x8", probes::PcieBytesPerSecond(4, 8)},
+    {"Gen3 x16", probes::PcieBytesPerSecond(3, 16)},
+    {"Gen5 x8", probes::PcieBytesPerSecond(5, 8)},
+    {"Gen4 x16", probes::PcieBytesPerSecond(4, 16)},
+    {"Gen5 x16", probes::PcieBytesPerSecond(5, 16)},
+    {"NVLink-C2C", probes::kC2cBytesPerSecond},
+};
+
+ContentionThresholds OnLink(double link_bytes_per_s, double configured = 2e9) {
+  return {configured, link_bytes_per_s, 0.63};
+}
+
+TEST(ContentionThreshold, ScalesWithTheLinkUpToTheConfiguredFigure) {
+  // A quarter of the 37 % between the band's lower edge and the link's full rate ...
+  EXPECT_NEAR(LinkForeignThreshold(probes::PcieBytesPerSecond(3, 4), 0.63), 0.364e9, 0.001e9);
+  EXPECT_NEAR(LinkForeignThreshold(probes::PcieBytesPerSecond(4, 4), 0.63), 0.728e9, 0.001e9);
+  EXPECT_NEAR(LinkForeignThreshold(probes::PcieBytesPerSecond(4, 8), 0.63), 1.457e9, 0.001e9);
+  EXPECT_EQ(LinkForeignThreshold(0, 0.63), 0.0);
+  // ... or the configured figure where that is lower: every x16 link and NVLink-C2C at the
+  // default 2 GB/s, as before the threshold followed the link.
+  EXPECT_DOUBLE_EQ(ForeignTrafficLimit(OnLink(probes::PcieBytesPerSecond(4, 16)), 0), 2e9);
+  EXPECT_DOUBLE_EQ(ForeignTrafficLimit(OnLink(probes::PcieBytesPerSecond(5, 16)), 0), 2e9);
+  EXPECT_DOUBLE_EQ(ForeignTrafficLimit(OnLink(probes::kC2cBytesPerSecond), 0), 2e9);
+  EXPECT_NEAR(ForeignTrafficLimit(OnLink(probes::PcieBytesPerSecond(4, 4)), 0), 0.728e9, 1e6);
+  // A lower configured figure holds on every link; an unknown link keeps the figure alone.
+  EXPECT_DOUBLE_EQ(ForeignTrafficLimit(OnLink(probes::PcieBytesPerSecond(4, 4), 0.5e9), 0), 0.5e9);
+  EXPECT_DOUBLE_EQ(ForeignTrafficLimit(OnLink(0, 5e9), 0), 5e9);
+  // A tighter band leaves a healthy reading less room, and the threshold follows.
+  EXPECT_LT(LinkForeignThreshold(probes::PcieBytesPerSecond(4, 4), 0.75),
+            LinkForeignThreshold(probes::PcieBytesPerSecond(4, 4), 0.63));
+}
+
+TEST(ContentionThreshold, NoNeighbourThatCanPushAHealthyReadingBelowTheBandGoesUnseen) {
+  for (const LinkCase& link : kLinks) {
+    SCOPED_TRACE(link.name);
+    const double r = link.bytes_per_s;
+    // A healthy pinned h2d reading at the low end of where they sit (0.80 of the link):
+    // the neighbour that takes it down to the band's lower edge (0.63), and any larger, is
+    // seen; the probe reads what the neighbour left it.
+    const double healthy = 0.80 * r, lower = 0.63 * r;
+    for (const double neighbour : {healthy - lower, 0.3 * r}) {
+      const double own = healthy - neighbour;
+      const auto c = JudgeContention(
+          Probe(Direction::kH2D, own / 1e9, (1.07 * own + neighbour) / 1e9, 0.1 * own / 1e9),
+          OnLink(r));
+      EXPECT_EQ(c.state, ContentionState::kContended) << neighbour / 1e9 << " GB/s: " << c.reason;
+    }
+    // One under the threshold leaves the reading inside the band: it may be judged.
+    const double limit = ForeignTrafficLimit(OnLink(r), healthy);
+    EXPECT_GE(healthy - limit, lower) << limit / 1e9 << " GB/s";
+  }
+}
+
+TEST(ContentionThreshold, ASmallNeighbourOnANarrowLinkIsSeenAndOnAFastOneIsNoise) {
+  // 1.7 GB/s of someone else's h2d traffic: a fifth of a Gen4 x4 link, the probe reads 21 %
+  // low (5.0 of 6.3 GB/s).
+  const double gen4x4 = probes::PcieBytesPerSecond(4, 4);
+  const auto narrow =
+      JudgeContention(Probe(Direction::kH2D, 5.0, 5.0 * 1.07 + 1.7, 0.5), OnLink(gen4x4));
+  EXPECT_EQ(narrow.state, ContentionState::kContended) << narrow.reason;
+  EXPECT_NEAR(narrow.foreign_h2d_bytes_per_s, 1.7e9 - 0.03 * 5e9, 0.05e9);
+  // The same 1.7 GB/s beside 26 GB/s on Gen4 x16 cannot move the reading out of its band:
+  // under the 2 GB/s it is held to there.
+  const auto wide = JudgeContention(Probe(Direction::kH2D, 26, 26 * 1.07 + 1.7, 3),
+                                    OnLink(probes::PcieBytesPerSecond(4, 16)));
+  EXPECT_EQ(wide.state, ContentionState::kClear) << wide.reason;
 }
 
 }  // namespace

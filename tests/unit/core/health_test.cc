@@ -111,10 +111,15 @@ TEST(Band, FollowsTheNarrowestLinkAndItsFractions) {
   Settings c = TestConfig();
   c.band_lower_fraction = 0.5;
   c.band_upper_fraction = 0.9;
-  // GPU link Gen4 x16 but the port above trained to x8: the x8 link decides.
-  const auto band = ResolveBand(c, Gpu0(), Gen4Path(4, 16, 4, 8));
+  // GPU link Gen4 x16 but the port above can do x8 at most: the x8 link decides.
+  probes::LinkPath x8 = Gen4Path(4, 16, 4, 8);
+  x8.links[1].max_width = 8;
+  const auto band = ResolveBand(c, Gpu0(), x8);
   EXPECT_NEAR(band.lower_bytes_per_s, 0.5 * 15.75e9, 0.01e9);
   EXPECT_NEAR(band.upper_bytes_per_s, 0.9 * 15.75e9, 0.01e9);
+  // Trained to x8 where it can do x16: held to x16, what it should carry.
+  const auto down = ResolveBand(c, Gpu0(), Gen4Path(4, 16, 4, 8));
+  EXPECT_NEAR(down.lower_bytes_per_s, 0.5 * 31.5e9, 0.01e9);
 }
 
 TEST(Baseline, RobustToAnOutlierCycle) {
@@ -258,11 +263,16 @@ TEST(Diagnosis, LinkDowntrainedNamesTheLink) {
     EXPECT_EQ(d.detail, "0000:00:01.0 Gen4 x8, max Gen4 x16");
     EXPECT_NE(d.advice.find("lspci -vv -s 0000:00:01.0"), std::string::npos);
   }
-  // Band followed the x8 link: 10 GB/s is within 0.63 x 15.75.
-  EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBand));
-  // Not degraded, but the status line still points at the link.
-  EXPECT_EQ(h.Summary(),
-            "ok: 1/1 within band; gpu0 link_downtrained (0000:00:01.0 Gen4 x8, max Gen4 x16)");
+  // The band is what the link can carry, Gen4 x16: 10 GB/s is below 0.63 x 31.5, and the
+  // downtrained link is why.
+  EXPECT_TRUE(r.Has(DiagnosisCause::kBelowBand));
+  for (int i = 1; i < TestConfig().consecutive_bad; ++i) {
+    r = h.Observe(
+        Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 10.0)}, Gen4Path(4, 16, 4, 8)));
+  }
+  EXPECT_TRUE(r.Degraded());
+  EXPECT_EQ(h.Summary().rfind("DEGRADED gpu0 pinned h2d", 0), 0u) << h.Summary();
+  EXPECT_NE(h.Summary().find("link_downtrained"), std::string::npos) << h.Summary();
   // Unknown max (0) is not a downtrain.
   probes::LinkPath unknown = Gen4Path();
   unknown.links[1].max_width = 0;
@@ -495,7 +505,7 @@ TEST(Diagnosis, AGpuFasterThanItsSlotIsACapabilityMismatchNotADowntrain) {
     EXPECT_NE(d.advice.find("Not a fault"), std::string::npos);
   }
   EXPECT_FALSE(r.Degraded());
-  // The band follows the trained link (Gen4 x16): 24 GB/s is within it.
+  // The band follows what the path can carry, the slot's Gen4 x16: 24 GB/s is within it.
   EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBand));
 }
 

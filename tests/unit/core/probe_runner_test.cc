@@ -80,6 +80,18 @@ TEST(ProbeRunner, AResultPastItsDeadlineIsATimeoutThatSaysBoth) {
   EXPECT_EQ(in_time->sample.status, ProbeStatus::kOk);
 }
 
+TEST(ProbeRunner, ADeadlineUnderASecondIsSaidInMilliseconds) {
+  FakeClock clock;
+  FakeBackend backend(&clock);
+  backend.probe_wall = 50ms;
+  ProbeRunner runner(backend, clock, HangWatch::kReport);
+  probes::ProbeSpec spec = Spec();
+  spec.deadline = 40ms;
+  const auto m = runner.Run(backend.Devices()[0], spec, nullptr, Settings{}, false, {});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->sample.message, "finished after 50 ms, past its 40 ms deadline");
+}
+
 TEST(ProbeRunner, TheCostIsTheDeviceTimeAtMostTheCallsWallTime) {
   FakeClock clock;
   FakeBackend backend(&clock);
@@ -117,6 +129,37 @@ TEST(ProbeRunner, TheLinkWindowIsJudgedWithTheConfiguredThreshold) {
   const auto unread = runner.Run(backend.Devices()[0], Spec(), nullptr, settings, false, {});
   EXPECT_FALSE(unread->sample.traffic);
   EXPECT_EQ(unread->sample.contention.state, probes::ContentionState::kUnknown);
+}
+
+TEST(ProbeRunner, TheContentionThresholdFollowsWhatThePathCarries) {
+  // 1.5 GB/s beside the probe: under the configured 2 GB/s, but a fifth of a Gen4 x4 link.
+  Settings settings;
+  settings.busy_pcie_bytes_per_s = 2e9;
+  WindowWith neighbour(1.5e9);
+  FakeClock clock;
+  FakeBackend narrow(&clock);
+  narrow.link_path = Gen4x16();
+  narrow.link_path.links[0].max_width = 4;
+  narrow.link_path.links[0].current_width = 4;
+  ProbeRunner on_x4(narrow, clock, HangWatch::kReport);
+  const auto seen = on_x4.Run(narrow.Devices()[0], Spec(), &neighbour, settings, false, {});
+  EXPECT_TRUE(seen->sample.Contended()) << seen->sample.contention.reason;
+  // What a path carries does not change at idle: read once, not at every probe.
+  on_x4.Run(narrow.Devices()[0], Spec(), &neighbour, settings, false, {});
+  EXPECT_EQ(narrow.link_reads, 1);
+  // On Gen4 x16 the same neighbour cannot move a healthy reading out of its band.
+  FakeBackend wide(&clock);
+  wide.link_path = Gen4x16();
+  ProbeRunner on_x16(wide, clock, HangWatch::kReport);
+  const auto clear = on_x16.Run(wide.Devices()[0], Spec(), &neighbour, settings, false, {});
+  EXPECT_EQ(clear->sample.contention.state, probes::ContentionState::kClear)
+      << clear->sample.contention.reason;
+  // The link the probe read is the one judged by (a downtrained x4 link can still carry
+  // x16: held to x16's threshold).
+  narrow.link_path.links[0].max_width = 16;
+  const auto read = on_x4.Run(narrow.Devices()[0], Spec(), &neighbour, settings, true, {});
+  EXPECT_EQ(read->sample.contention.state, probes::ContentionState::kClear)
+      << read->sample.contention.reason;
 }
 
 TEST(ProbeRunner, TheLinkIsReadWhenAskedAndOnlyAfterAProbeThatFinished) {

@@ -69,6 +69,11 @@ struct SimOptions {
   int devices = 1;
   std::uint64_t seed = 1;
   int link_gen = 4, link_width = 16;  // the link the simulated GPU trained to at best
+  // PCIe power saving: the generation each GPU's own link drops to while idle (0 = it
+  // never does). It trains back up as soon as a probe moves data and drops again
+  // kSimIdleDownclockAfterS after the last one, so read while or right after a probe it
+  // shows its trained speed, read at idle this one.
+  int idle_link_gen = 0;
   bool integrated = false;
   // Grace Hopper: the GPUs reach host memory over NVLink-C2C (each its own, 450 GB/s per
   // direction); the PCIe link sysfs would show is not what bounds them.
@@ -97,6 +102,9 @@ struct SimOptions {
   std::function<std::chrono::steady_clock::time_point()> clock;
   std::function<void(std::chrono::nanoseconds)> advance;
 };
+
+// How long after its last transfer a simulated link drops to SimOptions::idle_link_gen.
+inline constexpr double kSimIdleDownclockAfterS = 0.5;
 
 // The simulated link's byte counters (NVML's PCIe byte counters, in place): rx = host to
 // device, overhead included; `at_s` on the device's timeline.
