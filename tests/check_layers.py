@@ -24,7 +24,7 @@ ALLOWED = {
     "config": {"core", "web", "probes", "platform"},
     "exporter": {"core", "web", "probes", "platform"},
     "cmd": {"config", "exporter", "core", "web", "probes", "platform"},
-    "testing": {"core", "probes", "platform"},
+    "testing": {"core", "probes", "platform", "web"},
 }
 # Where each layer's folder is, from the source root.
 FOLDER = {

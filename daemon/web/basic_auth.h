@@ -31,6 +31,10 @@ struct BasicCredentials {
   std::string user, password;
 };
 std::optional<BasicCredentials> ParseBasicAuthorization(std::string_view header);
+// What a client sends: "Basic " and the base64 of "user:password", byte for byte.
+std::string BasicAuthorization(std::string_view user, std::string_view password);
+// Standard base64 with padding (RFC 4648).
+std::string EncodeBase64(std::string_view bytes);
 
 // True when `password` matches the crypt(3) `hash` ($2b$/$2y$/$2a$ bcrypt, and any other
 // scheme libxcrypt knows). Compares in constant time. A malformed hash never matches.

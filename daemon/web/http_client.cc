@@ -18,6 +18,7 @@
 
 #include "platform/files.h"
 #include "platform/printable.h"
+#include "web/basic_auth.h"
 #include "web/tls.h"
 
 namespace xferd::web {
@@ -36,33 +37,6 @@ bool IsIpLiteral(const std::string& host) {
   in6_addr v6{};
   in_addr v4{};
   return inet_pton(AF_INET6, host.c_str(), &v6) == 1 || inet_pton(AF_INET, host.c_str(), &v4) == 1;
-}
-
-std::string Base64(std::string_view in) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  std::size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
-                       (static_cast<unsigned char>(in[i + 1]) << 8) |
-                       static_cast<unsigned char>(in[i + 2]);
-    for (int shift : {18, 12, 6, 0}) out += kAlphabet[(v >> shift) & 63];
-  }
-  if (i + 1 == in.size()) {
-    const unsigned v = static_cast<unsigned char>(in[i]) << 16;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == in.size()) {
-    const unsigned v =
-        (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
 }
 
 class Fd {
@@ -178,8 +152,8 @@ class Exchange {
                        "\r\nUser-Agent: xferd-health\r\nAccept: application/json\r\n"
                        "Connection: close\r\n";
     if (request_.basic_auth) {
-      text += "Authorization: Basic " +
-              Base64(request_.basic_auth->first + ":" + request_.basic_auth->second) + "\r\n";
+      text += "Authorization: " +
+              BasicAuthorization(request_.basic_auth->first, request_.basic_auth->second) + "\r\n";
     }
     return text + "\r\n";
   }

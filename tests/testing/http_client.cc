@@ -10,28 +10,9 @@
 #include <cctype>
 #include <cstdlib>
 
-namespace xferd::fakes {
+#include "web/basic_auth.h"
 
-std::string Base64(const std::string& in) {
-  static const char* table = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  std::size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
-                       (static_cast<unsigned char>(in[i + 1]) << 8) |
-                       static_cast<unsigned char>(in[i + 2]);
-    out += {table[v >> 18], table[(v >> 12) & 63], table[(v >> 6) & 63], table[v & 63]};
-  }
-  if (i + 1 == in.size()) {
-    const unsigned v = static_cast<unsigned char>(in[i]) << 16;
-    out += {table[v >> 18], table[(v >> 12) & 63], '=', '='};
-  } else if (i + 2 == in.size()) {
-    const unsigned v =
-        (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
-    out += {table[v >> 18], table[(v >> 12) & 63], table[(v >> 6) & 63], '='};
-  }
-  return out;
-}
+namespace xferd::fakes {
 
 int ConnectFrom(std::uint16_t port, const char* source, std::chrono::seconds timeout) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -109,7 +90,7 @@ RawResponse Get(std::uint16_t port, const std::string& path, const std::string& 
 }
 
 std::string BasicAuth(const std::string& user, const std::string& password) {
-  return "Authorization: Basic " + Base64(user + ":" + password) + "\r\n";
+  return "Authorization: " + web::BasicAuthorization(user, password) + "\r\n";
 }
 
 RawResponse ExchangeOn(int fd, const std::string& request) {

@@ -44,8 +44,6 @@ RawResponse ExchangeOn(int fd, const std::string& request);
 RawResponse GetFrom(const char* source, std::uint16_t port, const std::string& extra_headers = "",
                     std::chrono::seconds timeout = std::chrono::seconds(20));
 
-// Standard base64 with padding (RFC 4648), for Authorization headers a test spells out.
-std::string Base64(const std::string& in);
 // "Authorization: Basic ...\r\n" for `user` and `password`.
 std::string BasicAuth(const std::string& user, const std::string& password);
 

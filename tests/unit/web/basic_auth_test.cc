@@ -5,8 +5,6 @@
 
 #include <string>
 
-#include "testing/http_client.h"
-
 namespace xferd::web {
 namespace {
 
@@ -31,7 +29,7 @@ TEST(PasswordHash, VerifiesBcrypt) {
 // decoder handed credentials out as C strings, which cut it there).
 TEST(BasicAuthorization, DecodesTheHeaderByteForByte) {
   const auto decoded =
-      ParseBasicAuthorization("Basic " + fakes::Base64(std::string("bob:pw\0z", 8)));
+      ParseBasicAuthorization("Basic " + EncodeBase64(std::string("bob:pw\0z", 8)));
   ASSERT_TRUE(decoded);
   EXPECT_EQ(decoded->user, "bob");
   EXPECT_EQ(decoded->password, std::string("pw\0z", 4));

@@ -20,6 +20,7 @@
 
 #include "testing/fakes.h"
 #include "testing/http_client.h"
+#include "web/basic_auth.h"
 #include "web/paths.h"
 #include "web/tls.h"
 
@@ -27,7 +28,6 @@ namespace xferd::web {
 namespace {
 
 using namespace std::chrono_literals;
-using fakes::Base64;
 using fakes::BasicAuth;
 using fakes::Connect;
 using fakes::ConnectFrom;
@@ -242,10 +242,10 @@ TEST(HttpServer, CredentialsAreComparedByteForByteAsSent) {
   colon.web.basic_auth_users["u"] = "$2b$04$yJYJmSudVc4fgAiHIfbaUOeAaIhHCNgPFSiz8MXE84Yy9/n4ytvde";
   TestServer with_colon(colon);
   EXPECT_EQ(Get(with_colon.port(), "/metrics", "GET", BasicAuth("u", "a:b")).status, 200);
-  EXPECT_EQ(
-      Get(with_colon.port(), "/metrics", "GET", "Authorization: bAsIc " + Base64("u:a:b") + "\r\n")
-          .status,
-      200);
+  EXPECT_EQ(Get(with_colon.port(), "/metrics", "GET",
+                "Authorization: bAsIc " + EncodeBase64("u:a:b") + "\r\n")
+                .status,
+            200);
   EXPECT_EQ(Get(with_colon.port(), "/metrics", "GET", BasicAuth("u", "a:bx")).status, 401);
 }
 
