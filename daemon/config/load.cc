@@ -69,7 +69,8 @@ Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
   }
   if (const int line = FirstNonAsciiOutsideStrings(text)) {
     throw ConfigError(file, line, KeyAtLine(text, line),
-                      "not valid TOML: a non-ASCII character outside a string or comment",
+                      "not valid TOML: a non-ASCII character outside a string or comment (or "
+                      "right after a backslash in a string)",
                       "keys and values other than strings are plain ASCII; quote text, or remove "
                       "the stray character (often a non-breaking space pasted from a web page)");
   }

@@ -195,8 +195,9 @@ int FirstInvalidUtf8Line(std::string_view text, unsigned* byte) {
 // whole value up to a space, ']', '}', ',' or '#', testing each character for whitespace).
 // So the scan follows TOML's places: keys (line start, after '{' or ',' in an inline table),
 // values (after '=', '[' or ',' in an array) and what follows a value. A backslash escape in
-// a basic string is never followed by a non-ASCII character, nor by spaces and then one
-// (a line-ending backslash: toml++ tests those for whitespace too).
+// a basic string is never followed by a non-ASCII character, nor by spaces and then one,
+// nor (a line-ending backslash) by spaces and line breaks and then one: toml++ tests those
+// for whitespace too.
 // Returns the 1-based line of the first one, or 0.
 int FirstNonAsciiOutsideStrings(std::string_view text) {
   enum class Place { kKey, kValue, kAfterValue };
@@ -217,6 +218,17 @@ int FirstNonAsciiOutsideStrings(std::string_view text) {
         std::size_t next = i + 1;
         while (next < text.size() && (text[next] == ' ' || text[next] == '\t')) ++next;
         if (non_ascii(next)) return false;
+        if (multiline && next < text.size() && (text[next] == '\n' || text[next] == '\r')) {
+          // A line-ending backslash: toml++ skips the spaces and line breaks after it and
+          // tests the first other character for whitespace too.
+          for (; next < text.size() && std::isspace(static_cast<unsigned char>(text[next]));
+               ++next) {
+            if (text[next] == '\n') ++line;
+          }
+          if (non_ascii(next)) return false;
+          i = next;
+          continue;
+        }
         if (i + 1 < text.size() && text[i + 1] == '\n') ++line;
         i += 2;
         continue;

@@ -299,6 +299,11 @@ TEST(ConfigValidation, NonAsciiOnlyInsideStringsAndComments) {
   EXPECT_EQ(ErrorOf("[probe]\nmodes = [\"pinned\", x\"\xe3\x80\x81\"]\n").line(), 2);
   EXPECT_EQ(ErrorOf("[daemon]\nstate_dir = \"\"\"a\\  \xc2\xa4\n\"\"\"\n").line(), 2);
   EXPECT_EQ(ErrorOf("[daemon]\nstate_dir = \"a\" \"\xc2\xa4\"\n").line(), 2);
+  // A line-ending backslash: toml++ skips the spaces and line breaks after it and tests the
+  // first other character (a fuzzer's find: U+FEF7 four lines down).
+  EXPECT_EQ(ErrorOf("[daemon]\nstate_dir = \"\"\"a\\\n\n  \xc2\xa4\"\"\"\n").line(), 4);
+  EXPECT_EQ(Parse("[daemon]\nstate_dir = \"\"\"/a\\\n  b \xc2\xa4\"\"\"\n").state_dir,
+            "/ab \xc2\xa4");
   // Strings stay strings wherever TOML places them: no spaces around '=', in arrays and
   // inline tables, a quoted key part.
   EXPECT_NO_THROW(Parse("[daemon]\nstate_dir=\"/caf\xc3\xa9\"\n"));
