@@ -44,6 +44,12 @@ RawResponse ExchangeOn(int fd, const std::string& request);
 RawResponse GetFrom(const char* source, std::uint16_t port, const std::string& extra_headers = "",
                     std::chrono::seconds timeout = std::chrono::seconds(20));
 
+// The tests' one login: kTestHash is bcrypt (cost 10) of kTestPassword, made with Python's
+// crypt module.
+inline constexpr const char* kTestPassword = "test-password";
+inline constexpr const char* kTestHash =
+    "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi";
+
 // "Authorization: Basic ...\r\n" for `user` and `password`.
 std::string BasicAuth(const std::string& user, const std::string& password);
 

@@ -5,12 +5,13 @@
 
 #include <string>
 
+#include "testing/http_client.h"
+
 namespace xferd::web {
 namespace {
 
-// bcrypt (cost 10) of "test-password", made with Python's crypt module.
-constexpr const char* kTestHash = "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi";
-constexpr const char* kTestPassword = "test-password";
+using fakes::kTestHash;
+using fakes::kTestPassword;
 
 TEST(PasswordHash, VerifiesBcrypt) {
   EXPECT_TRUE(VerifyPasswordHash(kTestPassword, kTestHash));

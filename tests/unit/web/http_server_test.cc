@@ -36,9 +36,8 @@ using fakes::Get;
 using fakes::GetFrom;
 using fakes::RawResponse;
 
-// bcrypt (cost 10) of "test-password", made with Python's crypt module.
-constexpr const char* kTestHash = "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi";
-constexpr const char* kTestPassword = "test-password";
+using fakes::kTestHash;
+using fakes::kTestPassword;
 
 // A server over loopback whose handler answers as the exporter's routes do, so that these
 // tests look at the server alone: /metrics the text of one counter, / a page, /healthz
