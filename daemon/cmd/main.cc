@@ -14,6 +14,7 @@ constexpr std::size_t kMessageBytes = 2000;
 
 using namespace xferd::cmd;
 
+// Each subcommand with its flags, bound to the options its command takes.
 CLI::App* AddRunCommand(CLI::App& app, RunCommandOptions& run) {
   auto* run_cmd = app.add_subcommand("run", "Run the daemon: probe periodically, serve /metrics");
   run_cmd->add_option("-c,--config", run.flags.config_file, "TOML configuration file");
