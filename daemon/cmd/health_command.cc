@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "cmd/commands.h"
 #include "cmd/health_report.h"
@@ -96,15 +98,8 @@ std::string ReadPassword(const std::string& path) {
   return text;
 }
 
-// Everything before the request; throws platform::Error naming what is wrong.
-web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeOptions& judge) {
-  web::HttpClientRequest request;
-  const auto timeout = config::ParseDuration(options.timeout);
-  if (!timeout || timeout->count() <= 0 || *timeout > std::chrono::minutes(10)) {
-    throw UsageError("--timeout \"" + platform::Printable(options.timeout, 40) +
-                     "\": give a duration from 1ms to 10m, e.g. 5s");
-  }
-  request.timeout = *timeout;
+// --stale-after and --cause, into what judges the answer.
+void ReadJudgeFlags(const HealthCommandOptions& options, HealthJudgeOptions& judge) {
   if (options.stale_after) {
     const auto stale = config::ParseDuration(*options.stale_after);
     if (!stale || stale->count() <= 0) {
@@ -126,10 +121,12 @@ web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeO
     }
     judge.cause = *options.cause;
   }
+}
 
-  // The daemon's config, as `xferd run` reads it, for what the flags leave out. Its web
-  // config is read only where no flag names another: a user who may not read the daemon's
-  // can give the one to use.
+// The daemon's config, as `xferd run` reads it, for what the flags leave out. Its web
+// config is read only where no flag names another: a user who may not read the daemon's
+// can give the one to use.
+config::Config DaemonConfig(const HealthCommandOptions& options) {
   config::Config config;
   std::error_code ec;
   const std::string file = options.config_file.value_or(
@@ -141,13 +138,19 @@ web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeO
                                              : config.web_config_file;
   config.web = web_file.empty() ? web::WebConfig{}
                                 : config::LoadWebConfig(web_file, config::WebConfigUse::kAsk);
+  return config;
+}
+
+// Where the status is asked for: --url, else the daemon's config.
+web::HttpUrl StatusUrl(const HealthCommandOptions& options, const config::Config& config) {
+  web::HttpUrl url;
   if (options.url) {
     try {
-      request.url = web::ParseHttpUrl(*options.url);
+      url = web::ParseHttpUrl(*options.url);
     } catch (const web::HttpError& e) {
       throw UsageError("--url: " + std::string(e.what()));
     }
-    if (request.url.path != "/") {
+    if (url.path != "/") {
       throw UsageError("--url \"" + platform::Printable(*options.url, 200) +
                        "\": give the daemon's address only (scheme, host, port); xferd "
                        "health asks for " +
@@ -155,25 +158,18 @@ web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeO
     }
   } else {
     try {
-      request.url = UrlOf(config);
+      url = UrlOf(config);
     } catch (const web::HttpError& e) {
       throw UsageError(std::string(e.what()));
     }
   }
-  request.url.path = std::string(web::kStatusPath);
-  request.max_body_bytes = kMaxStatusBytes;
+  url.path = std::string(web::kStatusPath);
+  return url;
+}
 
-  if (request.url.tls) {
-    // The daemon's own certificate is a trust anchor that needs no CA at hand; a CA file
-    // given wins.
-    if (options.ca_file) {
-      request.ca_file = *options.ca_file;
-    } else if (config.web.tls) {
-      request.ca_file = config.web.tls->cert_file;
-    }
-    request.server_name = options.server_name.value_or("");
-  }
-
+// The login to send: none when the daemon's web config names no user and no flag asks for one.
+std::optional<std::pair<std::string, std::string>> BasicAuthOf(const HealthCommandOptions& options,
+                                                               const config::Config& config) {
   const auto& users = config.web.basic_auth_users;
   std::string user = options.username.value_or("");
   if (user.empty() && users.size() == 1) user = users.begin()->first;
@@ -185,13 +181,42 @@ web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeO
                            : "the daemon's web config names " + std::to_string(users.size()) +
                                  " users: say which with --basic-auth.username");
     }
-    request.basic_auth = std::make_pair(user, ReadPassword(*options.password_file));
-  } else if (!users.empty() || options.username) {
+    return std::make_pair(user, ReadPassword(*options.password_file));
+  }
+  if (!users.empty() || options.username) {
     throw UsageError(
         "the daemon asks for a login (basic_auth_users in its web config): give the "
         "password in a file readable only by this user with --basic-auth.password-file "
         "(never on the command line)");
   }
+  return std::nullopt;
+}
+
+// Everything before the request; throws platform::Error naming what is wrong.
+web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeOptions& judge) {
+  web::HttpClientRequest request;
+  const auto timeout = config::ParseDuration(options.timeout);
+  if (!timeout || timeout->count() <= 0 || *timeout > std::chrono::minutes(10)) {
+    throw UsageError("--timeout \"" + platform::Printable(options.timeout, 40) +
+                     "\": give a duration from 1ms to 10m, e.g. 5s");
+  }
+  request.timeout = *timeout;
+  ReadJudgeFlags(options, judge);
+
+  const config::Config config = DaemonConfig(options);
+  request.url = StatusUrl(options, config);
+  request.max_body_bytes = kMaxStatusBytes;
+  if (request.url.tls) {
+    // The daemon's own certificate is a trust anchor that needs no CA at hand; a CA file
+    // given wins.
+    if (options.ca_file) {
+      request.ca_file = *options.ca_file;
+    } else if (config.web.tls) {
+      request.ca_file = config.web.tls->cert_file;
+    }
+    request.server_name = options.server_name.value_or("");
+  }
+  request.basic_auth = BasicAuthOf(options, config);
   return request;
 }
 

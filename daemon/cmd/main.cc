@@ -11,14 +11,11 @@
 namespace {
 // An error line longer than this is echoing input, not explaining it.
 constexpr std::size_t kMessageBytes = 2000;
-}  // namespace
 
-int main(int argc, char** argv) {
-  using namespace xferd::cmd;
-  CLI::App app{"xferd: watches host<->GPU transfer bandwidth and exports it to Prometheus"};
-  app.require_subcommand(1);
+using namespace xferd::cmd;
 
-  RunCommandOptions run;
+// Each subcommand with its flags, bound to the options its command takes.
+CLI::App* AddRunCommand(CLI::App& app, RunCommandOptions& run) {
   auto* run_cmd = app.add_subcommand("run", "Run the daemon: probe periodically, serve /metrics");
   run_cmd->add_option("-c,--config", run.flags.config_file, "TOML configuration file");
   run_cmd->add_option("--web.listen-address", run.flags.listen_address,
@@ -32,8 +29,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--sysfs-root", run.flags.sysfs_root,
                       "Root of sysfs (default /sys); with --simulate, the tree the simulated "
                       "GPUs come from");
+  return run_cmd;
+}
 
-  ProbeCommandOptions probe;
+CLI::App* AddProbeCommand(CLI::App& app, ProbeCommandOptions& probe) {
   auto* probe_cmd = app.add_subcommand("probe", "Run every probe once and print the results");
   probe_cmd->add_flag("--simulate", probe.flags.simulate, "Use the simulated device, not GPUs");
   probe_cmd->add_flag("--json", probe.json, "Print JSON instead of a table");
@@ -55,16 +54,20 @@ int main(int argc, char** argv) {
                         "Root of sysfs (default /sys); with --simulate, the tree the simulated "
                         "GPUs come from");
   probe_cmd->add_option("--seed", probe.flags.seed, "Seed of the simulated device");
+  return probe_cmd;
+}
 
-  CheckConfigOptions check;
+CLI::App* AddCheckConfigCommand(CLI::App& app, CheckConfigOptions& check) {
   auto* check_cmd = app.add_subcommand("check-config", "Validate a configuration file");
   check_cmd->add_option("file", check.file, "TOML configuration file")->required();
   check_cmd->add_flag("--json", check.json,
                       "Print the resolved plan (GPUs, probes, bands, verdict rules) as JSON");
   check_cmd->add_flag("--simulate", check.simulate,
                       "With --json: resolve the GPUs and bands on the simulated device");
+  return check_cmd;
+}
 
-  HealthCommandOptions health;
+CLI::App* AddHealthCommand(CLI::App& app, HealthCommandOptions& health) {
   auto* health_cmd = app.add_subcommand(
       "health",
       "Ask the running daemon for its verdict: one line; exit 0 ok, 1 a GPU degraded, "
@@ -96,7 +99,23 @@ int main(int argc, char** argv) {
                          "link_downtrained");
   health_cmd->add_flag("--nagios", health.nagios,
                        "Nagios plugin form: XFERD OK/CRITICAL/UNKNOWN, exit 0, 2, 3");
+  return health_cmd;
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"xferd: watches host<->GPU transfer bandwidth and exports it to Prometheus"};
+  app.require_subcommand(1);
+
+  RunCommandOptions run;
+  auto* run_cmd = AddRunCommand(app, run);
+  ProbeCommandOptions probe;
+  auto* probe_cmd = AddProbeCommand(app, probe);
+  CheckConfigOptions check;
+  auto* check_cmd = AddCheckConfigCommand(app, check);
+  HealthCommandOptions health;
+  auto* health_cmd = AddHealthCommand(app, health);
   bool version_json = false;
   auto* version_cmd = app.add_subcommand("version", "Print the version and build");
   version_cmd->add_flag("--json", version_json, "Print JSON");

@@ -187,116 +187,158 @@ int FirstInvalidUtf8Line(std::string_view text, unsigned* byte) {
   return 0;
 }
 
-// TOML allows non-ASCII text only inside strings and comments. Such a character anywhere
-// else is rejected here, before toml++ 3.3 sees it: its whitespace classifier reaches
-// __builtin_unreachable() for some of them (U+00A1..U+0499 and U+2E6E..U+3267; found by
-// fuzz/config_fuzzer). What counts is where toml++ itself reads a string: a quote opens one
-// where a key or a value begins, never inside a bare value (`0.x["..."`: toml++ reads that
-// whole value up to a space, ']', '}', ',' or '#', testing each character for whitespace).
-// So the scan follows TOML's places: keys (line start, after '{' or ',' in an inline table),
-// values (after '=', '[' or ',' in an array) and what follows a value. A backslash escape in
-// a basic string is never followed by a non-ASCII character, nor by spaces and then one,
-// nor (a line-ending backslash) by spaces and line breaks and then one: toml++ tests those
-// for whitespace too.
-// Returns the 1-based line of the first one, or 0.
-int FirstNonAsciiOutsideStrings(std::string_view text) {
+namespace {
+
+// FirstNonAsciiOutsideStrings's walk through the text: where it is (i, line), which
+// arrays and inline tables are open around it, and which TOML place comes next.
+class NonAsciiScan {
+ public:
+  explicit NonAsciiScan(std::string_view text) : text_(text) {}
+
+  // The 1-based line of the first non-ASCII character outside strings and comments, or 0.
+  int Run() {
+    while (i_ < text_.size()) {
+      const char c = text_[i_];
+      if (c == '\n') {
+        ++line_;
+        ++i_;
+        if (open_.empty()) place_ = Place::kKey;
+      } else if (c == ' ' || c == '\t' || c == '\r') {
+        ++i_;
+      } else if (c == '#') {
+        while (i_ < text_.size() && text_[i_] != '\n') ++i_;
+      } else if ((c == '"' || c == '\'') && place_ != Place::kAfterValue) {
+        if (!SkipString(c)) return line_;
+      } else if (NonAscii(i_)) {
+        return line_;
+      } else if (place_ == Place::kKey) {
+        // Bare key parts, '.', a [table] header's brackets; '=' starts the value.
+        if (c == '=') place_ = Place::kValue;
+        if (c == '}' && !open_.empty()) open_.pop_back(), place_ = Place::kAfterValue;
+        ++i_;
+      } else if (c == ',') {
+        place_ = AfterComma();
+        ++i_;
+      } else if (c == ']' || c == '}') {
+        if (!open_.empty()) open_.pop_back();
+        place_ = Place::kAfterValue;
+        ++i_;
+      } else if (place_ == Place::kValue && (c == '[' || c == '{')) {
+        open_.push_back(c);
+        place_ = c == '{' ? Place::kKey : Place::kValue;
+        ++i_;
+      } else if (!SkipBareValue()) {
+        return line_;
+      }
+    }
+    return 0;
+  }
+
+ private:
   enum class Place { kKey, kValue, kAfterValue };
-  int line = 1;
-  std::size_t i = 0;
-  std::string open;  // '[' and '{' of the arrays and inline tables around i
-  Place place = Place::kKey;
-  const auto non_ascii = [&](std::size_t at) {
-    return at < text.size() && static_cast<unsigned char>(text[at]) >= 0x80;
-  };
-  const auto starts = [&](std::string_view token) { return text.substr(i, token.size()) == token; };
+
+  bool NonAscii(std::size_t at) const {
+    return at < text_.size() && static_cast<unsigned char>(text_[at]) >= 0x80;
+  }
+  bool Starts(std::string_view token) const { return text_.substr(i_, token.size()) == token; }
+
+  // From the quote `quote` at i: past the string it opens. False where an escape meets a
+  // non-ASCII character.
+  bool SkipString(char quote) {
+    const std::string_view triple = quote == '"' ? "\"\"\"" : "\'\'\'";
+    const bool multiline = Starts(triple);
+    i_ += multiline ? 3 : 1;
+    if (!SkipToClose(multiline ? triple : triple.substr(0, 1), quote == '"', multiline)) {
+      return false;
+    }
+    if (place_ == Place::kValue) place_ = Place::kAfterValue;
+    return true;
+  }
+
   // Skips to just past `close` (not escaped when `escapes`), counting lines; a single-line
   // string also ends at a newline (toml++ reports that error itself). Returns false where an
   // escape meets a non-ASCII character.
-  const auto skip_string = [&](std::string_view close, bool escapes, bool multiline) {
-    while (i < text.size()) {
-      if (escapes && text[i] == '\\') {
-        std::size_t next = i + 1;
-        while (next < text.size() && (text[next] == ' ' || text[next] == '\t')) ++next;
-        if (non_ascii(next)) return false;
-        if (multiline && next < text.size() && (text[next] == '\n' || text[next] == '\r')) {
-          // A line-ending backslash: toml++ skips the spaces and line breaks after it and
-          // tests the first other character for whitespace too.
-          for (; next < text.size() && std::isspace(static_cast<unsigned char>(text[next]));
-               ++next) {
-            if (text[next] == '\n') ++line;
-          }
-          if (non_ascii(next)) return false;
-          i = next;
-          continue;
-        }
-        if (i + 1 < text.size() && text[i + 1] == '\n') ++line;
-        i += 2;
+  bool SkipToClose(std::string_view close, bool escapes, bool multiline) {
+    while (i_ < text_.size()) {
+      if (escapes && text_[i_] == '\\') {
+        if (!SkipEscape(multiline)) return false;
         continue;
       }
-      if (starts(close)) {
-        i += close.size();
+      if (Starts(close)) {
+        i_ += close.size();
         return true;
       }
-      if (text[i] == '\n') {
+      if (text_[i_] == '\n') {
         if (!multiline) return true;
-        ++line;
+        ++line_;
       }
-      ++i;
+      ++i_;
     }
     return true;
-  };
-  // What follows ',' or a newline inside brackets, and what a closing bracket leaves.
-  const auto after_comma = [&] {
-    return !open.empty() && open.back() == '{' ? Place::kKey : Place::kValue;
-  };
-  while (i < text.size()) {
-    const char c = text[i];
-    if (c == '\n') {
-      ++line;
-      ++i;
-      if (open.empty()) place = Place::kKey;
-    } else if (c == ' ' || c == '\t' || c == '\r') {
-      ++i;
-    } else if (c == '#') {
-      while (i < text.size() && text[i] != '\n') ++i;
-    } else if ((c == '"' || c == '\'') && place != Place::kAfterValue) {
-      const std::string_view triple = c == '"' ? "\"\"\"" : "\'\'\'";
-      const bool multiline = starts(triple);
-      i += multiline ? 3 : 1;
-      if (!skip_string(multiline ? triple : triple.substr(0, 1), c == '"', multiline)) return line;
-      if (place == Place::kValue) place = Place::kAfterValue;
-    } else if (non_ascii(i)) {
-      return line;
-    } else if (place == Place::kKey) {
-      // Bare key parts, '.', a [table] header's brackets; '=' starts the value.
-      if (c == '=') place = Place::kValue;
-      if (c == '}' && !open.empty()) open.pop_back(), place = Place::kAfterValue;
-      ++i;
-    } else if (c == ',') {
-      place = after_comma();
-      ++i;
-    } else if (c == ']' || c == '}') {
-      if (!open.empty()) open.pop_back();
-      place = Place::kAfterValue;
-      ++i;
-    } else if (place == Place::kValue && (c == '[' || c == '{')) {
-      open.push_back(c);
-      place = c == '{' ? Place::kKey : Place::kValue;
-      ++i;
-    } else {
-      // A bare value (a number, a boolean, a date, or anything toml++ reads as one), or
-      // whatever stands after a value: toml++ reads it to the next terminator.
-      for (; i < text.size(); ++i) {
-        const char b = text[i];
-        if (b == ' ' || b == '\t' || b == '\r' || b == '\n' || b == ']' || b == '}' || b == ',' ||
-            b == '#')
-          break;
-        if (non_ascii(i)) return line;
-      }
-      place = Place::kAfterValue;
-    }
   }
-  return 0;
+
+  // From a backslash at i: past its escape. False where it meets a non-ASCII character
+  // right after it or after spaces, or (a line-ending backslash in a multi-line string,
+  // where toml++ skips the spaces and line breaks that follow) after those.
+  bool SkipEscape(bool multiline) {
+    std::size_t next = i_ + 1;
+    while (next < text_.size() && (text_[next] == ' ' || text_[next] == '\t')) ++next;
+    if (NonAscii(next)) return false;
+    if (multiline && next < text_.size() && (text_[next] == '\n' || text_[next] == '\r')) {
+      for (; next < text_.size() && std::isspace(static_cast<unsigned char>(text_[next])); ++next) {
+        if (text_[next] == '\n') ++line_;
+      }
+      if (NonAscii(next)) return false;
+      i_ = next;
+      return true;
+    }
+    if (i_ + 1 < text_.size() && text_[i_ + 1] == '\n') ++line_;
+    i_ += 2;
+    return true;
+  }
+
+  // A bare value (a number, a boolean, a date, or anything toml++ reads as one), or
+  // whatever stands after a value: toml++ reads it to the next terminator. False where it
+  // holds a non-ASCII character.
+  bool SkipBareValue() {
+    for (; i_ < text_.size(); ++i_) {
+      const char b = text_[i_];
+      if (b == ' ' || b == '\t' || b == '\r' || b == '\n' || b == ']' || b == '}' || b == ',' ||
+          b == '#')
+        break;
+      if (NonAscii(i_)) return false;
+    }
+    place_ = Place::kAfterValue;
+    return true;
+  }
+
+  // What follows ',' or a newline inside brackets, and what a closing bracket leaves.
+  Place AfterComma() const {
+    return !open_.empty() && open_.back() == '{' ? Place::kKey : Place::kValue;
+  }
+
+  std::string_view text_;
+  std::size_t i_ = 0;
+  int line_ = 1;
+  std::string open_;  // '[' and '{' of the arrays and inline tables around i_
+  Place place_ = Place::kKey;
+};
+
+}  // namespace
+
+// TOML allows non-ASCII text only inside strings and comments. Such a character anywhere
+// else is rejected here, before toml++ 3.3 sees it: its whitespace classifier reaches
+// __builtin_unreachable() for some of them (U+00A1..U+0499, U+2E6E..U+3267 and
+// U+FB26..U+FEFE; found by fuzz/config_fuzzer). What counts is where toml++ itself reads a string:
+// a quote opens one where a key or a value begins, never inside a bare value (`0.x["..."`: toml++
+// reads that whole value up to a space, ']', '}', ',' or '#', testing each character for
+// whitespace). So the scan follows TOML's places: keys (line start, after '{' or ',' in an inline
+// table), values (after '=', '[' or ',' in an array) and what follows a value. A backslash escape
+// in a basic string is never followed by a non-ASCII character, nor by spaces and then one, nor (a
+// line-ending backslash) by spaces and line breaks and then one: toml++ tests those for whitespace
+// too. Returns the 1-based line of the first one, or 0.
+int FirstNonAsciiOutsideStrings(std::string_view text) {
+  return NonAsciiScan(text).Run();
 }
 
 int FirstControlCharacterLine(std::string_view text, unsigned* byte) {

@@ -110,87 +110,15 @@ LinkErrorReading LinkErrorTracker::Observe(const probes::DeviceInfo& device,
     const probes::AerCounters& c = read.aer[index];
     gpu.path.push_back(c.bdf);
     on_path.insert(c.bdf);
-    Device& d = gpu.devices[c.bdf];
-    LinkErrorDevice j;
-    j.read = c;
-    j.problem = c.problem;
-    std::string state = c.missing ? "missing" : c.problem;
-    const std::string back =
-        WentBack(d.device, c.device, "TOTAL_ERR") + WentBack(d.rootport, c.rootport, "rootport");
-    if (!back.empty()) {
-      // A device reset or re-enumerated starts from 0 again; a file that is not the
-      // kernel's may say anything. Either way this reading is no count of errors: the new
-      // values are the base the next reading is compared with.
-      j.problem += (j.problem.empty() ? "" : "; ") + back +
-                   " (the device was reset or re-enumerated, or the file is not the kernel's)";
-      state = "backwards";
-      d.device = c.device;
-      d.rootport = c.rootport;
-      d.kinds.clear();
-      for (const probes::AerKind& k : c.kinds) d.kinds[{k.aer_class, k.name}] = k.count;
-      d.rebase = true;
-    } else {
-      const bool rebase = std::exchange(d.rebase, false);
-      if (rebase) d.kinds.clear();
-      for (AerClass cls : probes::kAllAerClasses) {
-        const std::size_t i = Index(cls);
-        if (!c.device[i]) continue;
-        if (d.device[i] && !rebase) j.grown[i] = *c.device[i] - *d.device[i];
-        d.device[i] = c.device[i];
-        if (c.rootport[i]) d.rootport[i] = c.rootport[i];
-      }
-      for (const probes::AerKind& k : c.kinds) {
-        auto [it, fresh] = d.kinds.try_emplace({k.aer_class, k.name}, k.count);
-        if (!fresh && k.count > it->second) {
-          j.kinds_grown.push_back({k.aer_class, k.name, k.count - it->second});
-        }
-        it->second = std::max(it->second, k.count);
-      }
-    }
-    j.readable = j.problem.empty();
-    const std::string where = Where(index, read.aer.size(), gpu.top_is_root_port);
-    Say(d.log, state,
-        j.readable ? fmt::format("link errors: GPU {} {} ({}): AER counters readable again",
-                                 device.index, c.bdf, where)
-        : c.missing
-            ? fmt::format("link errors: GPU {} {} ({}): {}; its AER counts are not readable "
-                          "here (xferd_pcie_error_source_readable 0), which is no fault",
-                          device.index, c.bdf, where, j.problem)
-            : fmt::format("link errors: GPU {} {} ({}): AER counters not readable: {}; "
-                          "xferd_pcie_error_source_readable{{gpu=\"{}\",device=\"{}\"}} is 0 "
-                          "until they read sanely again",
-                          device.index, c.bdf, where, j.problem, device.index, c.bdf),
-        c.missing, now);
+    LinkErrorDevice j = ObserveDevice(
+        device, c, Where(index, read.aer.size(), gpu.top_is_root_port), gpu.devices[c.bdf], now);
     interval.aer[c.bdf] = j.grown;
     interval.kinds[c.bdf] = j.kinds_grown;
     out.aer.push_back(std::move(j));
   }
   std::erase_if(gpu.devices, [&](const auto& entry) { return !on_path.contains(entry.first); });
 
-  out.replays = read.replays.value;
-  out.replays_problem = read.replays.problem;
-  if (read.replays.value) {
-    if (gpu.replays && *read.replays.value < *gpu.replays) {
-      out.replays_problem = fmt::format(
-          "the replay counter went back from {} to {} (it wrapped at 2^32 or the driver "
-          "reset it)",
-          *gpu.replays, *read.replays.value);
-      gpu.replays_rebase = true;
-    } else if (gpu.replays && !std::exchange(gpu.replays_rebase, false)) {
-      out.replays_grown = *read.replays.value - *gpu.replays;
-    }
-    gpu.replays = read.replays.value;
-  }
-  out.replays_readable = out.replays_problem.empty() && out.replays.has_value();
-  if (!out.replays && out.replays_problem.empty()) out.replays_problem = "not read";
-  Say(gpu.replay_log, out.replays_readable ? "" : out.replays_problem,
-      out.replays_readable
-          ? fmt::format("link errors: GPU {}: NVML's PCIe replay counter readable again",
-                        device.index)
-          : fmt::format("link errors: GPU {}: NVML's PCIe replay counter not readable: {} "
-                        "(xferd_pcie_error_source_readable{{gpu=\"{}\",source=\"nvml_replay\"}} 0)",
-                        device.index, out.replays_problem, device.index),
-      read.replays.missing, now);
+  ObserveReplays(device, read.replays, gpu, out, now);
   interval.replays = out.replays_grown;
 
   if (gpu.last) {
@@ -202,6 +130,90 @@ LinkErrorReading LinkErrorTracker::Observe(const probes::DeviceInfo& device,
   }
   gpu.last = now;
   return out;
+}
+
+LinkErrorDevice LinkErrorTracker::ObserveDevice(const probes::DeviceInfo& device,
+                                                const probes::AerCounters& c,
+                                                const std::string& where, Device& d,
+                                                SteadyTime now) {
+  LinkErrorDevice j;
+  j.read = c;
+  j.problem = c.problem;
+  std::string state = c.missing ? "missing" : c.problem;
+  const std::string back =
+      WentBack(d.device, c.device, "TOTAL_ERR") + WentBack(d.rootport, c.rootport, "rootport");
+  if (!back.empty()) {
+    // A device reset or re-enumerated starts from 0 again; a file that is not the
+    // kernel's may say anything. Either way this reading is no count of errors: the new
+    // values are the base the next reading is compared with.
+    j.problem += (j.problem.empty() ? "" : "; ") + back +
+                 " (the device was reset or re-enumerated, or the file is not the kernel's)";
+    state = "backwards";
+    d.device = c.device;
+    d.rootport = c.rootport;
+    d.kinds.clear();
+    for (const probes::AerKind& k : c.kinds) d.kinds[{k.aer_class, k.name}] = k.count;
+    d.rebase = true;
+  } else {
+    const bool rebase = std::exchange(d.rebase, false);
+    if (rebase) d.kinds.clear();
+    for (AerClass cls : probes::kAllAerClasses) {
+      const std::size_t i = Index(cls);
+      if (!c.device[i]) continue;
+      if (d.device[i] && !rebase) j.grown[i] = *c.device[i] - *d.device[i];
+      d.device[i] = c.device[i];
+      if (c.rootport[i]) d.rootport[i] = c.rootport[i];
+    }
+    for (const probes::AerKind& k : c.kinds) {
+      auto [it, fresh] = d.kinds.try_emplace({k.aer_class, k.name}, k.count);
+      if (!fresh && k.count > it->second) {
+        j.kinds_grown.push_back({k.aer_class, k.name, k.count - it->second});
+      }
+      it->second = std::max(it->second, k.count);
+    }
+  }
+  j.readable = j.problem.empty();
+  Say(d.log, state,
+      j.readable  ? fmt::format("link errors: GPU {} {} ({}): AER counters readable again",
+                                device.index, c.bdf, where)
+      : c.missing ? fmt::format("link errors: GPU {} {} ({}): {}; its AER counts are not readable "
+                                "here (xferd_pcie_error_source_readable 0), which is no fault",
+                                device.index, c.bdf, where, j.problem)
+                  : fmt::format("link errors: GPU {} {} ({}): AER counters not readable: {}; "
+                                "xferd_pcie_error_source_readable{{gpu=\"{}\",device=\"{}\"}} is 0 "
+                                "until they read sanely again",
+                                device.index, c.bdf, where, j.problem, device.index, c.bdf),
+      c.missing, now);
+  return j;
+}
+
+void LinkErrorTracker::ObserveReplays(const probes::DeviceInfo& device,
+                                      const probes::ReplayCounter& replays, Gpu& gpu,
+                                      LinkErrorReading& out, SteadyTime now) {
+  out.replays = replays.value;
+  out.replays_problem = replays.problem;
+  if (replays.value) {
+    if (gpu.replays && *replays.value < *gpu.replays) {
+      out.replays_problem = fmt::format(
+          "the replay counter went back from {} to {} (it wrapped at 2^32 or the driver "
+          "reset it)",
+          *gpu.replays, *replays.value);
+      gpu.replays_rebase = true;
+    } else if (gpu.replays && !std::exchange(gpu.replays_rebase, false)) {
+      out.replays_grown = *replays.value - *gpu.replays;
+    }
+    gpu.replays = replays.value;
+  }
+  out.replays_readable = out.replays_problem.empty() && out.replays.has_value();
+  if (!out.replays && out.replays_problem.empty()) out.replays_problem = "not read";
+  Say(gpu.replay_log, out.replays_readable ? "" : out.replays_problem,
+      out.replays_readable
+          ? fmt::format("link errors: GPU {}: NVML's PCIe replay counter readable again",
+                        device.index)
+          : fmt::format("link errors: GPU {}: NVML's PCIe replay counter not readable: {} "
+                        "(xferd_pcie_error_source_readable{{gpu=\"{}\",source=\"nvml_replay\"}} 0)",
+                        device.index, out.replays_problem, device.index),
+      replays.missing, now);
 }
 
 LinkErrorGrowth LinkErrorTracker::Growth(const std::string& uuid) const {

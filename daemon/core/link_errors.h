@@ -112,6 +112,12 @@ class LinkErrorTracker {
   };
   void Say(SourceLog& log, const std::string& state, const std::string& line, bool expected,
            SteadyTime now);
+  // Observe's parts, under mutex_: one device of the path against its last counts, and
+  // NVML's replay counter against the GPU's last one.
+  LinkErrorDevice ObserveDevice(const probes::DeviceInfo& device, const probes::AerCounters& c,
+                                const std::string& where, Device& d, SteadyTime now);
+  void ObserveReplays(const probes::DeviceInfo& device, const probes::ReplayCounter& replays,
+                      Gpu& gpu, LinkErrorReading& out, SteadyTime now);
 
   mutable std::mutex mutex_;
   std::map<std::string, Gpu> gpus_;  // by UUID

@@ -394,6 +394,15 @@ std::string DroppedOnLoad(const BaselineReader& reader, std::size_t keep_per_ser
   return dropped;
 }
 
+// Why a file that parsed (and is not from a newer xferd) is not a state file; "" when it is.
+std::string CorruptionOf(const BaselineReader& reader) {
+  if (!reader.problem.empty()) return reader.problem;
+  if (!reader.version) return "no integer \"version\"";
+  if (*reader.version < 1) return "version " + std::to_string(*reader.version) + " is not valid";
+  if (!reader.baselines_seen) return "no \"baselines\" object";
+  return "";
+}
+
 }  // namespace
 
 StateFile::StateFile(std::filesystem::path dir) : dir_(std::move(dir)), path_(dir_ / kStateName) {}
@@ -417,75 +426,82 @@ StateLoad StateFile::Load(std::chrono::system_clock::time_point now, std::size_t
     std::istream in(&buffer);
     nlohmann::json::sax_parse(in, &reader);
   } catch (const platform::FileError& e) {
-    if (e.error() == 0) {
-      // Not a regular file, or far too large: not something xferd wrote. Kept for a look.
-      persisting_ = false;
-      not_persisting_reason_ = "state file is not one xferd wrote";
-      out.outcome = StateLoad::Outcome::kUnreadable;
-      out.message = "state file " + platform::Printable(path_.string(), 512) + ": " + e.cause() +
-                    ": keeping it untouched and learning baselines in memory only; move it "
-                    "away and restart";
-      return out;
-    }
-    persisting_ = false;
-    not_persisting_reason_ = "cannot read " + path_.string();
-    out.outcome = StateLoad::Outcome::kUnreadable;
-    out.message = "cannot read state file " + platform::Printable(path_.string(), 512) + " (" +
-                  e.cause() +
-                  "): keeping it untouched and learning baselines in memory only; fix its "
-                  "permissions (owner: the xferd user) and restart";
+    KeepUnreadable(e.error(), e.cause(), out);
     return out;
   }
 
-  std::string problem;
   if (reader.version && *reader.version > kStateVersion) {
-    persisting_ = false;
-    not_persisting_reason_ = "state file from a newer xferd";
-    out.outcome = StateLoad::Outcome::kFutureVersion;
-    out.message = "state file " + platform::Printable(path_.string(), 512) + " has version " +
-                  std::to_string(*reader.version) + ", newer than this xferd understands (" +
-                  std::to_string(kStateVersion) +
-                  "): keeping it untouched and learning baselines in memory only; upgrade "
-                  "xferd, or move the file away to start fresh";
+    KeepNewerVersion(*reader.version, out);
     return out;
   }
-  if (!reader.problem.empty()) {
-    problem = reader.problem;
-  } else if (!reader.version) {
-    problem = "no integer \"version\"";
-  } else if (*reader.version < 1) {
-    problem = "version " + std::to_string(*reader.version) + " is not valid";
-  } else if (!reader.baselines_seen) {
-    problem = "no \"baselines\" object";
-  } else {
-    out.baselines = std::move(reader.baselines);
-    out.outcome = StateLoad::Outcome::kLoaded;
-    ReadIncidents(reader, path_, out);
-    // Read whole but not kept as it is: the next write would drop the rest, so the file as
-    // it was is kept beside it first, and the log says what goes and where the copy is.
-    const std::string dropped = DroppedOnLoad(reader, keep_per_series);
-    if (dropped.empty()) return out;
-    const std::string file = platform::Printable(path_.string(), 512);
-    try {
-      out.set_aside = platform::KeepCopy(path_, "trimmed", now);
-      out.message = "state file " + file + " holds more than xferd keeps: " + dropped +
-                    "; the file as it was is kept as " +
-                    platform::Printable(out.set_aside.string(), 512) +
-                    ", and the next write keeps only the rest";
-    } catch (const platform::FileError& e) {
-      // Without a copy the file is not replaced: what it holds beyond the kept part stays.
-      persisting_ = false;
-      not_persisting_reason_ = "no copy could be kept of what it holds beyond what is kept";
-      out.message = "state file " + file + " holds more than xferd keeps: " + dropped +
-                    ", and no copy of it could be kept (" + e.cause() +
-                    "); keeping it untouched and learning baselines in memory only";
-    }
+  const std::string problem = CorruptionOf(reader);
+  if (!problem.empty()) {
+    SetCorruptAside(problem, now, out);
     return out;
   }
+  out.baselines = std::move(reader.baselines);
+  out.outcome = StateLoad::Outcome::kLoaded;
+  ReadIncidents(reader, path_, out);
+  const std::string dropped = DroppedOnLoad(reader, keep_per_series);
+  if (!dropped.empty()) KeepCopyBeforeDropping(dropped, now, out);
+  return out;
+}
 
-  // Corrupt or truncated: keep it for inspection under a name of its own, start fresh.
+void StateFile::KeepUnreadable(int error, const std::string& cause, StateLoad& out) {
+  persisting_ = false;
+  out.outcome = StateLoad::Outcome::kUnreadable;
+  if (error == 0) {
+    // Not a regular file, or far too large: not something xferd wrote. Kept for a look.
+    not_persisting_reason_ = "state file is not one xferd wrote";
+    out.message = "state file " + platform::Printable(path_.string(), 512) + ": " + cause +
+                  ": keeping it untouched and learning baselines in memory only; move it "
+                  "away and restart";
+    return;
+  }
+  not_persisting_reason_ = "cannot read " + path_.string();
+  out.message = "cannot read state file " + platform::Printable(path_.string(), 512) + " (" +
+                cause +
+                "): keeping it untouched and learning baselines in memory only; fix its "
+                "permissions (owner: the xferd user) and restart";
+}
+
+void StateFile::KeepNewerVersion(std::int64_t version, StateLoad& out) {
+  persisting_ = false;
+  not_persisting_reason_ = "state file from a newer xferd";
+  out.outcome = StateLoad::Outcome::kFutureVersion;
+  out.message = "state file " + platform::Printable(path_.string(), 512) + " has version " +
+                std::to_string(version) + ", newer than this xferd understands (" +
+                std::to_string(kStateVersion) +
+                "): keeping it untouched and learning baselines in memory only; upgrade "
+                "xferd, or move the file away to start fresh";
+}
+
+// Read whole but not kept as it is: the next write would drop the rest, so the file as it
+// was is kept beside it first, and the log says what goes and where the copy is.
+void StateFile::KeepCopyBeforeDropping(const std::string& dropped,
+                                       std::chrono::system_clock::time_point now, StateLoad& out) {
+  const std::string file = platform::Printable(path_.string(), 512);
+  try {
+    out.set_aside = platform::KeepCopy(path_, "trimmed", now);
+    out.message = "state file " + file + " holds more than xferd keeps: " + dropped +
+                  "; the file as it was is kept as " +
+                  platform::Printable(out.set_aside.string(), 512) +
+                  ", and the next write keeps only the rest";
+  } catch (const platform::FileError& e) {
+    // Without a copy the file is not replaced: what it holds beyond the kept part stays.
+    persisting_ = false;
+    not_persisting_reason_ = "no copy could be kept of what it holds beyond what is kept";
+    out.message = "state file " + file + " holds more than xferd keeps: " + dropped +
+                  ", and no copy of it could be kept (" + e.cause() +
+                  "); keeping it untouched and learning baselines in memory only";
+  }
+}
+
+// Corrupt or truncated: keep it for inspection under a name of its own, start fresh.
+void StateFile::SetCorruptAside(const std::string& problem_as_read,
+                                std::chrono::system_clock::time_point now, StateLoad& out) {
   out.outcome = StateLoad::Outcome::kCorrupt;
-  problem = platform::Printable(problem, 300);
+  const std::string problem = platform::Printable(problem_as_read, 300);
   try {
     out.set_aside = platform::MoveAside(path_, "corrupt", now);
     out.message = "state file " + platform::Printable(path_.string(), 512) + " is corrupt (" +
@@ -500,7 +516,6 @@ StateLoad StateFile::Load(std::chrono::system_clock::time_point now, std::size_t
                   "); keeping it untouched and learning baselines in memory only; move it away "
                   "and restart";
   }
-  return out;
 }
 
 std::string StateFile::KeepBeforeTrimming(const BaselineSet& held, std::size_t window,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -79,6 +80,15 @@ class StateFile {
   bool persisting() const { return persisting_; }
 
  private:
+  // Load's outcomes other than a plain read: each fills `out` and says whether the file is
+  // still written to (persisting_).
+  void KeepUnreadable(int error, const std::string& cause, StateLoad& out);
+  void KeepNewerVersion(std::int64_t version, StateLoad& out);
+  void KeepCopyBeforeDropping(const std::string& dropped, std::chrono::system_clock::time_point now,
+                              StateLoad& out);
+  void SetCorruptAside(const std::string& problem_as_read,
+                       std::chrono::system_clock::time_point now, StateLoad& out);
+
   std::filesystem::path dir_;
   std::filesystem::path path_;
   bool persisting_ = true;

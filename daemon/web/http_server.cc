@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <microhttpd.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -30,6 +29,7 @@
 #include "platform/printable.h"
 #include "web/basic_auth.h"
 #include "web/listen_address.h"
+#include "web/listen_socket.h"
 #include "web/paths.h"
 
 namespace xferd::web {
@@ -79,128 +79,6 @@ unsigned FitConnectionsToFileLimit(unsigned wanted) {
                                                             : limit.rlim_cur / 2);
 }
 
-}  // namespace
-
-// Named, not anonymous: HttpServer::Impl (declared in the header) holds one.
-namespace server_detail {
-struct BoundSocket {
-  int fd = -1;
-  int family = AF_INET;
-  bool wildcard = false;
-  std::uint16_t port = 0;
-};
-}  // namespace server_detail
-
-namespace {
-
-using server_detail::BoundSocket;
-
-[[noreturn]] void ThrowBindError(const std::string& address, std::uint16_t port, int err) {
-  std::string cause;
-  std::string fix;
-  switch (err) {
-    case EADDRINUSE:
-      cause = "port " + std::to_string(port) + " already in use (another xferd or exporter?)";
-      fix = "stop the other process or choose another port with --web.listen-address";
-      break;
-    case EADDRNOTAVAIL:
-      cause = "the address is not one of this host's";
-      fix = "use an address of this host, or :PORT for every interface";
-      break;
-    case EACCES:
-      cause = "permission denied for port " + std::to_string(port) +
-              " (ports below 1024 need root or CAP_NET_BIND_SERVICE)";
-      fix = "choose a port of 1024 or above";
-      break;
-    default: cause = std::strerror(err); fix = "check the address";
-  }
-  throw HttpError("listen address " + address + ": " + cause, fix);
-}
-
-BoundSocket OpenListenSocket(const std::string& spec, const ListenAddress& address) {
-  std::vector<sockaddr_storage> candidates;
-  std::vector<socklen_t> lengths;
-  BoundSocket out;
-  if (address.host.empty()) {
-    // Every interface: IPv6 dual stack when the host has IPv6, else IPv4.
-    out.wildcard = true;
-    sockaddr_storage ss{};
-    auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    a6->sin6_family = AF_INET6;
-    a6->sin6_addr = in6addr_any;
-    a6->sin6_port = htons(address.port);
-    candidates.push_back(ss);
-    lengths.push_back(sizeof(sockaddr_in6));
-    sockaddr_storage s4{};
-    auto* a4 = reinterpret_cast<sockaddr_in*>(&s4);
-    a4->sin_family = AF_INET;
-    a4->sin_addr.s_addr = htonl(INADDR_ANY);
-    a4->sin_port = htons(address.port);
-    candidates.push_back(s4);
-    lengths.push_back(sizeof(sockaddr_in));
-  } else {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    const std::string port = std::to_string(address.port);
-    const int rc = getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found);
-    if (rc != 0) {
-      throw HttpError("listen address " + spec + ": cannot resolve host '" + address.host + "' (" +
-                          gai_strerror(rc) + ")",
-                      "give a host name this machine resolves, or an IP address");
-    }
-    for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-      sockaddr_storage ss{};
-      std::memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
-      candidates.push_back(ss);
-      lengths.push_back(ai->ai_addrlen);
-    }
-    freeaddrinfo(found);
-  }
-
-  int last_error = EAFNOSUPPORT;
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    const int family = candidates[i].ss_family;
-    const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-      last_error = errno;
-      if (errno == EAFNOSUPPORT) continue;  // no IPv6 in this kernel or container
-      throw HttpError(
-          "listen address " + spec + ": cannot create a socket: " + std::strerror(errno),
-          "check the process's file limits");
-    }
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (family == AF_INET6 && out.wildcard) {
-      const int zero = 0;
-      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    }
-    if (bind(fd, reinterpret_cast<const sockaddr*>(&candidates[i]), lengths[i]) != 0) {
-      last_error = errno;
-      close(fd);
-      // The IPv6 wildcard fails with EADDRNOTAVAIL where IPv6 is disabled: try IPv4.
-      if (out.wildcard && family == AF_INET6 && last_error == EADDRNOTAVAIL) continue;
-      ThrowBindError(spec, address.port, last_error);
-    }
-    if (listen(fd, SOMAXCONN) != 0) {
-      last_error = errno;
-      close(fd);
-      ThrowBindError(spec, address.port, last_error);
-    }
-    sockaddr_storage bound{};
-    socklen_t len = sizeof(bound);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-    out.fd = fd;
-    out.family = family;
-    out.port = ntohs(family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    return out;
-  }
-  ThrowBindError(spec, address.port, last_error);
-}
-
 // The answer to a login that is not let through: 401 asks for credentials again; 503 (the
 // checks are busy) and 429 (this address failed too often) say when to retry.
 HttpResponse LoginRefusal(LoginVerdict verdict) {
@@ -221,7 +99,7 @@ struct HttpServer::Impl {
   HttpServerOptions options;
   Handler handler;
   MHD_Daemon* daemon = nullptr;
-  BoundSocket socket;
+  ListenSocket socket;
   std::string tls_cert, tls_key;  // MHD keeps pointers to these while it runs
   std::unique_ptr<PasswordVerifier> verifier;
   std::atomic<bool> auth_on{false};
@@ -413,26 +291,9 @@ struct HttpServer::Impl {
     self->SetPhase(connection, Phase::kIdle);
   }
 
-  // %HH decoding in place, except %00: a NUL would cut the path short in the C string the
-  // handler gets ("/metrics%00.html" would read as "/metrics"), so it stays encoded.
+  // libmicrohttpd's hook for decoding the path (the default would decode %00 too).
   static std::size_t Unescape(void* /*cls*/, MHD_Connection* /*connection*/, char* s) {
-    auto hex = [](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-      return -1;
-    };
-    char* out = s;
-    for (const char* in = s; *in != '\0';) {
-      if (in[0] == '%' && hex(in[1]) >= 0 && hex(in[2]) >= 0 && (in[1] != '0' || in[2] != '0')) {
-        *out++ = static_cast<char>(hex(in[1]) * 16 + hex(in[2]));
-        in += 3;
-      } else {
-        *out++ = *in++;
-      }
-    }
-    *out = '\0';
-    return static_cast<std::size_t>(out - s);
+    return DecodePathInPlace(s);
   }
 
   static MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response,
@@ -579,6 +440,93 @@ struct HttpServer::Impl {
       return Queue(connection, failed, false);
     }
   }
+
+  // The users' bcrypt hashes are checked once, here, so that a bad one is named at start.
+  void SetUpLogins() {
+    const WebConfig& web = options.web;
+    for (const auto& [user, hash] : web.basic_auth_users) {
+      if (const auto problem = BcryptHashProblem(hash)) {
+        throw HttpError(
+            "web config: basic_auth_users." + platform::Printable(user) + " " + *problem,
+            kBcryptFix);
+      }
+    }
+    verifier = std::make_unique<PasswordVerifier>(options.auth);
+    verifier->SetUsers(web.basic_auth_users);
+    auth_on = !web.basic_auth_users.empty();
+  }
+
+  // Sets options.connection_limit to what holds: MHD's own limit, returned, is a backstop
+  // above ours (EnforceLimitLocked keeps below it while any connection can be closed); MHD
+  // splits it between its threads, unevenly at times.
+  unsigned FitConnectionLimits(bool tls) {
+    if (tls) {
+      options.connection_limit = std::min(options.connection_limit, options.tls_connection_limit);
+    }
+    options.connection_limit = std::max(1u, options.connection_limit);
+    const unsigned hard_limit = FitConnectionsToFileLimit(
+        options.connection_limit + options.connection_limit / 4 + 16 * Threads());
+    options.connection_limit = std::min(options.connection_limit, std::max(1u, hard_limit * 4 / 5));
+    return hard_limit;
+  }
+
+  unsigned Threads() const { return std::max(1u, options.threads); }
+
+  std::vector<MHD_OptionItem> DaemonOptions(bool tls, unsigned hard_limit) {
+    std::vector<MHD_OptionItem> items;
+    auto add = [&items](MHD_OPTION option, intptr_t value, void* ptr = nullptr) {
+      items.push_back(MHD_OptionItem{option, value, ptr});
+    };
+    add(MHD_OPTION_LISTEN_SOCKET, socket.fd);
+    add(MHD_OPTION_CONNECTION_LIMIT, hard_limit);
+    // An address at the limit gets no more: MHD closes its new connection right after
+    // accept, before any memory or TLS session is spent on it (EnforceLimitLocked would do
+    // the same, only later and dearer: a flood of reconnects then costs a TLS handshake each).
+    add(MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        tls ? std::min(options.connection_limit, std::max(1u, options.tls_connections_per_address))
+            : options.connection_limit);
+    add(MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(options.idle_timeout.count()));
+    add(MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(options.connection_memory_bytes));
+    if (Threads() > 1) add(MHD_OPTION_THREAD_POOL_SIZE, Threads());
+    add(MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&Impl::OnConnection), this);
+    add(MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&Impl::OnCompleted), this);
+    add(MHD_OPTION_UNESCAPE_CALLBACK, reinterpret_cast<intptr_t>(&Impl::Unescape), this);
+    if (tls) {
+      add(MHD_OPTION_HTTPS_MEM_CERT, 0, tls_cert.data());
+      add(MHD_OPTION_HTTPS_MEM_KEY, 0, tls_key.data());
+      // TLS 1.2 and 1.3 only, as exporter-toolkit's default minimum.
+      add(MHD_OPTION_HTTPS_PRIORITIES, 0,
+          const_cast<char*>("NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"));
+    }
+    add(MHD_OPTION_END, 0);
+    return items;
+  }
+
+  // Starts libmicrohttpd on the listen socket; throws HttpError with what it logged.
+  void StartDaemon(bool tls) {
+    // poll, not epoll: with MHD 0.9.75's edge-triggered epoll a client that sends part of a
+    // request and closes is noticed only at the idle timeout (measured: 20 such connections
+    // held 20 descriptors for 10 s); with poll they are released at once.
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_SUSPEND_RESUME;
+    if (tls) flags |= MHD_USE_TLS;
+    if (socket.family == AF_INET6) flags |= MHD_USE_IPv6;
+    std::vector<MHD_OptionItem> items = DaemonOptions(tls, FitConnectionLimits(tls));
+    daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &Impl::OnRequest, this,
+                              MHD_OPTION_EXTERNAL_LOGGER, &Impl::Log, this, MHD_OPTION_ARRAY,
+                              items.data(), MHD_OPTION_END);
+    if (daemon == nullptr) {
+      // Not closing socket.fd: MHD closes a given listen socket when it fails (checked
+      // with 0.9.75), and a second close could hit a descriptor another thread just opened.
+      std::lock_guard lock(log_mutex);
+      throw HttpError(
+          "cannot start the HTTP server on " + options.listen_address + ": " +
+              (startup_log.empty() ? std::string("libmicrohttpd gave no reason") : startup_log),
+          "check the listen address and the web config file");
+    }
+    std::lock_guard lock(log_mutex);
+    starting = false;
+  }
 };
 
 HttpServer::HttpServer(HttpServerOptions options, Handler handler)
@@ -598,84 +546,11 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
     s.tls_cert = web.tls->cert_pem;
     s.tls_key = web.tls->key_pem;
   }
-  for (const auto& [user, hash] : web.basic_auth_users) {
-    if (const auto problem = BcryptHashProblem(hash)) {
-      throw HttpError("web config: basic_auth_users." + platform::Printable(user) + " " + *problem,
-                      kBcryptFix);
-    }
-  }
-  s.verifier = std::make_unique<PasswordVerifier>(s.options.auth);
-  s.verifier->SetUsers(web.basic_auth_users);
-  s.auth_on = !web.basic_auth_users.empty();
+  s.SetUpLogins();
 
   const ListenAddress address = ParseListenAddress(s.options.listen_address);
   s.socket = OpenListenSocket("'" + s.options.listen_address + "'", address);
-
-  // poll, not epoll: with MHD 0.9.75's edge-triggered epoll a client that sends part of a
-  // request and closes is noticed only at the idle timeout (measured: 20 such connections
-  // held 20 descriptors for 10 s); with poll they are released at once.
-  unsigned flags =
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
-  if (tls) flags |= MHD_USE_TLS;
-  if (s.socket.family == AF_INET6) flags |= MHD_USE_IPv6;
-
-  // MHD's own limit is a backstop above ours (EnforceLimitLocked keeps below it while any
-  // connection can be closed); MHD splits it between its threads, unevenly at times.
-  if (tls) {
-    s.options.connection_limit =
-        std::min(s.options.connection_limit, s.options.tls_connection_limit);
-  }
-  s.options.connection_limit = std::max(1u, s.options.connection_limit);
-  const unsigned threads = std::max(1u, s.options.threads);
-  const unsigned hard_limit = FitConnectionsToFileLimit(
-      s.options.connection_limit + s.options.connection_limit / 4 + 16 * threads);
-  s.options.connection_limit =
-      std::min(s.options.connection_limit, std::max(1u, hard_limit * 4 / 5));
-
-  std::vector<MHD_OptionItem> items;
-  auto add = [&items](MHD_OPTION option, intptr_t value, void* ptr = nullptr) {
-    items.push_back(MHD_OptionItem{option, value, ptr});
-  };
-  add(MHD_OPTION_LISTEN_SOCKET, s.socket.fd);
-  add(MHD_OPTION_CONNECTION_LIMIT, hard_limit);
-  // An address at the limit gets no more: MHD closes its new connection right after accept,
-  // before any memory or TLS session is spent on it (EnforceLimitLocked would do the same,
-  // only later and dearer: a flood of reconnects then costs a TLS handshake each).
-  add(MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-      tls ? std::min(s.options.connection_limit,
-                     std::max(1u, s.options.tls_connections_per_address))
-          : s.options.connection_limit);
-  add(MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(s.options.idle_timeout.count()));
-  add(MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(s.options.connection_memory_bytes));
-  if (threads > 1) add(MHD_OPTION_THREAD_POOL_SIZE, threads);
-  add(MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&Impl::OnConnection), &s);
-  add(MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&Impl::OnCompleted), &s);
-  add(MHD_OPTION_UNESCAPE_CALLBACK, reinterpret_cast<intptr_t>(&Impl::Unescape), &s);
-  if (tls) {
-    add(MHD_OPTION_HTTPS_MEM_CERT, 0, s.tls_cert.data());
-    add(MHD_OPTION_HTTPS_MEM_KEY, 0, s.tls_key.data());
-    // TLS 1.2 and 1.3 only, as exporter-toolkit's default minimum.
-    add(MHD_OPTION_HTTPS_PRIORITIES, 0,
-        const_cast<char*>("NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"));
-  }
-  add(MHD_OPTION_END, 0);
-
-  s.daemon =
-      MHD_start_daemon(flags, 0, nullptr, nullptr, &Impl::OnRequest, &s, MHD_OPTION_EXTERNAL_LOGGER,
-                       &Impl::Log, &s, MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
-  if (s.daemon == nullptr) {
-    // Not closing s.socket.fd: MHD closes a given listen socket when it fails (checked
-    // with 0.9.75), and a second close could hit a descriptor another thread just opened.
-    std::lock_guard lock(s.log_mutex);
-    throw HttpError(
-        "cannot start the HTTP server on " + s.options.listen_address + ": " +
-            (s.startup_log.empty() ? std::string("libmicrohttpd gave no reason") : s.startup_log),
-        "check the listen address and the web config file");
-  }
-  {
-    std::lock_guard lock(s.log_mutex);
-    s.starting = false;
-  }
+  s.StartDaemon(tls);
   s.reaper = std::thread([&s] { s.ReapSlowConnections(); });
 }
 

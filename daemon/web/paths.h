@@ -21,4 +21,9 @@ inline constexpr std::size_t kMaxPathBytes = 1024;
 // /healthz and /api/v1/status. Throws HttpError naming the problem; the fix suggests /metrics.
 void CheckTelemetryPath(std::string_view path);
 
+// A request path's %HH decoding, in place, except %00: a NUL would cut the path short in the
+// C string the handler gets ("/metrics%00.html" would read as "/metrics"), so it stays
+// encoded. Returns the decoded length.
+std::size_t DecodePathInPlace(char* path);
+
 }  // namespace xferd::web
