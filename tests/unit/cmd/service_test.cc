@@ -90,12 +90,14 @@ struct Harness {
     return notifier.WaitFor(done, t);
   }
 
-  // Sends a reload once READY, and waits for RELOADING and the READY after it.
+  // Sends a reload once READY, and waits for this reload's RELOADING and the READY after
+  // it (not an earlier reload's: the test may change what `reload` returns right after).
   void Reload() {
     ASSERT_TRUE(WaitFor([](const Messages& m) { return Find(m, "READY") >= 0; }));
+    const int seen = static_cast<int>(notifier.Messages().size());
     signals.Send(Kind::kReload);
-    ASSERT_TRUE(WaitFor([](const Messages& m) {
-      const int reloading = Find(m, "RELOADING");
+    ASSERT_TRUE(WaitFor([seen](const Messages& m) {
+      const int reloading = Find(m, "RELOADING", seen);
       return reloading >= 0 && Find(m, "READY", reloading) > reloading;
     }));
   }
