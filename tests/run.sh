@@ -100,7 +100,7 @@ sanitizer_pass() {  # SANITIZER [LABELS: integration tests too when "integration
 if [[ $sanitizers -eq 1 ]]; then
   # ASan+UBSan: the unit and the daemon's integration tests. TSan (--tsan): the unit tests,
   # which hold the threaded code (server, scheduler, service, probe runner); left out of CI,
-  # whose 30 minutes on 2 cores a third build does not fit (README, "Tests").
+  # whose 30 minutes on 2 cores a third build would leave too little margin (README, "Set up").
   sanitizer_pass address integration
   if [[ $tsan -eq 1 ]]; then sanitizer_pass thread; fi
 fi
