@@ -82,7 +82,7 @@ fi
 # says why). -O1 -g1: what the sanitizers advise, line tables for their reports, and half
 # the compile time of -O2 -g. The unit tests run in one process: one process per test, as
 # CTest starts them, spends most of its time starting up under a sanitizer (the 431 unit
-# tests took 48 s in one process under ASan, over 150 s one process each).
+# tests took 50 s in one process under ASan; the phase line below prints it).
 sanitizer_pass() {  # SANITIZER [LABELS: integration tests too when "integration"]
   local san=$1 dir="$build-$1" t
   mkdir -p "$dir"
