@@ -22,13 +22,18 @@ namespace {
 // Paths come from config files and flags: escaped, and cut where they are absurdly long.
 constexpr std::size_t kPrintablePathBytes = 512;
 
-std::string ReadFix(int error) {
+std::string ReadFix(int error, Secrecy secrecy) {
   switch (error) {
     case ENOENT: return "check the path";
     case EACCES:
     case EPERM:
-      return "make it readable by the user xferd runs as (chmod 0644, or chgrp xferd and "
-             "chmod 0640)";
+      // A secret is never made readable by every user to get it read.
+      return secrecy == Secrecy::kSecret
+                 ? "make it readable by the user that reads it and no other: chown that "
+                   "user and chmod 0600 (or chmod 0640 with a group of its own that only "
+                   "that user is in)"
+                 : "make it readable by the user xferd runs as (chmod 0644, or chgrp xferd "
+                   "and chmod 0640)";
     case EISDIR: return "name the file, not its directory";
     default: return "check the path and its permissions";
   }
@@ -71,12 +76,22 @@ std::string TooLarge(std::size_t max_bytes) {
   return "it is larger than " + std::to_string(max_bytes) + " bytes, the most this file may hold";
 }
 
+// Who besides the owner (and the file's group, for reading) can get at a secret: "every user
+// of this host" for a mode others may read or write, "its group" for a group-writable one;
+// "" when nobody. ssh refuses private keys the same way.
+std::string SecretExposedTo(mode_t mode) {
+  if ((mode & (S_IROTH | S_IWOTH)) != 0) return "every user of this host";
+  if ((mode & S_IWGRP) != 0) return "every user of its group, who may also change it";
+  return "";
+}
+
 // The checks every read makes before it reads a byte; the open descriptor, or -1 with
 // `failure` set.
-int OpenChecked(const std::filesystem::path& path, std::size_t max_bytes, ReadFailure& failure) {
+int OpenChecked(const std::filesystem::path& path, std::size_t max_bytes, Secrecy secrecy,
+                ReadFailure& failure) {
   const auto refuse_kind = [&](const struct stat& st) {
     if (S_ISDIR(st.st_mode)) {
-      failure = {EISDIR, "", ReadFix(EISDIR)};
+      failure = {EISDIR, "", ReadFix(EISDIR, secrecy)};
       return true;
     }
     if (!S_ISREG(st.st_mode)) {
@@ -94,15 +109,28 @@ int OpenChecked(const std::filesystem::path& path, std::size_t max_bytes, ReadFa
   // of waiting for a writer; fstat then refuses it.
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) {
-    failure = {errno, "", ReadFix(errno)};
+    failure = {errno, "", ReadFix(errno, secrecy)};
     return -1;
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) {
-    failure = {errno, "", ReadFix(errno)};
+    failure = {errno, "", ReadFix(errno, secrecy)};
     return -1;
   }
   if (refuse_kind(st)) return -1;
+  if (secrecy == Secrecy::kSecret) {
+    if (const std::string who = SecretExposedTo(st.st_mode); !who.empty()) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      const std::string file = Printable(path.string(), kPrintablePathBytes);
+      failure = {0,
+                 std::string("it is open to ") + who + " (mode " + mode +
+                     "): the secret in it is no secret",
+                 "chmod 0600 " + file + " (readable by its owner only), or chmod 0640 " + file +
+                     " with a group of its own that only the users who need it are in"};
+      return -1;
+    }
+  }
   if (static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
     failure = {0, TooLarge(max_bytes), "check that this is the right file"};
     return -1;
@@ -117,7 +145,7 @@ ssize_t ReadSome(int fd, char* buffer, std::size_t size, ReadFailure& failure) {
     const ssize_t n = ::read(fd, buffer + got, size - got);
     if (n < 0) {
       if (errno == EINTR) continue;
-      failure = {errno, "", ReadFix(errno)};
+      failure = {errno, "", ReadFix(errno, Secrecy::kPublic)};
       return -1;
     }
     if (n == 0) break;
@@ -127,8 +155,8 @@ ssize_t ReadSome(int fd, char* buffer, std::size_t size, ReadFailure& failure) {
 }
 
 std::optional<std::string> Read(const std::filesystem::path& path, std::size_t max_bytes,
-                                ReadFailure& failure) {
-  Fd fd(OpenChecked(path, max_bytes, failure));
+                                Secrecy secrecy, ReadFailure& failure) {
+  Fd fd(OpenChecked(path, max_bytes, secrecy, failure));
   if (fd.get() < 0) return std::nullopt;
   std::string text;
   // procfs and sysfs report sizes of 0 or 4096 whatever they hold: read to the end, and
@@ -255,9 +283,9 @@ FileError::FileError(std::string_view verb, std::string_view what, std::filesyst
       error_(error) {}
 
 std::string ReadFileBounded(const std::filesystem::path& path, std::size_t max_bytes,
-                            std::string_view what) {
+                            std::string_view what, Secrecy secrecy) {
   ReadFailure failure;
-  std::optional<std::string> text = Read(path, max_bytes, failure);
+  std::optional<std::string> text = Read(path, max_bytes, secrecy, failure);
   if (text) return std::move(*text);
   ThrowReadError(path, what, failure);
 }
@@ -266,7 +294,7 @@ BoundedFile::BoundedFile(const std::filesystem::path& path, std::size_t max_byte
                          std::string_view what)
     : path_(path), what_(what), max_bytes_(max_bytes) {
   ReadFailure failure;
-  fd_ = OpenChecked(path, max_bytes, failure);
+  fd_ = OpenChecked(path, max_bytes, Secrecy::kPublic, failure);
   if (fd_ < 0) ThrowReadError(path, what, failure);
 }
 
@@ -291,7 +319,7 @@ std::size_t BoundedFile::Read(char* buffer, std::size_t size) {
 std::optional<std::string> TryReadFileBounded(const std::filesystem::path& path,
                                               std::size_t max_bytes) {
   ReadFailure ignored;
-  return Read(path, max_bytes, ignored);
+  return Read(path, max_bytes, Secrecy::kPublic, ignored);
 }
 
 std::string AtomicTempPrefix(const std::filesystem::path& path) {

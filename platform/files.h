@@ -66,10 +66,15 @@ class BoundedFile {
   int fd_ = -1;
 };
 
+// Whether a file holds a secret (a password): a secret others may read, or its group may
+// change, is refused as ssh refuses such a private key, and every fix says 0600 or 0640,
+// never a mode that lets every user read it.
+enum class Secrecy { kPublic, kSecret };
+
 // The whole of `path`, at most `max_bytes`. `what` names the file in messages ("config
 // file", "TLS certificate"). Throws FileError.
 std::string ReadFileBounded(const std::filesystem::path& path, std::size_t max_bytes,
-                            std::string_view what = "file");
+                            std::string_view what = "file", Secrecy secrecy = Secrecy::kPublic);
 
 // The same for files whose absence or unreadability is an answer, not an error (sysfs
 // attributes, procfs): nullopt instead of an exception.

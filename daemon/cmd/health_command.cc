@@ -80,7 +80,10 @@ web::HttpUrl UrlOf(const config::Config& config) {
 std::string ReadPassword(const std::string& path) {
   std::string text;
   try {
-    text = platform::ReadFileBounded(path, kMaxPasswordFileBytes, "password file");
+    // A password file others can read is refused, as ssh refuses such a key: the daemon's
+    // login would be every local user's (docs/operations.md).
+    text = platform::ReadFileBounded(path, kMaxPasswordFileBytes, "password file",
+                                     platform::Secrecy::kSecret);
   } catch (const platform::FileError& e) {
     throw UsageError(std::string(e.what()));
   }
@@ -151,7 +154,7 @@ web::HttpUrl StatusUrl(const HealthCommandOptions& options, const config::Config
       throw UsageError("--url: " + std::string(e.what()));
     }
     if (url.path != "/") {
-      throw UsageError("--url \"" + platform::Printable(*options.url, 200) +
+      throw UsageError("--url \"" + platform::Printable(web::RedactedUrl(*options.url), 200) +
                        "\": give the daemon's address only (scheme, host, port); xferd "
                        "health asks for " +
                        std::string(web::kStatusPath) + " itself");
@@ -236,12 +239,12 @@ HealthReport Ask(const web::HttpClientRequest& request, const HealthJudgeOptions
                   " refused the login (401): check --basic-auth.username and the password file"};
     case 404:
       return {HealthOutcome::kUnknown, "UNKNOWN: " + where +
-                                         " has no status API (404): is it an older xferd, or "
-                                         "another service on that port?"};
+                                           " has no status API (404): is it an older xferd, or "
+                                           "another service on that port?"};
     default:
       return {HealthOutcome::kUnknown, "UNKNOWN: " + where + " answered " +
-                                         std::to_string(response.status) + ": " +
-                                         platform::Printable(response.body.substr(0, 200), 200)};
+                                           std::to_string(response.status) + ": " +
+                                           platform::Printable(response.body.substr(0, 200), 200)};
   }
 }
 

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
 
 #include "core/clock.h"
 #include "core/diagnosis.h"
+#include "core/incident_log.h"
 #include "platform/printable.h"
 
 namespace xferd::cmd {
@@ -44,6 +46,175 @@ std::optional<double> Num(const json& object, const char* key) {
 
 std::string GBps(double bytes_per_s) {
   return fmt::format("{:.2f}", bytes_per_s / 1e9);
+}
+
+// How a value is, for a message: "the string \"false\"", "the number -3", "null", ...
+std::string Kind(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return value.get<bool>() ? "true" : "false";
+    case json::value_t::string:
+      return "the string \"" + platform::Printable(value.get<std::string>(), 40, true) + "\"";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float: return "the number " + value.dump();
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "a list";
+    default: return "not JSON data";
+  }
+}
+
+// The answer as JSON, or `problem` set: not JSON, not an object, nested deeper than the
+// document ever is, or a key given twice in one object (a reader could take either value).
+json ReadDocument(std::string_view body, std::string& problem) {
+  // The document nests 8 deep (gpus, a GPU, link, errors, counters, a counter); a deeper
+  // one is not it, and a DOM of a million levels is not built for it.
+  constexpr int kMaxDepth = 32;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxDepth) {
+        problem = fmt::format("the daemon's answer nests more than {} deep: not a status document",
+                              kMaxDepth);
+        return nullptr;
+      }
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  std::vector<std::set<std::string>> keys;  // of each object open
+  std::string repeated;
+  const json::parser_callback_t watch = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (event == json::parse_event_t::object_end && !keys.empty()) {
+      keys.pop_back();
+    } else if (event == json::parse_event_t::key && !keys.empty() &&
+               !keys.back().insert(parsed.get<std::string>()).second && repeated.empty()) {
+      repeated = parsed.get<std::string>();
+    }
+    return true;
+  };
+  json doc = json::parse(body, watch, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    problem = "the daemon's answer is not a status document (not a JSON object)";
+    return nullptr;
+  }
+  if (!repeated.empty()) {
+    problem = "the daemon's answer names \"" + platform::Printable(repeated, 40, true) +
+              "\" twice in one object: not a status document";
+    return nullptr;
+  }
+  return doc;
+}
+
+// What a status document must be for `xferd health` to judge it (docs/http.md, "The document
+// (version 1)"): the fields it reads, each of its documented type and range, and a node
+// verdict that agrees with the GPUs'. "" when it is; else what is not, for the line.
+std::string ShapeProblem(const json& doc) {
+  const auto field = [](const json& object, const char* key) -> const json* {
+    const auto it = object.find(key);
+    return it == object.end() ? nullptr : &*it;
+  };
+  const auto bad = [](const std::string& where, const json* value, const char* want) {
+    return where + (value == nullptr ? " is missing" : " is " + Kind(*value)) + ", not " + want;
+  };
+  const json* version = field(doc, "version");
+  if (version == nullptr || !version->is_number_integer()) return bad("version", version, "1");
+  const json* daemon = field(doc, "daemon");
+  if (daemon == nullptr || !daemon->is_object()) return bad("daemon", daemon, "an object");
+  const json* healthy = field(*daemon, "healthy");
+  if (healthy == nullptr || !healthy->is_boolean()) {
+    return bad("daemon.healthy", healthy, "true or false");
+  }
+  const json* reason = field(*daemon, "reason");
+  if (reason == nullptr || !reason->is_string()) return bad("daemon.reason", reason, "a string");
+  const json* age = field(*daemon, "last_cycle_age_seconds");
+  if (age == nullptr ||
+      !(age->is_null() ||
+        (age->is_number() && std::isfinite(age->get<double>()) && age->get<double>() >= 0))) {
+    return bad("daemon.last_cycle_age_seconds", age, "a number of seconds (0 or more) or null");
+  }
+  const json* stale = field(*daemon, "stale_after_seconds");
+  if (stale == nullptr || !stale->is_number() || !std::isfinite(stale->get<double>()) ||
+      stale->get<double>() <= 0) {
+    return bad("daemon.stale_after_seconds", stale, "a number of seconds above 0");
+  }
+  const json* gpus = field(doc, "gpus");
+  if (gpus == nullptr || !gpus->is_array()) return bad("gpus", gpus, "a list");
+  if (gpus->empty()) return "gpus is empty: the daemon probes no GPU";
+  std::set<long long> indices;
+  bool any_degraded = false, any_pending = false;
+  for (std::size_t i = 0; i < gpus->size(); ++i) {
+    const json& gpu = (*gpus)[i];
+    const std::string at = fmt::format("gpus[{}]", i);
+    if (!gpu.is_object()) return bad(at, &gpu, "an object");
+    const json* index = field(gpu, "gpu");
+    if (index == nullptr || !index->is_number_integer() || index->get<long long>() < 0) {
+      return bad(at + ".gpu", index, "a GPU index (an integer, 0 or more)");
+    }
+    if (!indices.insert(index->get<long long>()).second) {
+      return fmt::format("gpu{} is listed twice", index->get<long long>());
+    }
+    const json* verdict = field(gpu, "verdict");
+    if (verdict == nullptr || !verdict->is_string() ||
+        !core::ParseDeviceVerdict(verdict->get<std::string>())) {
+      return bad(at + ".verdict", verdict, "\"ok\", \"degraded\" or \"pending\"");
+    }
+    any_degraded = any_degraded || *verdict == "degraded";
+    any_pending = any_pending || *verdict == "pending";
+    const json* causes = field(gpu, "causes");
+    if (causes == nullptr || !causes->is_array()) return bad(at + ".causes", causes, "a list");
+    for (std::size_t c = 0; c < causes->size(); ++c) {
+      const json& cause = (*causes)[c];
+      const json* name = cause.is_object() ? field(cause, "cause") : nullptr;
+      if (name == nullptr || !name->is_string() || name->get<std::string>().empty()) {
+        return bad(fmt::format("{}.causes[{}].cause", at, c), name, "a cause's name");
+      }
+    }
+    const json* headline = field(gpu, "headline");
+    if (headline == nullptr || !(headline->is_null() || headline->is_object())) {
+      return bad(at + ".headline", headline, "an object or null");
+    }
+    if (headline->is_object()) {
+      for (const char* key : {"mode", "direction"}) {
+        const json* word = field(*headline, key);
+        if (word == nullptr || !word->is_string()) {
+          return bad(at + ".headline." + key, word, "a string");
+        }
+      }
+      const json* below = field(*headline, "below");
+      if (below == nullptr || !(below->is_null() || *below == "band" || *below == "baseline")) {
+        return bad(at + ".headline.below", below, "\"band\", \"baseline\" or null");
+      }
+      for (const char* key : {"reading_bytes_per_second", "reference_bytes_per_second"}) {
+        const json* rate = field(*headline, key);
+        if (rate == nullptr ||
+            !(rate->is_null() || (rate->is_number() && std::isfinite(rate->get<double>()) &&
+                                  rate->get<double>() > 0))) {
+          return bad(at + ".headline." + key, rate, "a rate above 0 or null");
+        }
+      }
+    }
+  }
+  const json* verdict = field(doc, "verdict");
+  const char* follows = any_degraded ? "degraded" : any_pending ? "pending" : "ok";
+  if (verdict == nullptr || !verdict->is_string() || *verdict != follows) {
+    return bad("verdict", verdict,
+               fmt::format("\"{}\", which its GPUs' verdicts give", follows).c_str());
+  }
+  return "";
 }
 
 // A cause worth naming first: one that explains a low reading, not the low reading itself.
@@ -120,48 +291,49 @@ int HealthExitCode(HealthOutcome state, bool nagios) {
 std::string NagiosLine(const HealthReport& report) {
   const char* word = report.state == HealthOutcome::kOk        ? "OK"
                      : report.state == HealthOutcome::kProblem ? "CRITICAL"
-                                                             : "UNKNOWN";
+                                                               : "UNKNOWN";
   return std::string("XFERD ") + word + " - " + report.line;
 }
 
 HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& options) {
-  const json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return Unknown("the daemon's answer is not a status document (not a JSON object)");
-  }
-  const auto version = Num(doc, "version");
-  if (!version) return Unknown("the daemon's answer has no \"version\"");
-  if (*version != kReadsStatusVersion) {
+  std::string problem;
+  const json doc = ReadDocument(body, problem);
+  if (!problem.empty()) return Unknown(problem);
+  // The version first: a document of another version is told by it, whatever its shape.
+  if (const auto it = doc.find("version");
+      it != doc.end() && it->is_number_integer() && *it != kReadsStatusVersion) {
     return Unknown(
-        fmt::format("status document version {:.0f}; this xferd reads version {}: "
+        fmt::format("status document version {}; this xferd reads version {}: "
                     "use the xferd that runs the daemon",
-                    *version, kReadsStatusVersion));
+                    it->get<long long>(), kReadsStatusVersion));
   }
-  const json daemon = doc.contains("daemon") ? doc["daemon"] : json(nullptr);
-  if (!daemon.is_object()) return Unknown("the status document has no \"daemon\"");
-  if (daemon.contains("healthy") && daemon["healthy"].is_boolean() &&
-      !daemon["healthy"].get<bool>()) {
-    return Unknown("xferd unhealthy: " + Str(daemon, "reason"));
+  problem = ShapeProblem(doc);
+  if (!problem.empty()) {
+    return Unknown("the daemon's answer is not a status document as documented: " + problem);
   }
-  const auto age = Num(daemon, "last_cycle_age_seconds");
-  if (!age) return Unknown("no verdict yet: the first probe cycle is running");
-  const double stale = options.stale_after_s ? *options.stale_after_s
-                                             : Num(daemon, "stale_after_seconds").value_or(0);
-  if (stale > 0 && *age > stale) {
+  const json& daemon = doc["daemon"];
+  if (!daemon["healthy"].get<bool>()) {
+    return Unknown("xferd unhealthy: " +
+                   platform::Printable(daemon["reason"].get<std::string>(), 200));
+  }
+  if (daemon["last_cycle_age_seconds"].is_null()) {
+    return Unknown("no verdict yet: the first probe cycle is running");
+  }
+  const double age = daemon["last_cycle_age_seconds"].get<double>();
+  const double stale =
+      options.stale_after_s ? *options.stale_after_s : daemon["stale_after_seconds"].get<double>();
+  if (age > stale) {
     return Unknown(
         fmt::format("verdict stale: the last probe cycle ended {} ago (stale after {}); is "
                     "the probe loop stuck?",
-                    core::FormatSeconds(*age, 0), core::FormatSeconds(stale, 0)));
+                    core::FormatSeconds(age, 0), core::FormatSeconds(stale, 0)));
   }
 
-  const json gpus = doc.contains("gpus") ? doc["gpus"] : json(nullptr);
-  if (!gpus.is_array()) return Unknown("the status document has no \"gpus\" list");
-  if (gpus.empty()) return Unknown("the daemon probes no GPU");
+  const json& gpus = doc["gpus"];
   std::vector<const json*> degraded, pending;
   std::size_t degraded_otherwise = 0;  // degraded, but not with options.cause
   for (const json& gpu : gpus) {
-    if (!gpu.is_object()) return Unknown("a GPU entry is not an object");
-    const std::string verdict = Str(gpu, "verdict");
+    const std::string verdict = gpu["verdict"].get<std::string>();
     if (verdict == "degraded") {
       bool counts = true;
       if (options.cause) {
@@ -175,9 +347,6 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
       }
     } else if (verdict == "pending") {
       pending.push_back(&gpu);
-    } else if (verdict != "ok") {
-      return Unknown("GPU verdict \"" + platform::Printable(verdict, 40) +
-                     "\" is not one this xferd knows");
     }
   }
   HealthReport report;
@@ -186,9 +355,8 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
     report.line = "DEGRADED " + Problem(*degraded.front(), options.cause);
     if (degraded.size() > 1) report.line += fmt::format("; +{} GPU", degraded.size() - 1);
   } else if (!pending.empty()) {
-    const auto index = Num(*pending.front(), "gpu");
     return Unknown(fmt::format("no verdict yet for gpu{} (re-judging after a restart)",
-                               index ? fmt::format("{:.0f}", *index) : std::string("?")));
+                               (*pending.front())["gpu"].get<long long>()));
   } else if (options.cause) {
     report.state = HealthOutcome::kOk;
     report.line = "OK: no GPU degraded with " + *options.cause;

@@ -423,8 +423,27 @@ std::string HttpUrl::Text() const {
          std::to_string(port) + platform::Printable(path, 300);
 }
 
+std::string RedactedUrl(std::string_view url) {
+  const std::size_t scheme = url.find("://");
+  const std::size_t start = scheme == std::string_view::npos ? 0 : scheme + 3;
+  // The authority ends at the path, the query or the fragment; its last '@' ends the
+  // credentials (a password may hold '@' itself, and ':' and '/' too when cut oddly: all
+  // of it up to the last '@' before the path goes).
+  std::size_t end = url.find_first_of("/?#", start);
+  if (end == std::string_view::npos) end = url.size();
+  const std::size_t at = url.substr(0, end).rfind('@');
+  if (at == std::string_view::npos || at < start) {
+    // No '@' before the path: a credential may still sit before an '@' later on (a
+    // password holding '/'): anything up to the last '@' of the whole text goes.
+    const std::size_t late = url.rfind('@');
+    if (late == std::string_view::npos || late < start) return std::string(url);
+    return std::string(url.substr(0, start)) + "***" + std::string(url.substr(late));
+  }
+  return std::string(url.substr(0, start)) + "***" + std::string(url.substr(at));
+}
+
 HttpUrl ParseHttpUrl(std::string_view text) {
-  const std::string shown = Quoted(text);
+  const std::string shown = Quoted(RedactedUrl(text));
   const auto bad = [&](const std::string& why) {
     return HttpError("URL " + shown + ": " + why,
                      "give it as http://HOST:PORT or https://HOST:PORT, e.g. "

@@ -27,8 +27,15 @@ struct HttpUrl {
   std::string Text() const;  // back as a URL, for messages
 };
 // Throws HttpError for anything but http:// or https://, a host, an optional port (default
-// 80 / 443) and an optional absolute path without query or fragment.
+// 80 / 443) and an optional absolute path without query or fragment. Credentials in it
+// ("http://user:password@host") are refused, and the message never shows them.
 HttpUrl ParseHttpUrl(std::string_view url);
+
+// `url` as a message may show it: credentials before an '@' in its authority (with a
+// scheme or without) become "***" ("http://***@127.0.0.1:9742"). Every message that quotes a
+// URL as given quotes this: a health check's line ends up in node-problem-detector's events,
+// Nagios and syslog.
+std::string RedactedUrl(std::string_view url);
 
 struct HttpClientRequest {
   HttpUrl url;

@@ -87,7 +87,9 @@ HttpResponse LoginRefusal(LoginVerdict verdict) {
     case LoginVerdict::kBusy:
       return {503, kText, "Busy checking other credentials; retry\n", {{"Retry-After", "1"}}};
     case LoginVerdict::kRateLimited:
-      return {429, kText, "Too many failed logins from this address; retry later\n",
+      return {429,
+              kText,
+              "Too many failed logins from this address; retry later\n",
               {{"Retry-After", "10"}}};
     default: return {401, kText, "Unauthorized\n", {}};
   }
@@ -291,9 +293,11 @@ struct HttpServer::Impl {
     self->SetPhase(connection, Phase::kIdle);
   }
 
-  // libmicrohttpd's hook for decoding the path (the default would decode %00 too).
+  // libmicrohttpd's hook for decoding the path and the query: nothing is decoded, so the
+  // handler matches the path as sent (web/paths.h). Its default decodes %2f, %73 and %00
+  // alike: "/api%2fv1%2fstatus" answered as the status API.
   static std::size_t Unescape(void* /*cls*/, MHD_Connection* /*connection*/, char* s) {
-    return DecodePathInPlace(s);
+    return std::strlen(s);
   }
 
   static MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response,

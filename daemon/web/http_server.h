@@ -25,7 +25,7 @@ namespace xferd::web {
 // answers every other method with 405 itself.
 struct HttpRequest {
   std::string method;           // "GET" or "HEAD"
-  std::string path;             // percent-decoded, without the query string
+  std::string path;             // as sent (never percent-decoded), without the query string
   std::string user;             // the authenticated user; empty when auth is off
   std::string accept_encoding;  // the Accept-Encoding header as sent; empty when absent
 };

@@ -38,24 +38,4 @@ void CheckTelemetryPath(std::string_view path) {
   }
 }
 
-std::size_t DecodePathInPlace(char* path) {
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  char* out = path;
-  for (const char* in = path; *in != '\0';) {
-    if (in[0] == '%' && hex(in[1]) >= 0 && hex(in[2]) >= 0 && (in[1] != '0' || in[2] != '0')) {
-      *out++ = static_cast<char>(hex(in[1]) * 16 + hex(in[2]));
-      in += 3;
-    } else {
-      *out++ = *in++;
-    }
-  }
-  *out = '\0';
-  return static_cast<std::size_t>(out - path);
-}
-
 }  // namespace xferd::web

@@ -1,5 +1,6 @@
 // The paths the endpoint serves besides the metrics, and the one check of a telemetry path
-// (config file, --web.telemetry-path and the routes ask the same question).
+// (config file, --web.telemetry-path and the routes ask the same question). Paths are
+// compared as sent (below).
 #pragma once
 
 #include <cstddef>
@@ -21,9 +22,9 @@ inline constexpr std::size_t kMaxPathBytes = 1024;
 // /healthz and /api/v1/status. Throws HttpError naming the problem; the fix suggests /metrics.
 void CheckTelemetryPath(std::string_view path);
 
-// A request path's %HH decoding, in place, except %00: a NUL would cut the path short in the
-// C string the handler gets ("/metrics%00.html" would read as "/metrics"), so it stays
-// encoded. Returns the decoded length.
-std::size_t DecodePathInPlace(char* path);
+// A request path is matched as it was sent, never percent-decoded: "/api%2fv1%2fstatus",
+// "/%6detrics" or "/metrics%00.html" name no path the server serves (404), as a front
+// proxy's rule on the raw path reads them. No path served holds '%' (CheckTelemetryPath),
+// so no encoded form can reach one.
 
 }  // namespace xferd::web

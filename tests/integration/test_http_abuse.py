@@ -191,6 +191,18 @@ def test_path_traversal_is_404(daemon, path):
     assert b"root:" not in body and b"PATH=" not in body
 
 
+@pytest.mark.parametrize("encoded,plain", [
+    ("/api%2fv1%2fstatus", "/api/v1/status"), ("/api/v1/%73tatus", "/api/v1/status"),
+    ("/%61pi/v1/status", "/api/v1/status"), ("/%6detrics", "/metrics"),
+    ("/metric%73", "/metrics"), ("/%68ealthz", "/healthz"), ("/healthz%00", "/healthz"),
+])
+def test_paths_are_matched_as_sent_not_decoded(daemon, encoded, plain):
+    """A path is compared as it was sent (docs/http.md): its percent-encoded form, which a
+    front proxy's rule on the raw path would not match either, is not the page."""
+    assert request(daemon, path=plain)[0] == 200
+    assert request(daemon, path=encoded)[0] == 404
+
+
 def test_gzip_is_served_when_asked_and_is_the_same_exposition(daemon):
     status, headers, body = request(daemon, headers="Accept-Encoding: gzip\r\n")
     assert status == 200

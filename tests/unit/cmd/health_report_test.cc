@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace xferd::cmd {
 namespace {
@@ -25,9 +27,20 @@ json Degraded(int index, json causes, json headline) {
   return g;
 }
 
+// The node's verdict as the daemon gives it: degraded if any GPU is, else pending if any is.
+std::string NodeVerdict(const json& gpus) {
+  std::string verdict = "ok";
+  for (const json& g : gpus) {
+    if (g["verdict"] == "degraded") return "degraded";
+    if (g["verdict"] == "pending") verdict = "pending";
+  }
+  return verdict;
+}
+
 json Doc(json gpus, double age = 5, double stale_after = 195) {
+  const std::string verdict = NodeVerdict(gpus);
   return {{"version", 1},
-          {"verdict", "ok"},
+          {"verdict", verdict},
           {"daemon",
            {{"healthy", true},
             {"reason", "ok"},
@@ -161,14 +174,111 @@ TEST(HealthReport, AnythingButAStatusDocumentIsUnknownNeverAThrow) {
     EXPECT_EQ(r.line.rfind("UNKNOWN: ", 0), 0u) << r.line;
     for (char c : r.line) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << "printable: " << r.line;
   }
-  // Odd types inside a degraded GPU still give a problem line, not a crash.
+  // Odd types inside a degraded GPU: not the documented shape, so unknown, saying where.
   const HealthReport odd = JudgeStatus(
-      R"({"version": 1, "daemon": {"last_cycle_age_seconds": 1}, "gpus": [{"verdict": "degraded",
-          "gpu": "zero", "headline": {"mode": 5, "reading_bytes_per_second": "fast"},
-          "causes": [3, {"cause": null}, {"cause": "numa_remote"}]}]})",
+      R"({"version": 1, "verdict": "degraded", "daemon": {"healthy": true, "reason": "",
+          "last_cycle_age_seconds": 1, "stale_after_seconds": 195}, "gpus": [{"verdict":
+          "degraded", "gpu": "zero", "headline": {"mode": 5, "reading_bytes_per_second":
+          "fast"}, "causes": [3, {"cause": null}, {"cause": "numa_remote"}]}]})",
       {});
-  EXPECT_EQ(odd.state, HealthOutcome::kProblem);
-  EXPECT_EQ(odd.line, "DEGRADED gpu?: numa_remote") << odd.line;
+  EXPECT_EQ(odd.state, HealthOutcome::kUnknown);
+  EXPECT_NE(odd.line.find("gpus[0].gpu is the string \"zero\""), std::string::npos) << odd.line;
+}
+
+// The review: `"healthy": "false"` (a string), an age of 1e9 with stale_after_seconds 0 or
+// missing, and a negative age each gave exit 0 "OK". Anything not exactly the documented
+// shape is unknown, with a line saying what was wrong; never OK, never a problem.
+TEST(HealthReport, AnyDocumentNotOfTheDocumentedShapeIsUnknownSayingWhatIsWrong) {
+  struct Case {
+    const char* name;
+    std::function<void(json&)> spoil;
+    const char* said;  // in the line
+  };
+  const std::vector<Case> cases = {
+      {"healthy a string", [](json& d) { d["daemon"]["healthy"] = "false"; },
+       "daemon.healthy is the string \"false\""},
+      {"healthy a number", [](json& d) { d["daemon"]["healthy"] = 0; }, "daemon.healthy"},
+      {"healthy missing", [](json& d) { d["daemon"].erase("healthy"); },
+       "daemon.healthy is missing"},
+      {"stale after 0",
+       [](json& d) {
+         d["daemon"]["stale_after_seconds"] = 0;
+         d["daemon"]["last_cycle_age_seconds"] = 1e9;
+       },
+       "daemon.stale_after_seconds is the number 0"},
+      {"stale after missing",
+       [](json& d) {
+         d["daemon"].erase("stale_after_seconds");
+         d["daemon"]["last_cycle_age_seconds"] = 1e9;
+       },
+       "daemon.stale_after_seconds is missing"},
+      {"stale after negative", [](json& d) { d["daemon"]["stale_after_seconds"] = -5; },
+       "daemon.stale_after_seconds"},
+      {"stale after a string", [](json& d) { d["daemon"]["stale_after_seconds"] = "195"; },
+       "daemon.stale_after_seconds"},
+      {"negative age", [](json& d) { d["daemon"]["last_cycle_age_seconds"] = -1e9; },
+       "daemon.last_cycle_age_seconds is the number -1"},
+      {"age a string", [](json& d) { d["daemon"]["last_cycle_age_seconds"] = "5"; },
+       "daemon.last_cycle_age_seconds"},
+      {"age missing", [](json& d) { d["daemon"].erase("last_cycle_age_seconds"); },
+       "daemon.last_cycle_age_seconds is missing"},
+      {"reason not a string", [](json& d) { d["daemon"]["reason"] = nullptr; }, "daemon.reason"},
+      {"version a string", [](json& d) { d["version"] = "1"; }, "version"},
+      {"version 1.0", [](json& d) { d["version"] = 1.0; }, "version is the number 1.0"},
+      {"node says ok over a degraded GPU",
+       [](json& d) { d["gpus"][1] = Degraded(1, json::array(), BelowBand()); },
+       "verdict is the string \"ok\", not \"degraded\""},
+      {"node verdict missing", [](json& d) { d.erase("verdict"); }, "verdict is missing"},
+      {"verdict of a GPU in capitals", [](json& d) { d["gpus"][0]["verdict"] = "OK"; },
+       "gpus[0].verdict"},
+      {"verdict of a GPU true", [](json& d) { d["gpus"][0]["verdict"] = true; },
+       "gpus[0].verdict is true"},
+      {"a GPU twice", [](json& d) { d["gpus"][1]["gpu"] = 0; }, "gpu0 is listed twice"},
+      {"negative GPU index", [](json& d) { d["gpus"][0]["gpu"] = -1; }, "gpus[0].gpu"},
+      {"GPU index 0.5", [](json& d) { d["gpus"][0]["gpu"] = 0.5; }, "gpus[0].gpu"},
+      {"causes not a list", [](json& d) { d["gpus"][0]["causes"] = "none"; }, "gpus[0].causes"},
+      {"causes missing", [](json& d) { d["gpus"][0].erase("causes"); }, "gpus[0].causes"},
+      {"a cause without a name",
+       [](json& d) { d["gpus"][0]["causes"] = json::array({json::object()}); },
+       "gpus[0].causes[0].cause is missing"},
+      {"headline a string", [](json& d) { d["gpus"][0]["headline"] = "fine"; }, "gpus[0].headline"},
+      {"headline below sideways",
+       [](json& d) {
+         json h = BelowBand();
+         h["below"] = "sideways";
+         d["gpus"][0] = Degraded(0, json::array(), h);
+         d["verdict"] = "degraded";
+       },
+       "gpus[0].headline.below"},
+      {"headline reading negative",
+       [](json& d) {
+         json h = BelowBand();
+         h["reading_bytes_per_second"] = -5;
+         d["gpus"][0] = Degraded(0, json::array(), h);
+         d["verdict"] = "degraded";
+       },
+       "gpus[0].headline.reading_bytes_per_second"},
+      {"gpus empty", [](json& d) { d["gpus"] = json::array(); }, "gpus is empty"},
+      {"gpus an object", [](json& d) { d["gpus"] = json::object(); }, "gpus is an object"},
+      {"daemon a list", [](json& d) { d["daemon"] = json::array(); }, "daemon is a list"},
+  };
+  for (const Case& c : cases) {
+    json doc = Doc({Gpu(0, "ok"), Gpu(1, "ok")}, 5, 195);
+    c.spoil(doc);
+    const HealthReport r = Judge(doc);
+    EXPECT_EQ(r.state, HealthOutcome::kUnknown) << c.name << " -> " << r.line;
+    EXPECT_EQ(r.line.rfind("UNKNOWN: ", 0), 0u) << c.name << " -> " << r.line;
+    EXPECT_NE(r.line.find(c.said), std::string::npos) << c.name << " -> " << r.line;
+  }
+  // A key given twice: a reader could take either of its values.
+  const std::string ok = Doc({Gpu(0, "ok")}).dump();
+  const std::string twice =
+      "{\"daemon\": {\"healthy\": false, \"reason\": \"hung\"}, " + ok.substr(1);
+  const HealthReport r = JudgeStatus(twice, {});
+  EXPECT_EQ(r.state, HealthOutcome::kUnknown) << r.line;
+  EXPECT_NE(r.line.find("\"daemon\" twice"), std::string::npos) << r.line;
+  // And the documented shape itself is judged (the cases above are one change away from it).
+  EXPECT_EQ(Judge(Doc({Gpu(0, "ok"), Gpu(1, "ok")})).state, HealthOutcome::kOk);
 }
 
 TEST(HealthReport, ExitCodesFollowNodeProblemDetectorOrNagios) {
@@ -178,7 +288,8 @@ TEST(HealthReport, ExitCodesFollowNodeProblemDetectorOrNagios) {
   EXPECT_EQ(HealthExitCode(HealthOutcome::kOk, true), 0);
   EXPECT_EQ(HealthExitCode(HealthOutcome::kProblem, true), 2);
   EXPECT_EQ(HealthExitCode(HealthOutcome::kUnknown, true), 3);
-  EXPECT_EQ(NagiosLine({HealthOutcome::kProblem, "DEGRADED gpu0"}), "XFERD CRITICAL - DEGRADED gpu0");
+  EXPECT_EQ(NagiosLine({HealthOutcome::kProblem, "DEGRADED gpu0"}),
+            "XFERD CRITICAL - DEGRADED gpu0");
 }
 
 }  // namespace

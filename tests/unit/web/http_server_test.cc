@@ -524,6 +524,19 @@ TEST(HttpServer, PathsLongerThanAnyServedOneGet414) {
   EXPECT_EQ(Get(server.port(), "/" + std::string(kMaxPathBytes - 1, 'p')).status, 404);
 }
 
+// The review: "/api%2fv1%2fstatus", "/api/v1/%73tatus" and "/%6detrics" answered 200, the
+// path decoded before it was matched, so a front proxy's rule on the raw path could be
+// passed. Paths are matched as sent.
+TEST(HttpServer, PathsAreMatchedAsSentNeverDecoded) {
+  TestServer server;
+  for (const char* path : {"/%6detrics", "/metric%73", "/%2fmetrics", "/healthz%00", "/%68ealthz",
+                           "/metrics%00.html", "/%2e/metrics"}) {
+    EXPECT_EQ(Get(server.port(), path).status, 404) << path;
+  }
+  EXPECT_EQ(Get(server.port(), "/metrics").status, 200);
+  EXPECT_EQ(Get(server.port(), "/metrics?x=%41").status, 200);  // the query is not the path
+}
+
 // The review: during a wrong-password flood a correct login that was not cached got 503
 // every time. Guesses come from 127.0.0.2; the scraper, from 127.0.0.1, logs in after
 // each restart of its cache and is let in every time.
