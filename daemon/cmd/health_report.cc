@@ -107,7 +107,11 @@ json ReadDocument(std::string_view body, std::string& problem) {
     return true;
   };
   json doc = json::parse(body, watch, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
+  if (doc.is_discarded()) {
+    problem = "the daemon's answer is not a status document (not valid JSON)";
+    return nullptr;
+  }
+  if (!doc.is_object()) {
     problem = "the daemon's answer is not a status document (not a JSON object)";
     return nullptr;
   }

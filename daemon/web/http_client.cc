@@ -426,19 +426,11 @@ std::string HttpUrl::Text() const {
 std::string RedactedUrl(std::string_view url) {
   const std::size_t scheme = url.find("://");
   const std::size_t start = scheme == std::string_view::npos ? 0 : scheme + 3;
-  // The authority ends at the path, the query or the fragment; its last '@' ends the
-  // credentials (a password may hold '@' itself, and ':' and '/' too when cut oddly: all
-  // of it up to the last '@' before the path goes).
-  std::size_t end = url.find_first_of("/?#", start);
-  if (end == std::string_view::npos) end = url.size();
-  const std::size_t at = url.substr(0, end).rfind('@');
-  if (at == std::string_view::npos || at < start) {
-    // No '@' before the path: a credential may still sit before an '@' later on (a
-    // password holding '/'): anything up to the last '@' of the whole text goes.
-    const std::size_t late = url.rfind('@');
-    if (late == std::string_view::npos || late < start) return std::string(url);
-    return std::string(url.substr(0, start)) + "***" + std::string(url.substr(late));
-  }
+  // Everything up to the last '@' goes: a password may hold '@', '/' or ':' itself, so
+  // where the authority ends cannot be told from a URL that carries one. (A path with an
+  // '@' in it loses its start in the message too: no URL xferd asks for has one.)
+  const std::size_t at = url.rfind('@');
+  if (at == std::string_view::npos || at < start) return std::string(url);
   return std::string(url.substr(0, start)) + "***" + std::string(url.substr(at));
 }
 

@@ -5,9 +5,12 @@ that are not xferd's, and TLS with basic auth; Nagios's form (0, 2, 3) too."""
 import http.server
 import json
 import os
+import pathlib
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -225,6 +228,101 @@ def test_answers_that_are_not_xferds_are_unknown(fake_daemon, case):
     assert took < 5
 
 
+def good_document():
+    """A status document of the documented shape (docs/http.md): one GPU, ok."""
+    return {"version": 1, "verdict": "ok", "summary": "ok: 1/1 within band",
+            "daemon": {"healthy": True, "reason": "ok", "cycles": 3,
+                       "last_cycle_age_seconds": 5, "stale_after_seconds": 195,
+                       "interval_seconds": 60, "consecutive_bad": 3},
+            "gpus": [{"gpu": 0, "verdict": "ok", "headline": None, "causes": []}],
+            "incidents": []}
+
+
+def spoiled(**changes):
+    """The good document with `changes` applied: "daemon.healthy": value, or None to drop."""
+    def make():
+        doc = good_document()
+        for path, value in changes.items():
+            *parents, last = path.split(".")
+            node = doc
+            for key in parents:
+                node = node[int(key)] if key.isdigit() else node[key]
+            if value is DROP:
+                del node[last]
+            else:
+                node[int(last) if last.isdigit() else last] = value
+        return json.dumps(doc).encode()
+    return make
+
+
+DROP = object()
+
+# The review: each of the first four gave exit 0 "OK". Every answer that is not exactly the
+# documented shape is unknown, and the line says what was wrong.
+HOSTILE_DOCUMENTS = {
+    "healthy is the string false": (spoiled(**{"daemon.healthy": "false"}),
+                                    'daemon.healthy is the string "false"'),
+    "age 1e9, stale after 0": (spoiled(**{"daemon.last_cycle_age_seconds": 1e9,
+                                          "daemon.stale_after_seconds": 0}),
+                               "daemon.stale_after_seconds is the number 0"),
+    "age 1e9, no stale after": (spoiled(**{"daemon.last_cycle_age_seconds": 1e9,
+                                           "daemon.stale_after_seconds": DROP}),
+                                "daemon.stale_after_seconds is missing"),
+    "negative age": (spoiled(**{"daemon.last_cycle_age_seconds": -30}),
+                     "daemon.last_cycle_age_seconds is the number -30"),
+    "healthy missing": (spoiled(**{"daemon.healthy": DROP}), "daemon.healthy is missing"),
+    "healthy null": (spoiled(**{"daemon.healthy": None}), "daemon.healthy is null"),
+    "stale after infinite": (lambda: spoiled()().replace(b'"stale_after_seconds": 195',
+                                                          b'"stale_after_seconds": 1e999'),
+                             "not a status document (not valid JSON)"),
+    "node ok over a degraded GPU": (spoiled(**{"gpus.0.verdict": "degraded"}),
+                                    'verdict is the string "ok"'),
+    "GPU verdict OK in capitals": (spoiled(**{"gpus.0.verdict": "OK", "verdict": "OK"}),
+                                   "gpus[0].verdict"),
+    "GPU index a string": (spoiled(**{"gpus.0.gpu": "0"}), "gpus[0].gpu"),
+    "causes missing": (spoiled(**{"gpus.0.causes": DROP}), "gpus[0].causes is missing"),
+    "no GPU": (spoiled(**{"gpus": []}), "gpus is empty"),
+    "version 1.5": (spoiled(**{"version": 1.5}), "version is the number 1.5"),
+    "daemon given twice": (lambda: b'{"daemon": {"healthy": false, "reason": "x"}, '
+                           + spoiled()()[1:], '"daemon" twice'),
+}
+
+
+def test_the_good_document_is_ok(fake_daemon):
+    """The control for HOSTILE_DOCUMENTS: the document they spoil is judged ok."""
+    fake_daemon.answer = (200, spoiled()(), 0)
+    port = fake_daemon.server_address[1]
+    assert health("--url", f"http://127.0.0.1:{port}")[:2] == (0, "OK: 1 GPU within band")
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_DOCUMENTS))
+def test_documents_not_of_the_documented_shape_are_unknown(fake_daemon, case):
+    body, words = HOSTILE_DOCUMENTS[case]
+    fake_daemon.answer = (200, body(), 0)
+    port = fake_daemon.server_address[1]
+    rc, line, _ = health("--url", f"http://127.0.0.1:{port}")
+    assert rc == 2, line
+    assert line.startswith("UNKNOWN: ") and words in line, line
+    rc, line, _ = health("--url", f"http://127.0.0.1:{port}", "--nagios")
+    assert rc == 3 and line.startswith("XFERD UNKNOWN - "), line
+
+
+def test_credentials_in_the_url_never_show(tmp_path):
+    """The review: `--url http://alice:goodpw@...` echoed the password in the UNKNOWN line,
+    which ends in node-problem-detector's events and Nagios's log."""
+    for url in ["http://alice:goodpw@127.0.0.1:9742", "https://alice:goodpw@[::1]:9742/x",
+                "http://alice:goodpw@127.0.0.1:9742/metrics", "alice:goodpw@127.0.0.1:9742",
+                "ftp://alice:goodpw@127.0.0.1", "http://alice:go@od/pw@127.0.0.1:1",
+                "http://alice:goodpw@127.0.0.1:99999"]:
+        for extra in ([], ["--nagios"]):
+            r = subprocess.run([BINARY, "health", "--url", url, *extra], capture_output=True,
+                               text=True, timeout=30)
+            assert r.returncode in (2, 3), (url, r.stdout)
+            for out in (r.stdout, r.stderr):
+                assert "goodpw" not in out and "od/pw" not in out, (url, out)
+            assert "credentials" in r.stdout or "***" in r.stdout, (url, r.stdout)
+
+
 def test_bad_settings_are_unknown_with_the_fix(tmp_path):
     cases = [
         (["--timeout", "soon"], "--timeout"),
@@ -281,12 +379,14 @@ def test_tls_and_basic_auth(secured, tmp_path):
     assert rc == 2 and "--basic-auth.password-file" in line and "never on the command line" in line
     wrong = tmp_path / "wrong"
     wrong.write_text("not-the-password\n")
+    wrong.chmod(0o600)
     rc, line, _ = ask(d, "--basic-auth.password-file", str(wrong))
     assert rc == 2 and "refused the login (401)" in line, line
     rc, line, _ = ask(d, *pw, "--basic-auth.username", "intruder")
     assert rc == 2 and "401" in line, line
     empty = tmp_path / "empty"
     empty.write_text("")
+    empty.chmod(0o600)
     rc, line, _ = ask(d, "--basic-auth.password-file", str(empty))
     assert rc == 2 and "is empty" in line, line
 
@@ -321,3 +421,53 @@ def test_the_password_never_shows(secured):
     d.password.write_text("wrong-" + PASSWORD + "\n")
     rc, line, _ = ask(d, "--basic-auth.password-file", str(d.password))
     assert rc == 2 and PASSWORD not in line, line
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o666, 0o604, 0o660, 0o620])
+def test_a_password_file_others_can_read_is_refused(secured, mode):
+    """The review: a world-readable password file (0644, 0666) was used without a word. As
+    ssh refuses such a private key, xferd health refuses it, and says to chmod 0600 (or 0640
+    with a group of its own)."""
+    d = secured
+    d.password.chmod(mode)
+    try:
+        rc, line, _ = ask(d, "--basic-auth.password-file", str(d.password))
+    finally:
+        d.password.chmod(0o600)
+    assert rc == 2, line
+    assert f"mode 0{mode:o}" in line and "chmod 0600" in line, line
+    assert "0644" not in line.replace(f"mode 0{mode:o}", ""), line
+    assert PASSWORD not in line
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o400, 0o640, 0o440])
+def test_a_password_file_for_its_owner_or_group_is_read(secured, mode):
+    d = secured
+    d.password.chmod(mode)
+    try:
+        assert ask(d, "--basic-auth.password-file", str(d.password))[0] == 0
+    finally:
+        d.password.chmod(0o600)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root to read as another user")
+def test_a_password_file_it_cannot_read_is_not_advised_open_to_all(tmp_path):
+    """The review: "Permission denied" advised chmod 0644, which makes a password every
+    user's. The fix names 0600 or 0640 with a group of its own."""
+    where = pathlib.Path(tempfile.mkdtemp())
+    try:
+        where.chmod(0o755)
+        password = where / "password"
+        password.write_text("secret\n")
+        password.chmod(0o600)
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            BINARY, "health", "--url", "http://127.0.0.1:1",
+                            "--basic-auth.username", "prometheus",
+                            "--basic-auth.password-file", str(password)],
+                           capture_output=True, text=True, timeout=30)
+    finally:
+        shutil.rmtree(where)
+    assert r.returncode == 2, r.stdout
+    assert "Permission denied" in r.stdout and "chmod 0600" in r.stdout, r.stdout
+    assert "0644" not in r.stdout, r.stdout

@@ -92,6 +92,24 @@ void Write(int fd, const std::string& text) {
   }
 }
 
+// The review: a URL with credentials was refused, but the message quoted it whole.
+TEST(HttpUrl, CredentialsNeverShowInAMessage) {
+  EXPECT_EQ(RedactedUrl("http://alice:goodpw@127.0.0.1:9742"), "http://***@127.0.0.1:9742");
+  EXPECT_EQ(RedactedUrl("alice:goodpw@host:1/x"), "***@host:1/x");
+  EXPECT_EQ(RedactedUrl("https://a:p@ss/w@rd@[::1]:1/"), "https://***@[::1]:1/");
+  EXPECT_EQ(RedactedUrl("http://127.0.0.1:9742/x"), "http://127.0.0.1:9742/x");
+  for (const char* url : {"http://alice:goodpw@127.0.0.1:9742", "alice:goodpw@127.0.0.1",
+                          "http://alice:go@odpw@[::1]:9742/metrics?x"}) {
+    try {
+      ParseHttpUrl(url);
+      ADD_FAILURE() << url << " was accepted";
+    } catch (const HttpError& e) {
+      EXPECT_EQ(std::string(e.what()).find("goodpw"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("odpw"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(HttpUrl, ParsesWhatTheFlagTakesAndRefusesTheRest) {
   HttpUrl u = ParseHttpUrl("https://[::1]:9742");
   EXPECT_TRUE(u.tls);
