@@ -20,7 +20,8 @@ struct Outcome {
 
 }  // namespace
 
-std::optional<Signal> CallUnlessStopped(std::function<void()> work, SignalSource& signals) {
+std::optional<Signal> CallUnlessStopped(std::function<void()> work, SignalSource& signals,
+                                        bool* reload_asked) {
   // Shared with the thread, which may outlive this call.
   auto outcome = std::make_shared<Outcome>();
   std::thread([outcome, work = std::move(work)] {
@@ -55,6 +56,7 @@ std::optional<Signal> CallUnlessStopped(std::function<void()> work, SignalSource
     }
     const Signal signal = signals.Wait(std::chrono::milliseconds(0));
     if (signal.kind == Signal::Kind::kStop) return signal;
+    if (signal.kind == Signal::Kind::kReload && reload_asked != nullptr) *reload_asked = true;
   }
 }
 

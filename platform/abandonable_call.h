@@ -14,7 +14,10 @@ namespace xferd::platform {
 // meanwhile. nullopt when `work` returned (an exception it threw is rethrown here). The stop
 // signal when one came first: the thread is then left behind, still running, and the caller
 // ends the process with _exit(), since the thread may still use what `work` refers to. A
-// reload signal meanwhile is dropped: the files being read are the ones a reload would read.
-std::optional<Signal> CallUnlessStopped(std::function<void()> work, SignalSource& signals);
+// reload signal meanwhile sets `*reload_asked` (when given): the files may have changed
+// after `work` read them, so the caller reloads once it can (a reload asked while the
+// config is first read is done after the start, not dropped).
+std::optional<Signal> CallUnlessStopped(std::function<void()> work, SignalSource& signals,
+                                        bool* reload_asked = nullptr);
 
 }  // namespace xferd::platform

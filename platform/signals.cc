@@ -1,19 +1,29 @@
 #include "platform/signals.h"
 
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <ctime>
 
 namespace xferd::platform {
 namespace {
 
+sigset_t ProcessSignalSet() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+// The kernel's sigset is _NSIG / 8 bytes, the first bytes of glibc's sigset_t.
+constexpr long kKernelSigsetBytes = _NSIG / 8;
+
 class ProcessSignals final : public SignalSource {
  public:
-  ProcessSignals() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGHUP);
-    sigaddset(&set_, SIGTERM);
-    sigaddset(&set_, SIGINT);
+  ProcessSignals() : set_(ProcessSignalSet()) {
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);
     signal(SIGPIPE, SIG_IGN);
   }
@@ -38,6 +48,18 @@ class ProcessSignals final : public SignalSource {
 
 std::unique_ptr<SignalSource> TakeProcessSignals() {
   return std::make_unique<ProcessSignals>();
+}
+
+void BlockProcessSignals() {
+  // The system call itself, not pthread_sigmask: this runs before the C library and any
+  // sanitizer runtime have initialised, where their wrappers may not be usable yet.
+  const sigset_t set = ProcessSignalSet();
+  syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, nullptr, kKernelSigsetBytes);
+}
+
+void UnblockProcessSignals() {
+  const sigset_t set = ProcessSignalSet();
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
 }
 
 }  // namespace xferd::platform

@@ -38,14 +38,19 @@ std::uint64_t JitterSeed() {
 }  // namespace
 
 int RunDaemonCommand(const RunCommandOptions& options) {
-  // Before any thread starts, so that every thread inherits the blocked signals.
+  // Before any thread starts, so that every thread inherits the blocked signals. They were
+  // blocked since the process started (main.cc's BlockProcessSignals); one that came since
+  // waits for the first Wait.
   const std::unique_ptr<SignalSource> signals = TakeProcessSignals();
 
   // Read on a thread of its own: a file on a hung file system must not keep SIGTERM from
-  // stopping xferd (a FIFO or a device is refused at once by the bounded reader).
+  // stopping xferd (a FIFO or a device is refused at once by the bounded reader). A SIGHUP
+  // meanwhile (or before) is a reload once the service runs: the file may have changed
+  // after it was read.
   Config config;
-  if (const auto stop =
-          CallUnlessStopped([&] { config = ConfigWithFlags(options.flags); }, *signals)) {
+  bool reload_asked = false;
+  if (const auto stop = CallUnlessStopped([&] { config = ConfigWithFlags(options.flags); },
+                                          *signals, &reload_asked)) {
     std::fprintf(stderr, "xferd: %s while reading the configuration: stopping\n",
                  stop->name.c_str());
     std::fflush(nullptr);
@@ -79,9 +84,11 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   seams.on_reload = [sim = made.sim](const Config& c) {
     if (sim != nullptr) sim->SetFaults(c.sim.faults);
   };
-  seams.link_errors = MakeLinkErrorReader(config, made.sim, options.flags.sysfs_root.value_or("/sys"));
+  seams.link_errors =
+      MakeLinkErrorReader(config, made.sim, options.flags.sysfs_root.value_or("/sys"));
   seams.jitter_seed = JitterSeed();
   seams.config_name = file.empty() ? "(defaults and flags)" : file;
+  seams.reload_at_start = reload_asked;
   Service service(std::move(config), *made.backend, std::move(devices), std::move(seams));
   return service.Run();
 }

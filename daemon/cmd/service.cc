@@ -116,11 +116,10 @@ HealthState Service::Healthz() const {
   const SteadyTime since = last.value_or(started_);
   const auto age = seams_.clock->Now() - since;
   if (age > stale_after) {
-    return {false,
-            fmt::format("no probe cycle finished for {} (interval {}, stale after {})",
-                        FormatSeconds(duration<double>(age).count(), 0),
-                        FormatSeconds(duration<double>(config->interval).count(), 0),
-                        FormatSeconds(duration<double>(stale_after).count(), 0))};
+    return {false, fmt::format("no probe cycle finished for {} (interval {}, stale after {})",
+                               FormatSeconds(duration<double>(age).count(), 0),
+                               FormatSeconds(duration<double>(config->interval).count(), 0),
+                               FormatSeconds(duration<double>(stale_after).count(), 0))};
   }
   return {true, last ? "ok" : "starting: first probe cycle running"};
 }
@@ -325,6 +324,7 @@ void Service::CheckStall() {
 }
 
 struct Service::PendingReload {
+  bool announced = false;  // RELOADING sent: READY follows it (main thread only)
   std::mutex mutex;
   bool done = false;
   std::optional<Config> config;
@@ -332,8 +332,11 @@ struct Service::PendingReload {
 };
 
 void Service::StartReload() {
-  seams_.notifier->Reloading();
+  // Before READY (a reload asked during the start) systemd hears nothing of it: READY
+  // comes after the first cycle, whatever reloads come first.
   auto pending = std::make_shared<PendingReload>();
+  pending->announced = ready_;
+  if (pending->announced) seams_.notifier->Reloading();
   reload_ = pending;
   // The thread holds its own copy of the reload function and the result; it may outlive
   // the service when the daemon stops meanwhile (Run then ends the process).
@@ -372,11 +375,12 @@ void Service::FinishReload() {
     WarnRestartOnly(*running, next);
     if (!running->textfile_path.empty() && next.textfile_path != running->textfile_path) {
       // Not removed: it may not be ours alone to remove; but not left to look current either.
-      spdlog::warn("reload: the textfile {} is no longer written ({}); node_exporter exports "
-                   "its last values until it is removed",
-                   running->textfile_path.string(),
-                   next.textfile_path.empty() ? "textfile_path is now unset"
-                                              : "now " + next.textfile_path.string());
+      spdlog::warn(
+          "reload: the textfile {} is no longer written ({}); node_exporter exports "
+          "its last values until it is removed",
+          running->textfile_path.string(),
+          next.textfile_path.empty() ? "textfile_path is now unset"
+                                     : "now " + next.textfile_path.string());
     }
     // What cannot change keeps its running value, so health and the scheduler stay
     // consistent with what is actually served and probed.
@@ -421,6 +425,7 @@ void Service::FinishReload() {
     spdlog::error("reload failed (internal error), keeping the running configuration: {}",
                   platform::Printable(e.what(), 2000));
   }
+  if (!pending->announced) return;
   seams_.notifier->Ready();
   std::lock_guard lock(status_mutex_);
   if (!status_.empty()) seams_.notifier->Status(status_);
@@ -464,12 +469,13 @@ void Service::Prepare(const Config& config) {
 
   // Read where a hung file system cannot keep SIGTERM from stopping the daemon.
   StateLoad loaded;
+  bool reload_asked = seams_.reload_at_start;
   if (const auto stop = CallUnlessStopped(
           [this, &loaded, window = config.baseline_window] {
             loaded =
                 state_.Load(std::chrono::system_clock::now(), static_cast<std::size_t>(window));
           },
-          *seams_.signals)) {
+          *seams_.signals, &reload_asked)) {
     spdlog::warn("{} while reading the state file {}: stopping without it", stop->name,
                  state_.path().string());
     spdlog::default_logger()->flush();
@@ -480,6 +486,11 @@ void Service::Prepare(const Config& config) {
   if (loaded.temp_files_removed > 0) {
     spdlog::info("state: removed {} temporary file(s) that writes interrupted by a crash left",
                  loaded.temp_files_removed);
+  }
+  if (reload_asked) {
+    // The files may have changed after they were read: the reload is done once serving.
+    spdlog::info("SIGHUP during the start: reloading the configuration once started");
+    reload_again_ = true;
   }
   health_.Restore(loaded.baselines);
   if (!loaded.incidents_message.empty()) spdlog::warn("{}", loaded.incidents_message);
@@ -561,7 +572,6 @@ int Service::Supervise(ProbeThread& probe) {
   }
   auto next_ping = std::chrono::steady_clock::now();
   std::uint64_t cycles_seen = 0;
-  bool ready = false;
   for (;;) {
     const platform::Signal signal = seams_.signals->Wait(kTick);
     if (signal.kind == platform::Signal::Kind::kStop) {
@@ -586,10 +596,10 @@ int Service::Supervise(ProbeThread& probe) {
     const std::uint64_t cycles = scheduler_->CyclesCompleted();
     if (cycles != cycles_seen) {
       cycles_seen = cycles;
-      if (!ready) {
+      if (!ready_) {
         // Serving and one cycle done: what "started" means for a Type=notify service.
         seams_.notifier->Ready();
-        ready = true;
+        ready_ = true;
         spdlog::info("ready: first probe cycle done");
       }
       std::lock_guard lock(status_mutex_);

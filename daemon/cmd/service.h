@@ -54,6 +54,9 @@ struct ServiceSeams {
   std::shared_ptr<probes::LinkErrorReader> link_errors;
   std::uint64_t jitter_seed = 1;
   std::string config_name = "(defaults)";  // for the log
+  // A reload (SIGHUP) came while the configuration was read at start: the file may have
+  // changed after it was read, so the service reloads once it serves.
+  bool reload_at_start = false;
 };
 
 class Service {
@@ -124,6 +127,7 @@ class Service {
   struct PendingReload;
   std::shared_ptr<PendingReload> reload_;  // main thread only
   bool reload_again_ = false;
+  bool ready_ = false;  // main thread: READY sent (after the first cycle)
 };
 
 }  // namespace xferd::cmd

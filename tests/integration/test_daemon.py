@@ -1,5 +1,6 @@
 """`xferd run` on the simulated device: scrape, series budget, verdicts, restart, reload, stop."""
 import json
+import os
 import re
 import signal
 import subprocess
@@ -7,7 +8,10 @@ import time
 
 import pytest
 
-from xferd_harness import sim_config
+from xferd_harness import sanitizer_build, sim_config
+
+# tests/helpers/sighup_at_start.cc, built beside the binary (ctest names it).
+SIGHUP_AT_START = os.environ.get("XFERD_TEST_SIGHUP_AT_START", "")
 
 
 def series_of_gpu(text, gpu):
@@ -108,6 +112,53 @@ def test_sighup_with_good_and_bad_config(daemon):
     d.write_config(sim_config())
     d.signal(signal.SIGHUP)
     d.wait_for(lambda: d.value("xferd_config_last_reload_successful") == 1, 10, "recovery")
+
+
+def blocked_signals(pid):
+    """The signals the process's main thread has blocked (/proc/PID/status SigBlk)."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("SigBlk:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+@pytest.mark.skipif(sanitizer_build() == "thread",
+                    reason="ThreadSanitizer's runtime must be the first library loaded")
+def test_sighup_at_the_very_start_is_a_reload_once_started(daemon):
+    """The review: SIGHUP within 10 ms of the start killed the daemon (exit 129). A library
+    loaded ahead of xferd sends SIGHUP from its initialiser, before main: the earliest a
+    signal can find the program's own code running. Then, each start, the test keeps sending
+    SIGHUP until the daemon serves (the config being read meanwhile). Each time the daemon
+    lives, reloads once it runs, and becomes ready."""
+    assert SIGHUP_AT_START and os.path.exists(SIGHUP_AT_START), \
+        "XFERD_TEST_SIGHUP_AT_START names the helper library (ctest sets it)"
+    env = {"LD_PRELOAD": SIGHUP_AT_START, "XFERD_TEST_SIGHUPS_AT_START": "3",
+           # ASan checks that its runtime is the first library; the helper comes before it.
+           "ASAN_OPTIONS": ":".join(filter(None, [os.environ.get("ASAN_OPTIONS", ""),
+                                                  "verify_asan_link_order=0"]))}
+    for i in range(5):
+        d = daemon(sim_config(), env=env)
+        d.start(wait_listening=False)
+        hups = 0
+        while "serving" not in d.log() and d.proc.poll() is None:
+            try:
+                if blocked_signals(d.proc.pid) & (1 << (signal.SIGHUP - 1)):
+                    d.signal(signal.SIGHUP)
+                    hups += 1
+            except OSError:
+                pass  # /proc of a process that just went
+            time.sleep(0.002)
+        assert d.proc.poll() is None, f"start {i}: exited {d.proc.returncode}:\n{d.log()}"
+        d.port = int(d.wait_log(r"serving https?://[^:]+:(\d+)").group(1))
+        d.wait_log(r"reload: configuration .* applied")
+        d.wait_ready()
+        assert d.value("xferd_config_last_reload_successful") == 1
+        assert d.alive() and d.get("/healthz")[0] == 200
+        # One more, now that it runs, is an ordinary reload.
+        t = len(d.log())
+        d.signal(signal.SIGHUP)
+        d.wait_log(r"reload: configuration .* applied", start=t)
+        assert d.stop() == 0, d.log()
 
 
 def test_sigterm_mid_cycle_exits_within_two_seconds(daemon):

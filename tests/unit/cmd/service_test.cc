@@ -72,8 +72,11 @@ struct Harness {
   explicit Harness(std::optional<std::chrono::microseconds> watchdog = std::nullopt)
       : notifier(watchdog) {}
 
+  bool reload_at_start = false;
+
   void Start(const config::Config& config) {
     ServiceSeams seams;
+    seams.reload_at_start = reload_at_start;
     seams.clock = &clock;
     seams.notifier = &notifier;
     seams.signals = &signals;
@@ -149,6 +152,29 @@ TEST(Service, ReloadSaysReloadingThenReadyAndAppliesTheNewConfig) {
   EXPECT_TRUE(probed_2mib());
   EXPECT_THAT(h.Scrape(), HasSubstr("xferd_config_last_reload_successful 1"));
   EXPECT_EQ(h.Stop(), 0);
+}
+
+// The review: a SIGHUP while the configuration was first read was dropped (the file may
+// have changed after it was read), and one before the signals were taken ended the daemon.
+// A reload asked during the start is done once the service runs, and systemd hears READY
+// only after the first cycle, with no RELOADING before it.
+TEST(Service, AReloadAskedDuringTheStartIsDoneOnceItRuns) {
+  Harness h;
+  config::Config next = FastConfig(h.dir.path());
+  next.sizes = {2 << 20};
+  h.reload = [&] { return next; };
+  h.reload_at_start = true;
+  h.Start(FastConfig(h.dir.path()));
+  ASSERT_TRUE(h.WaitFor([](const Messages& m) { return Find(m, "READY") >= 0; }));
+  for (int i = 0; i < 500 && h.reloaded.empty(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(h.Stop(), 0);
+  ASSERT_EQ(h.reloaded.size(), 1u);
+  EXPECT_EQ(h.reloaded[0].sizes, (std::vector<std::uint64_t>{2 << 20}));
+  const Messages m = h.notifier.Messages();
+  const int ready = Find(m, "READY");
+  EXPECT_EQ(Find(m, "RELOADING"), -1) << "no RELOADING before READY: the reload came first";
+  EXPECT_EQ(Find(m, "READY", ready + 1), -1) << "READY once, after the first cycle";
+  EXPECT_THAT(h.Scrape(), HasSubstr("xferd_config_last_reload_successful 1"));
 }
 
 TEST(Service, BadReloadKeepsTheRunningConfigAndSetsTheMetricToZero) {

@@ -22,6 +22,27 @@ TEST(CallUnlessStopped, ReturnsWhenTheWorkIsDoneAndPassesItsException) {
                std::runtime_error);
 }
 
+// The review: a SIGHUP while the config was first read was dropped; the file may have
+// changed after it was read. It is reported, so the caller reloads once it can.
+TEST(CallUnlessStopped, AReloadMeanwhileIsReportedNotDropped) {
+  fakes::FakeSignals signals;
+  auto release = std::make_shared<std::promise<void>>();
+  std::thread hup([&] {
+    signals.Send(Signal::Kind::kReload);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    release->set_value();
+  });
+  bool reload_asked = false;
+  EXPECT_FALSE(
+      CallUnlessStopped([release] { release->get_future().wait(); }, signals, &reload_asked));
+  hup.join();
+  EXPECT_TRUE(reload_asked);
+  // No reload asked: none reported.
+  bool none = false;
+  EXPECT_FALSE(CallUnlessStopped([] {}, signals, &none));
+  EXPECT_FALSE(none);
+}
+
 // A read stuck in a hung file system: the stop signal ends the wait, the work is left.
 TEST(CallUnlessStopped, AStopSignalEndsTheWaitForWorkThatHangs) {
   fakes::FakeSignals signals;
@@ -29,7 +50,7 @@ TEST(CallUnlessStopped, AStopSignalEndsTheWaitForWorkThatHangs) {
   auto finished = std::make_shared<std::atomic<bool>>(false);
   std::thread stopper([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    signals.Send(Signal::Kind::kReload);  // dropped: the files are being read already
+    signals.Send(Signal::Kind::kReload);
     signals.Send(Signal::Kind::kStop);
   });
   const auto stop = CallUnlessStopped(
