@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstdint>
 #include <ctime>
+#include <deque>
 #include <istream>
+#include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <streambuf>
@@ -31,13 +34,23 @@ constexpr std::size_t kMaxValuesPerSeries = kMaxBaselineWindow;
 constexpr std::size_t kMaxValuesKept = 4u << 20;
 constexpr std::size_t kMaxSeries = 1u << 16;
 constexpr std::size_t kMaxNameBytes = 256;  // a GPU UUID or a series key ("pinned/h2d/64MiB")
-// The document nests 4 deep (root, baselines, GPU, series); far deeper is not ours.
-constexpr int kMaxDepth = 64;
-// The incident log holds kIncidentLogCapacity entries of ~20 values: a log of many more is
-// not one xferd wrote. Its strings are held to a few hundred bytes when read
-// (IncidentFromJson); longer ones are cut here already.
-constexpr std::size_t kMaxIncidentValues = 1u << 14;
+// The document nests 4 deep (root, baselines, GPU, series) and an incident 4 more: deeper
+// than this inside an incident is not an incident (counted, never held: a file nested a
+// million deep costs the parser a bit per level).
+constexpr int kMaxIncidentDepth = 8;
+// One incident as read holds at most this many values (xferd writes ~20, ~160 with every
+// cause): an entry with more is not one xferd wrote, and is not held.
+constexpr std::size_t kMaxIncidentValues = 1024;
+// Strings of the incident log are held to a few hundred bytes when read (IncidentFromJson);
+// longer ones are cut here already.
 constexpr std::size_t kMaxIncidentStringBytes = 1024;
+// No token the parser sees is longer than these: a string (a GPU UUID, a series key, an
+// incident's detail: a few hundred bytes at most) is cut past kMaxStringBytes, a number
+// (xferd writes at most 24 characters) longer than kMaxNumberBytes is read as null. The
+// parser builds each token whole in memory before it hands it over: a 60 MB string made
+// reading the file cost 134 MB.
+constexpr std::size_t kMaxStringBytes = 4096;
+constexpr std::size_t kMaxNumberBytes = 64;
 // Every top-level key Save writes. A file holding another (a newer xferd's section) is kept
 // as a copy before the next write drops it: a section added to Save belongs here too.
 constexpr std::array<std::string_view, 4> kSectionsWritten = {"version", "written_at", "baselines",
@@ -52,28 +65,306 @@ std::string UtcStamp(std::chrono::system_clock::time_point t, const char* format
   return buf;
 }
 
-// The state file as a stream of bytes for the JSON parser, read through the bounded reader.
-class StateFileBuffer : public std::streambuf {
+// The state file as a stream of bytes for the JSON parser, read through the bounded reader,
+// with every token held to a size before the parser sees it (kMaxStringBytes,
+// kMaxNumberBytes): a string past its bound is cut at a character's start (never inside an
+// escape, a \u pair or a UTF-8 sequence) and closed, the rest skipped; a number past its
+// bound becomes null. What was cut is counted: the file is then not kept as it is (its copy
+// is kept, as for anything else read and not kept).
+class BoundedTokenBuffer : public std::streambuf {
  public:
-  explicit StateFileBuffer(platform::BoundedFile& file) : file_(file) {}
+  explicit BoundedTokenBuffer(platform::BoundedFile& file) : file_(file) {}
+
+  std::size_t strings_cut = 0, longest_string = 0, numbers_dropped = 0;
 
  protected:
   int_type underflow() override {
-    const std::size_t n = file_.Read(buffer_.data(), buffer_.size());
-    if (n == 0) return traits_type::eof();
-    setg(buffer_.data(), buffer_.data(), buffer_.data() + n);
-    return traits_type::to_int_type(buffer_[0]);
+    for (;;) {
+      const std::size_t n = file_.Read(in_.data(), in_.size());
+      out_.clear();
+      if (n == 0) {
+        Flush();  // a number at the very end
+        if (out_.empty()) return traits_type::eof();
+      } else {
+        for (std::size_t i = 0; i < n; ++i) Take(static_cast<unsigned char>(in_[i]));
+        if (out_.empty()) continue;  // all of it skipped
+      }
+      setg(out_.data(), out_.data(), out_.data() + out_.size());
+      return traits_type::to_int_type(out_[0]);
+    }
   }
 
  private:
+  enum class State { kOutside, kString, kSkipString, kNumber, kSkipNumber };
+
+  static bool NumberByte(unsigned char c) {
+    return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+  }
+  static int Hex(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return 0;
+  }
+
+  void Flush() {
+    if (state_ == State::kNumber) out_.append(number_);
+    if (state_ == State::kNumber || state_ == State::kSkipNumber) state_ = State::kOutside;
+  }
+
+  void Take(unsigned char c) {
+    switch (state_) {
+      case State::kOutside:
+        if (c == '"') {
+          state_ = State::kString;
+          length_ = 0, escape_ = 0, high_surrogate_ = false;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+          state_ = State::kNumber;
+          number_.assign(1, static_cast<char>(c));
+          return;
+        }
+        out_.push_back(static_cast<char>(c));
+        return;
+      case State::kNumber:
+        if (NumberByte(c)) {
+          if (number_.size() < kMaxNumberBytes) {
+            number_.push_back(static_cast<char>(c));
+          } else {
+            ++numbers_dropped;
+            out_.append("null");
+            state_ = State::kSkipNumber;
+          }
+          return;
+        }
+        out_.append(number_);
+        state_ = State::kOutside;
+        Take(c);
+        return;
+      case State::kSkipNumber:
+        if (NumberByte(c)) return;
+        state_ = State::kOutside;
+        Take(c);
+        return;
+      case State::kString: String(c); return;
+      case State::kSkipString:
+        ++length_;
+        if (escape_ != 0) {
+          escape_ = 0;
+        } else if (c == '\\') {
+          escape_ = 1;
+        } else if (c == '"') {
+          longest_string = std::max(longest_string, length_ - 1);
+          state_ = State::kOutside;
+        }
+        return;
+    }
+  }
+
+  // Inside a string: where it may be cut is where nothing is half-said.
+  void String(unsigned char c) {
+    const bool may_cut = escape_ == 0 && !high_surrogate_ && (c < 0x80 || c >= 0xc0);
+    if (length_ >= kMaxStringBytes && may_cut && c != '"') {
+      out_.push_back('"');
+      ++strings_cut;
+      state_ = State::kSkipString;
+      Take(c);  // skipped, as the rest will be
+      return;
+    }
+    out_.push_back(static_cast<char>(c));
+    ++length_;
+    if (escape_ == 1) {
+      escape_ = c == 'u' ? 2 : 0;
+      code_ = 0;
+    } else if (escape_ >= 2) {
+      code_ = code_ * 16 + Hex(c);
+      if (++escape_ == 6) {
+        escape_ = 0;
+        // A high surrogate and its low one are never parted.
+        high_surrogate_ = code_ >= 0xd800 && code_ <= 0xdbff;
+      }
+    } else if (c == '\\') {
+      escape_ = 1;
+    } else if (c == '"') {
+      state_ = State::kOutside;
+    } else if (high_surrogate_) {
+      high_surrogate_ = false;  // not followed by its pair: the parser says so
+    }
+  }
+
   platform::BoundedFile& file_;
-  std::array<char, 65536> buffer_{};
+  std::array<char, 65536> in_{};
+  std::string out_;
+  std::string number_;
+  State state_ = State::kOutside;
+  std::size_t length_ = 0;  // bytes of the string so far, as written
+  int escape_ = 0;          // 0; 1 after '\\'; 2..5 in the hex digits of \\u
+  unsigned code_ = 0;
+  bool high_surrogate_ = false;
 };
 
-// Reads the document as the parser walks it (nlohmann's SAX interface) into BaselineSet,
-// keeping only what a configuration can use: no tree of the whole file is ever built. It
-// never stops at the first problem (except nesting past kMaxDepth): a file from a newer
-// xferd must be told by its version, which may come last.
+// What an incident read from the file holds that `kept` (the incident as xferd writes it
+// back, IncidentToJson) does not: "" when it reads back whole; else the first thing lost,
+// for the log. Fields `kept` adds (a cause's empty "detail") lose nothing; a time written
+// another way but naming the same instant loses nothing either.
+std::string LostOnReading(const nlohmann::json& read, const nlohmann::json& kept,
+                          const std::string& where) {
+  const std::string at = "\"" + platform::Printable(where, 80, true) + "\"";
+  if (read.is_object()) {
+    if (!kept.is_object()) return at + " as written";
+    for (const auto& [key, value] : read.items()) {
+      const std::string inner = where.empty() ? key : where + "." + key;
+      const auto it = kept.find(key);
+      if (it == kept.end()) {
+        return "the field \"" + platform::Printable(inner, 80, true) +
+               "\", which this xferd does not keep";
+      }
+      if (where.empty() && key == "time" && value.is_string() && it->is_string() &&
+          ParseUtcTime(value.get<std::string>()) == ParseUtcTime(it->get<std::string>())) {
+        continue;
+      }
+      std::string lost = LostOnReading(value, *it, inner);
+      if (!lost.empty()) return lost;
+    }
+    return "";
+  }
+  if (read.is_array()) {
+    if (!kept.is_array() || kept.size() != read.size()) {
+      return "entries of " + at + " that this xferd cannot place";
+    }
+    for (std::size_t i = 0; i < read.size(); ++i) {
+      std::string lost = LostOnReading(read[i], kept[i], where + "[" + std::to_string(i) + "]");
+      if (!lost.empty()) return lost;
+    }
+    return "";
+  }
+  if (read == kept) return "";
+  if (read.is_number() && kept.is_number() && read.get<double>() == kept.get<double>()) return "";
+  return at + " as written (this xferd keeps it shorter or escaped)";
+}
+
+// The incident log as the file holds it, read entry by entry: each entry is held only while
+// it is read (at most kMaxIncidentValues values, kMaxIncidentDepth deep), then judged
+// (IncidentFromJson) and let go; the newest kIncidentLogCapacity are kept. Whatever is not
+// kept as it was read is counted, so that the file is kept beside it before a write drops it.
+class IncidentLogReader {
+ public:
+  using json = nlohmann::json;
+
+  std::deque<Incident> kept;  // oldest first
+  std::size_t entries = 0, bad = 0, changed = 0, oldest_dropped = 0;
+  std::string first_bad, first_changed;  // "entry 3: ..."
+  std::string not_a_list;                // the whole section is not a list: what it is
+
+  // The value of "incidents" starts: `kind` a scalar's kind, or "an object" / "a list".
+  void Start(bool list, const char* kind) {
+    if (!list) not_a_list = kind;
+  }
+
+  // Within the list (depth 1: its entries). Returns false past what is held.
+  void Value(json value, int depth) {
+    if (depth == 1) {
+      ++entries;
+      Bad(std::string("it is ") + Kind(value) + ", not an incident");
+      return;
+    }
+    Add(std::move(value));
+  }
+  void Open(bool object, int depth) {
+    if (depth == 1) {
+      ++entries;
+      entry_ = object ? json::object() : json::array();
+      open_.assign(1, &entry_);
+      values_ = 0, too_deep_ = false, too_many_ = false;
+      return;
+    }
+    if (depth > kMaxIncidentDepth) {
+      too_deep_ = true;
+      return;  // not held, only counted by the caller's depth
+    }
+    json* slot = Add(object ? json::object() : json::array());
+    open_.push_back(slot);
+  }
+  void Close(int depth) {
+    if (depth > kMaxIncidentDepth) return;
+    if (!open_.empty()) open_.pop_back();
+    if (depth == 1) Judge();
+  }
+  void Key(const std::string& name) { key_ = name; }
+
+ private:
+  static std::string Kind(const json& value) {
+    switch (value.type()) {
+      case json::value_t::string: return "a string";
+      case json::value_t::boolean: return "a boolean";
+      case json::value_t::null: return "null";
+      case json::value_t::object: return "an object";
+      case json::value_t::array: return "a list";
+      default: return "a number";
+    }
+  }
+
+  // Adds `value` to the innermost open container; where it went (null when not held).
+  json* Add(json value) {
+    json* top = open_.empty() ? nullptr : open_.back();
+    if (top == nullptr || too_deep_) return nullptr;
+    if (++values_ > kMaxIncidentValues) {
+      too_many_ = true;
+      return nullptr;
+    }
+    if (value.is_string() && value.get_ref<std::string&>().size() > kMaxIncidentStringBytes) {
+      value.get_ref<std::string&>().resize(kMaxIncidentStringBytes);
+    }
+    if (top->is_array()) {
+      top->push_back(std::move(value));
+      return &top->back();
+    }
+    json& slot = (*top)[key_];
+    slot = std::move(value);
+    return &slot;
+  }
+
+  void Bad(const std::string& why) {
+    if (bad++ == 0) first_bad = "entry " + std::to_string(entries - 1) + ": " + why;
+  }
+
+  void Judge() {
+    std::string why;
+    if (too_deep_) {
+      why = "nested more than " + std::to_string(kMaxIncidentDepth) + " deep";
+    } else if (too_many_) {
+      why = "more than " + std::to_string(kMaxIncidentValues) + " values";
+    }
+    std::optional<Incident> incident;
+    if (why.empty()) incident = IncidentFromJson(entry_, why);
+    if (!incident) {
+      Bad(platform::Printable(why, 200));
+    } else {
+      const std::string lost = LostOnReading(entry_, IncidentToJson(*incident), "");
+      if (!lost.empty() && changed++ == 0) {
+        first_changed = "entry " + std::to_string(entries - 1) + ": " + lost;
+      }
+      kept.push_back(std::move(*incident));
+      if (kept.size() > kIncidentLogCapacity) {
+        kept.pop_front();
+        ++oldest_dropped;
+      }
+    }
+    entry_ = nullptr;
+    open_.clear();
+  }
+
+  json entry_;
+  std::vector<json*> open_;  // the open containers of the entry, innermost last
+  std::string key_;
+  std::size_t values_ = 0;
+  bool too_deep_ = false, too_many_ = false;
+};
+
+// Reads the document as the parser walks it (nlohmann's SAX interface) into BaselineSet and
+// the incident log, keeping only what a configuration can use: no tree of the whole file is
+// ever built, nesting costs a counter, and a bad incident log costs only the log. It never
+// stops at a problem: a file from a newer xferd must be told by its version, which may come
+// last.
 class BaselineReader {
  public:
   using json = nlohmann::json;
@@ -87,35 +378,26 @@ class BaselineReader {
   std::string problem;  // the first thing wrong; empty when the file is whole and ours
   BaselineSet baselines;
   bool baselines_seen = false;
-  // The "incidents" array as it came (IncidentFromJson reads each entry), and what was
-  // wrong with it as a whole; a problem here does not make the file corrupt.
-  json incidents;
+  IncidentLogReader incidents;
   bool incidents_seen = false;
-  std::string incidents_problem;
   // What the file holds beyond what is kept: the daemon keeps a copy of such a file.
   std::size_t values_dropped = 0, series_cut = 0, longest_series = 0;
   std::vector<std::string> unknown_sections;  // top-level keys xferd does not write
 
-  bool null() { return capture_.empty() ? Scalar("null") : Capture(nullptr); }
-  bool boolean(bool v) { return capture_.empty() ? Scalar("a boolean") : Capture(v); }
+  bool null() { return InLog() ? Logged(nullptr) : Scalar("null"); }
+  bool boolean(bool v) { return InLog() ? Logged(v) : Scalar("a boolean"); }
   bool number_integer(json::number_integer_t v) {
-    return capture_.empty() ? Number(static_cast<double>(v), true, v) : Capture(v);
+    return InLog() ? Logged(v) : Number(static_cast<double>(v), true, v);
   }
   bool number_unsigned(json::number_unsigned_t v) {
-    if (!capture_.empty()) return Capture(v);
+    if (InLog()) return Logged(v);
     return Number(static_cast<double>(v), v <= INT64_MAX, static_cast<std::int64_t>(v));
   }
   bool number_float(json::number_float_t v, const json::string_t&) {
-    return capture_.empty() ? Number(v, false, 0) : Capture(v);
+    return InLog() ? Logged(v) : Number(v, false, 0);
   }
-  bool string(json::string_t& v) {
-    if (capture_.empty()) return Scalar("a string");
-    if (v.size() > kMaxIncidentStringBytes) v.resize(kMaxIncidentStringBytes);
-    return Capture(std::move(v));
-  }
-  bool binary(json::binary_t&) {
-    return capture_.empty() ? Scalar("binary data") : Capture(nullptr);
-  }
+  bool string(json::string_t& v) { return InLog() ? Logged(std::move(v)) : Scalar("a string"); }
+  bool binary(json::binary_t&) { return InLog() ? Logged(nullptr) : Scalar("binary data"); }
 
   bool start_object(std::size_t) { return Open(true); }
   bool start_array(std::size_t) { return Open(false); }
@@ -123,13 +405,13 @@ class BaselineReader {
   bool end_array() { return Close(); }
 
   bool key(json::string_t& name) {
-    if (!capture_.empty()) {
-      if (name.size() > kMaxNameBytes) name.resize(kMaxNameBytes);
-      capture_key_ = name;
+    if (InLog()) {
+      incidents.Key(name);
       return true;
     }
     if (name.size() > kMaxNameBytes) {
-      Problem("a name of " + std::to_string(name.size()) + " bytes");
+      if (depth_ == 1 || in_baselines_)
+        Problem("a name of " + std::to_string(name.size()) + " bytes");
       name.resize(kMaxNameBytes);
     }
     if (depth_ == 1) {
@@ -154,6 +436,13 @@ class BaselineReader {
 
  private:
   enum class Where { kRoot, kVersion, kBaselines, kIncidents, kGpu, kSeries, kValue, kElsewhere };
+
+  // Inside the incident log's list: its depth there (1: an entry), 0 when outside it.
+  bool InLog() const { return log_depth_ > 0; }
+  bool Logged(json value) {
+    incidents.Value(std::move(value), log_depth_);
+    return true;
+  }
 
   // What the value about to start is, from where the parser is.
   Where Here() const {
@@ -191,37 +480,10 @@ class BaselineReader {
       case Where::kValue: Problem(Series() + " holds " + kind + ", not a positive number"); break;
       case Where::kIncidents:
         incidents_seen = true;
-        IncidentsProblem("\"incidents\" is not an array");
+        incidents.Start(false, kind);
         break;
       case Where::kElsewhere: break;
     }
-    return true;
-  }
-
-  void IncidentsProblem(std::string what) {
-    if (incidents_problem.empty()) incidents_problem = std::move(what);
-  }
-
-  // Inside "incidents": each value is added to the container open at the top of capture_
-  // (nullptr: one being skipped, past kMaxIncidentValues); returns where it went.
-  json* Add(json value) {
-    json* top = capture_.back();
-    if (top == nullptr) return nullptr;
-    if (++captured_ > kMaxIncidentValues) {
-      IncidentsProblem("more than " + std::to_string(kMaxIncidentValues) +
-                       " values in \"incidents\"");
-      return nullptr;
-    }
-    if (top->is_array()) {
-      top->push_back(std::move(value));
-      return &top->back();
-    }
-    json& slot = (*top)[capture_key_];
-    slot = std::move(value);
-    return &slot;
-  }
-  bool Capture(json value) {
-    Add(std::move(value));
     return true;
   }
 
@@ -253,12 +515,12 @@ class BaselineReader {
   }
 
   bool Open(bool object) {
-    if (!capture_.empty()) {
-      capture_.push_back(Add(object ? json::object() : json::array()));
-      return Deeper();
+    if (InLog()) {
+      incidents.Open(object, log_depth_++);
+      ++depth_;
+      return true;
     }
-    const Where here = Here();
-    switch (here) {
+    switch (Here()) {
       case Where::kRoot:
         root_is_object_ = object;
         if (!object) Problem("not a JSON object");
@@ -282,30 +544,19 @@ class BaselineReader {
       case Where::kValue: Problem(Series() + " holds a value that is not a positive number"); break;
       case Where::kIncidents:
         incidents_seen = true;
-        if (object) {
-          IncidentsProblem("\"incidents\" is not an array");
-        } else {
-          incidents = json::array();
-          capture_.push_back(&incidents);
-        }
+        incidents.Start(!object, "an object");
+        if (!object) log_depth_ = 1;
         break;
       case Where::kElsewhere: break;
     }
-    return Deeper();
-  }
-
-  bool Deeper() {
-    if (++depth_ > kMaxDepth) {
-      Problem("nested more than " + std::to_string(kMaxDepth) + " deep");
-      return false;
-    }
+    ++depth_;
     return true;
   }
 
   bool Close() {
     --depth_;
-    if (!capture_.empty()) {
-      capture_.pop_back();
+    if (InLog()) {
+      if (--log_depth_ > 0) incidents.Close(log_depth_);
       return true;
     }
     if (depth_ == 3 && in_series_) {
@@ -338,44 +589,41 @@ class BaselineReader {
   std::size_t keep_;
   std::size_t in_series_values_ = 0;  // values of the series being read, dropped ones too
   int depth_ = 0;
+  int log_depth_ = 0;  // inside the incident log's list: 1 + the depth within it
   bool root_is_object_ = false, in_baselines_ = false, in_gpu_ = false, in_series_ = false;
   std::string root_key_, uuid_, series_;
   std::vector<double> values_;
   std::size_t kept_ = 0, series_count_ = 0;
-  std::vector<json*> capture_;  // the open containers inside "incidents", innermost last
-  std::string capture_key_;
-  std::size_t captured_ = 0;
 };
 
-// The incident log of a file that loaded: each entry IncidentFromJson accepts; the first
-// problem, if any, in `out.incidents_message`.
-void ReadIncidents(const BaselineReader& reader, const std::filesystem::path& path,
-                   StateLoad& out) {
-  std::string problem = reader.incidents_problem;
-  if (problem.empty() && reader.incidents.is_array()) {
-    std::size_t index = 0;
-    for (const nlohmann::json& entry : reader.incidents) {
-      std::string why;
-      if (auto incident = IncidentFromJson(entry, why)) {
-        out.incidents.push_back(std::move(*incident));
-      } else if (problem.empty()) {
-        problem = "entry " + std::to_string(index) + ": " + why;
-      }
-      ++index;
-    }
-  } else if (!problem.empty()) {
-    out.incidents.clear();
+// What the incident log of a file held that is not kept as it was ("" when all of it is),
+// for the log.
+std::string IncidentsDropped(const IncidentLogReader& log) {
+  std::vector<std::string> parts;
+  if (!log.not_a_list.empty()) {
+    parts.push_back("\"incidents\" is " + log.not_a_list + ", not a list of incidents");
   }
-  if (problem.empty()) return;
-  out.incidents_message =
-      "state file " + platform::Printable(path.string(), 512) +
-      ": incident log: " + platform::Printable(problem, 300) +
-      (out.incidents.empty() ? "; starting an empty one" : "; that entry is left out") +
-      " (baselines are unaffected)";
+  if (log.bad > 0) {
+    parts.push_back(std::to_string(log.bad) + " of " + std::to_string(log.entries) +
+                    " entries that are not incidents (" + log.first_bad + ")");
+  }
+  if (log.changed > 0) {
+    parts.push_back(std::to_string(log.changed) + " entries holding more than this xferd keeps (" +
+                    log.first_changed + ")");
+  }
+  if (log.oldest_dropped > 0) {
+    parts.push_back("the oldest " + std::to_string(log.oldest_dropped) + " of " +
+                    std::to_string(log.oldest_dropped + log.kept.size()) + " incidents (the log " +
+                    "keeps the newest " + std::to_string(kIncidentLogCapacity) + ")");
+  }
+  std::string text;
+  for (const std::string& part : parts) text += (text.empty() ? "" : "; ") + part;
+  return text;
 }
 
 // What a whole file holds that is not kept ("" when it is kept as it is), for the log.
-std::string DroppedOnLoad(const BaselineReader& reader, std::size_t keep_per_series) {
+std::string DroppedOnLoad(const BaselineReader& reader, const BoundedTokenBuffer& tokens,
+                          std::size_t keep_per_series) {
   std::string dropped;
   if (reader.values_dropped > 0) {
     dropped = std::to_string(reader.values_dropped) + " older values of " +
@@ -390,6 +638,17 @@ std::string DroppedOnLoad(const BaselineReader& reader, std::size_t keep_per_ser
     }
     if (!dropped.empty()) dropped += ", and ";
     dropped += "sections this xferd does not write (" + names + ")";
+  }
+  if (tokens.strings_cut > 0) {
+    if (!dropped.empty()) dropped += ", and ";
+    dropped += std::to_string(tokens.strings_cut) + " strings longer than " +
+               std::to_string(kMaxStringBytes) + " bytes, read cut short (the longest held " +
+               std::to_string(tokens.longest_string) + ")";
+  }
+  if (tokens.numbers_dropped > 0) {
+    if (!dropped.empty()) dropped += ", and ";
+    dropped += std::to_string(tokens.numbers_dropped) + " numbers written in more than " +
+               std::to_string(kMaxNumberBytes) + " characters, read as null";
   }
   return dropped;
 }
@@ -420,10 +679,12 @@ StateLoad StateFile::Load(std::chrono::system_clock::time_point now, std::size_t
     return out;
   }
   BaselineReader reader(std::clamp<std::size_t>(keep_per_series, 1, kMaxValuesPerSeries));
+  std::unique_ptr<platform::BoundedFile> file;
+  std::unique_ptr<BoundedTokenBuffer> tokens;
   try {
-    platform::BoundedFile file(path_, kMaxStateBytes, "state file");
-    StateFileBuffer buffer(file);
-    std::istream in(&buffer);
+    file = std::make_unique<platform::BoundedFile>(path_, kMaxStateBytes, "state file");
+    tokens = std::make_unique<BoundedTokenBuffer>(*file);
+    std::istream in(tokens.get());
     nlohmann::json::sax_parse(in, &reader);
   } catch (const platform::FileError& e) {
     KeepUnreadable(e.error(), e.cause(), out);
@@ -441,9 +702,13 @@ StateLoad StateFile::Load(std::chrono::system_clock::time_point now, std::size_t
   }
   out.baselines = std::move(reader.baselines);
   out.outcome = StateLoad::Outcome::kLoaded;
-  ReadIncidents(reader, path_, out);
-  const std::string dropped = DroppedOnLoad(reader, keep_per_series);
-  if (!dropped.empty()) KeepCopyBeforeDropping(dropped, now, out);
+  out.incidents.assign(std::make_move_iterator(reader.incidents.kept.begin()),
+                       std::make_move_iterator(reader.incidents.kept.end()));
+  const std::string dropped = DroppedOnLoad(reader, *tokens, keep_per_series);
+  const std::string incidents_dropped = IncidentsDropped(reader.incidents);
+  if (!dropped.empty() || !incidents_dropped.empty()) {
+    KeepCopyBeforeDropping(dropped, incidents_dropped, now, out);
+  }
   return out;
 }
 
@@ -477,23 +742,33 @@ void StateFile::KeepNewerVersion(std::int64_t version, StateLoad& out) {
 }
 
 // Read whole but not kept as it is: the next write would drop the rest, so the file as it
-// was is kept beside it first, and the log says what goes and where the copy is.
+// was is kept beside it first, and the log says what goes and where the copy is. What the
+// incident log loses is said apart (`out.incidents_message`): it costs only the log.
 void StateFile::KeepCopyBeforeDropping(const std::string& dropped,
+                                       const std::string& incidents_dropped,
                                        std::chrono::system_clock::time_point now, StateLoad& out) {
   const std::string file = platform::Printable(path_.string(), 512);
+  const auto say = [&](const std::string& kept) {
+    if (!dropped.empty()) {
+      out.message = "state file " + file + " holds more than xferd keeps: " + dropped + kept;
+    }
+    if (!incidents_dropped.empty()) {
+      out.incidents_message = "state file " + file +
+                              ": incident log: " + platform::Printable(incidents_dropped, 1000) +
+                              kept + " (baselines are unaffected; " +
+                              std::to_string(out.incidents.size()) + " incidents read)";
+    }
+  };
   try {
     out.set_aside = platform::KeepCopy(path_, "trimmed", now);
-    out.message = "state file " + file + " holds more than xferd keeps: " + dropped +
-                  "; the file as it was is kept as " +
-                  platform::Printable(out.set_aside.string(), 512) +
-                  ", and the next write keeps only the rest";
+    say("; the file as it was is kept as " + platform::Printable(out.set_aside.string(), 512) +
+        ", and the next write keeps only the rest");
   } catch (const platform::FileError& e) {
     // Without a copy the file is not replaced: what it holds beyond the kept part stays.
     persisting_ = false;
     not_persisting_reason_ = "no copy could be kept of what it holds beyond what is kept";
-    out.message = "state file " + file + " holds more than xferd keeps: " + dropped +
-                  ", and no copy of it could be kept (" + e.cause() +
-                  "); keeping it untouched and learning baselines in memory only";
+    say(", and no copy of it could be kept (" + e.cause() +
+        "); keeping it untouched and learning baselines in memory only");
   }
 }
 

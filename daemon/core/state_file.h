@@ -37,8 +37,10 @@ struct StateLoad {
   // content was not all kept (the longest series cut to the window). Empty when neither.
   std::filesystem::path set_aside;
   std::size_t temp_files_removed = 0;  // left by writes a crash interrupted
-  // The incident log, oldest first. One that cannot be read costs only itself: the
-  // baselines load, the log starts empty and `incidents_message` says why.
+  // The incident log, oldest first (the newest kIncidentLogCapacity). One that cannot be
+  // read costs only itself: the baselines load, what of the log could be read is kept, the
+  // file as it was is kept beside it (set_aside) and `incidents_message` says what was not
+  // kept and where the copy is.
   std::vector<Incident> incidents;
   std::string incidents_message;
 };
@@ -84,8 +86,8 @@ class StateFile {
   // still written to (persisting_).
   void KeepUnreadable(int error, const std::string& cause, StateLoad& out);
   void KeepNewerVersion(std::int64_t version, StateLoad& out);
-  void KeepCopyBeforeDropping(const std::string& dropped, std::chrono::system_clock::time_point now,
-                              StateLoad& out);
+  void KeepCopyBeforeDropping(const std::string& dropped, const std::string& incidents_dropped,
+                              std::chrono::system_clock::time_point now, StateLoad& out);
   void SetCorruptAside(const std::string& problem_as_read,
                        std::chrono::system_clock::time_point now, StateLoad& out);
 

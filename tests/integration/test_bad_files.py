@@ -8,6 +8,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from xferd_harness import BINARY, Daemon, sanitizer_build, sim_config
 
 
@@ -123,3 +125,70 @@ def test_the_largest_state_file_accepted_loads_in_bounded_memory(tmp_path):
     print(f"state file 100 MiB: refused, peak RSS {peak / 1024:.1f} MiB")
     if not sanitizer:
         assert peak < 64 * 1024, peak
+
+
+BASELINES = '"baselines": {"GPU-a": {"pinned/h2d/64MiB": [24.1e9, 24.3e9, 24.2e9]}}'
+ENTRY = ('{"time": "2026-12-01T10:00:00.000Z", "gpu": 0, "uuid": "GPU-a", "from": "ok", '
+         '"to": "degraded", "series": [], "causes": [{"cause": "numa_remote", "detail": "%s"}]}')
+
+
+def hostile_state(kind):
+    """The text of a state file with one hostile part; its baselines are whole."""
+    big = 60 << 20
+    if kind == "60 MB string in the incident log":
+        return '{"version": 1, %s, "incidents": [%s]}' % (BASELINES, ENTRY % ("x" * big))
+    if kind == "60 MB string in a section xferd does not write":
+        return '{"version": 1, %s, "notes": "%s"}' % (BASELINES, "x" * big)
+    if kind == "60 MB key":
+        return '{"version": 1, %s, "notes": {"%s": 1}}' % (BASELINES, "k" * big)
+    if kind == "60 MB number":
+        return '{"version": 1, %s, "notes": %s}' % (BASELINES, "1" * big)
+    if kind == "100,000 incidents":
+        entries = ", ".join(ENTRY % ("far") for _ in range(100000))
+        return '{"version": 1, %s, "incidents": [%s]}' % (BASELINES, entries)
+    if kind == "incidents nested 1,000,000 deep":
+        return '{"version": 1, %s, "incidents": [%s, %s]}' % (
+            BASELINES, ENTRY % "far", "[" * 1000000 + "]" * 1000000)
+    raise KeyError(kind)
+
+
+HOSTILE_STATES = {
+    "60 MB string in the incident log": "incident log",
+    "60 MB string in a section xferd does not write": "strings longer than 4096 bytes",
+    "60 MB key": "strings longer than 4096 bytes",
+    "60 MB number": "numbers written in more than 64 characters",
+    "100,000 incidents": "the oldest 99968 of 100000 incidents",
+    "incidents nested 1,000,000 deep": "nested more than 8 deep",
+}
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_STATES))
+def test_a_hostile_state_file_costs_bounded_memory_and_only_what_is_bad(tmp_path, kind):
+    """The review: a 60 MB string in the incident log took the daemon to 134 MB at start
+    (10 MB: 36 MB); an incident log nested more than 64 deep made the whole file corrupt and
+    threw the baselines away. Now no token the parser sees is longer than 4 KiB, the log is
+    read entry by entry, and nesting costs a counter: the start stays within 32 MiB, the
+    baselines load, and the file as it was is kept beside it."""
+    state = tmp_path / "state"
+    state.mkdir()
+    text = hostile_state(kind)
+    (state / "state.json").write_text(text)
+    sanitizer = sanitizer_build()
+    d = Daemon(tmp_path / "d", sim_config(interval="1s"), state_dir=state)
+    d.start(wait_listening=False)
+    series = d.wait_log(r"state: .* \((\d+) learned series\)",
+                        timeout=600 if sanitizer else 60).group(1)
+    d.port = int(d.wait_log(r"serving https?://[^:]+:(\d+)", timeout=60).group(1))
+    d.wait_for(lambda: d.get("/metrics")[0] == 200, 60, "/metrics")
+    peak = vm_hwm_kib(d.proc.pid)
+    log = d.log()
+    assert d.stop() == 0
+    print(f"\n{kind}: {len(text) / 1e6:.1f} MB, peak RSS {peak / 1024:.1f} MiB"
+          + (f" ({sanitizer} sanitizer build: not held to the bound)" if sanitizer else ""))
+    assert series == "1", "the baselines load whatever else the file holds"
+    assert HOSTILE_STATES[kind] in log, log[-3000:]
+    copies = [p for p in state.iterdir() if ".trimmed-" in p.name]
+    assert len(copies) == 1 and copies[0].stat().st_size == len(text), copies
+    assert not [p for p in state.iterdir() if ".corrupt-" in p.name]
+    if not sanitizer:
+        assert peak < 32 * 1024, f"peak RSS {peak} KiB"

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -246,6 +247,10 @@ class IncidentStateFileTest : public ::testing::Test {
   static std::string Baselines() {
     return R"("baselines": {"GPU-a": {"pinned/h2d/64MiB": [2.4e10, 2.5e10]}})";
   }
+  static std::string ReadAll(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
   fs::path dir_;
 };
 
@@ -299,23 +304,130 @@ TEST_F(IncidentStateFileTest, ABadLogCostsOnlyItselfNeverTheBaselines) {
   many += "]";
   std::string deep = std::string(40, '[') + std::string(40, ']');
   const std::vector<Case> cases = {
-      {"an object", R"({"a": 1})", 0, "not an array"},
-      {"a string", R"("log")", 0, "not an array"},
+      {"an object", R"({"a": 1})", 0, "\"incidents\" is an object, not a list"},
+      {"a string", R"("log")", 0, "\"incidents\" is a string, not a list"},
       {"one bad entry among good ones", "[" + good_entry + R"(, {"time": 5}, )" + good_entry + "]",
-       2, "entry 1"},
-      {"more values than xferd writes", many, 0, "more than"},
-      {"nested arrays", "[" + deep + "]", 0, "entry 0"},
+       2, "1 of 3 entries that are not incidents (entry 1: no string \"time\")"},
+      {"many values, none an incident", many, 0, "20000 of 20000 entries that are not incidents"},
+      {"nested arrays", "[" + deep + "]", 0, "entry 0: nested more than 8 deep"},
   };
   for (const Case& c : cases) {
-    Write(std::string("{\"version\": 1, ") + Baselines() + ", \"incidents\": " + c.incidents + "}");
-    const StateLoad loaded = StateFile(dir_).Load();
+    const std::string text =
+        std::string("{\"version\": 1, ") + Baselines() + ", \"incidents\": " + c.incidents + "}";
+    Write(text);
+    const StateLoad loaded = StateFile(dir_).Load(At(0));
     ASSERT_EQ(loaded.outcome, StateLoad::Outcome::kLoaded) << c.what << ": " << loaded.message;
     EXPECT_EQ(loaded.baselines.at("GPU-a").at("pinned/h2d/64MiB").size(), 2u) << c.what;
     EXPECT_EQ(loaded.incidents.size(), c.kept) << c.what;
     EXPECT_NE(loaded.incidents_message.find(c.message), std::string::npos)
         << c.what << ": " << loaded.incidents_message;
     EXPECT_NE(loaded.incidents_message.find("baselines are unaffected"), std::string::npos);
+    // What is not kept is kept beside it, as it was.
+    ASSERT_FALSE(loaded.set_aside.empty()) << c.what;
+    EXPECT_EQ(ReadAll(loaded.set_aside), text) << c.what;
+    EXPECT_NE(loaded.incidents_message.find(loaded.set_aside.string()), std::string::npos);
+    fs::remove(loaded.set_aside);
   }
+}
+
+// The review: an "incidents" section nested more than 64 deep made the whole file corrupt:
+// it was set aside and the daemon started with no learned series. Nesting inside the log
+// costs only the entry that holds it, however deep.
+TEST_F(IncidentStateFileTest, DeepNestingInsideTheLogCostsOnlyThatEntry) {
+  const std::string good_entry =
+      R"({"time": "2026-12-01T10:00:00.000Z", "gpu": 0, "uuid": "GPU-a", "from": "ok", "to": "degraded", "series": [], "causes": []})";
+  for (const std::size_t levels : {65u, 100u, 1000000u}) {
+    const std::string deep = std::string(levels, '[') + std::string(levels, ']');
+    const std::string deep_object =
+        R"({"time": "2026-12-01T10:00:00.000Z", "gpu": 1, "x": )" + deep + "}";
+    for (const std::string& incidents :
+         {"[" + good_entry + ", " + deep + "]", "[" + deep_object + ", " + good_entry + "]"}) {
+      const std::string text =
+          std::string("{\"version\": 1, ") + Baselines() + ", \"incidents\": " + incidents + "}";
+      Write(text);
+      const StateLoad loaded = StateFile(dir_).Load(At(0));
+      ASSERT_EQ(loaded.outcome, StateLoad::Outcome::kLoaded) << levels << ": " << loaded.message;
+      EXPECT_EQ(loaded.baselines.size(), 1u) << levels;
+      ASSERT_EQ(loaded.incidents.size(), 1u) << levels << ": " << loaded.incidents_message;
+      EXPECT_EQ(loaded.incidents[0].gpu, 0);
+      EXPECT_NE(loaded.incidents_message.find("nested more than 8 deep"), std::string::npos)
+          << loaded.incidents_message;
+      ASSERT_FALSE(loaded.set_aside.empty());
+      EXPECT_EQ(ReadAll(loaded.set_aside), text);
+      fs::remove(loaded.set_aside);
+    }
+  }
+}
+
+// The review: what the log held and xferd did not keep vanished: unknown fields inside an
+// entry and the oldest of more than 32 entries with no log line; a bad entry, "incidents":
+// "garbage" or a 100,000-entry log logged but not kept, and the next write erased them.
+// Each is now kept as the trimmed state is: the file as it was, beside it, before any write.
+TEST_F(IncidentStateFileTest, WhatTheLogDropsIsKeptBesideTheFileBeforeAnyWrite) {
+  const auto entry = [](int i, const std::string& extra = "") {
+    return R"({"time": "2026-12-01T10:00:)" + std::string(i % 60 < 10 ? "0" : "") +
+           std::to_string(i % 60) + R"(.000Z", "gpu": )" + std::to_string(i % 8) +
+           R"(, "uuid": "GPU-a", "from": "ok", "to": "degraded", "series": [{"mode": "pinned", "direction": "h2d"}], "causes": [{"cause": "numa_remote", "detail": "far"}])" +
+           extra + "}";
+  };
+  std::string forty = "[", many = "[";
+  for (int i = 0; i < 40; ++i) forty += (i ? ", " : "") + entry(i);
+  for (int i = 0; i < 100000; ++i) many += (i ? ", " : "") + entry(i);
+  forty += "]", many += "]";
+  struct Case {
+    const char* what;
+    std::string incidents;
+    std::size_t kept;
+    const char* said;
+  };
+  const std::vector<Case> cases = {
+      {"an unknown field", "[" + entry(1, R"(, "ticket": "INC-42")") + "]", 1,
+       "the field \"ticket\", which this xferd does not keep"},
+      {"an unknown field in a cause",
+       "[" + entry(1).substr(0, entry(1).size() - 3) + R"(, "seen_by": "nhc"}]})" + "]", 1,
+       "causes[0].seen_by"},
+      {"a series xferd cannot place",
+       "[" + entry(1).replace(entry(1).find("\"h2d\""), 5, "\"sideways\"") + "]", 1,
+       "entries of \"series\" that this xferd cannot place"},
+      {"a detail longer than kept",
+       "[" + entry(1).replace(entry(1).find("\"far\""), 5, "\"" + std::string(5000, 'f') + "\"") +
+           "]",
+       1, "causes[0].detail"},
+      {"40 entries", forty, 32, "the oldest 8 of 40 incidents (the log keeps the newest 32)"},
+      {"a bad entry", "[" + entry(1) + R"(, {"time": "yesterday"}])", 1,
+       "1 of 2 entries that are not incidents"},
+      {"garbage", R"("garbage")", 0, "\"incidents\" is a string, not a list"},
+      {"100,000 entries", many, 32, "the oldest 99968 of 100000 incidents"},
+  };
+  for (const Case& c : cases) {
+    const std::string text =
+        std::string("{\"version\": 1, ") + Baselines() + ", \"incidents\": " + c.incidents + "}";
+    Write(text);
+    StateFile state(dir_);
+    const StateLoad loaded = state.Load(At(0));
+    ASSERT_EQ(loaded.outcome, StateLoad::Outcome::kLoaded) << c.what << ": " << loaded.message;
+    EXPECT_EQ(loaded.incidents.size(), c.kept) << c.what;
+    EXPECT_NE(loaded.incidents_message.find(c.said), std::string::npos)
+        << c.what << ": " << loaded.incidents_message;
+    ASSERT_FALSE(loaded.set_aside.empty()) << c.what;
+    EXPECT_NE(loaded.incidents_message.find("kept as " + loaded.set_aside.string()),
+              std::string::npos)
+        << loaded.incidents_message;
+    // The next write keeps what was read; the copy keeps the rest.
+    ASSERT_TRUE(state.Save(loaded.baselines, loaded.incidents, At(10)).ok);
+    EXPECT_EQ(ReadAll(loaded.set_aside), text) << c.what;
+    EXPECT_NE(ReadAll(dir_ / "state.json"), text);
+    fs::remove(loaded.set_aside);
+  }
+  // A log as xferd writes it is read whole: nothing set aside, nothing said.
+  IncidentLog log;
+  log.Observe(Health(true, {DiagnosisCause::kNumaRemote}), false, 1, At(60));
+  StateFile state(dir_);
+  ASSERT_TRUE(state.Save({}, log.Incidents(), At(61)).ok);
+  const StateLoad again = StateFile(dir_).Load(At(62));
+  EXPECT_TRUE(again.set_aside.empty()) << again.incidents_message;
+  EXPECT_TRUE(again.incidents_message.empty()) << again.incidents_message;
+  EXPECT_EQ(again.incidents.size(), 1u);
 }
 
 TEST_F(IncidentStateFileTest, LogEntriesBeforeOrAfterTheBaselinesBothRead) {
