@@ -20,7 +20,7 @@ namespace xferd::platform {
 namespace {
 
 // Paths come from config files and flags: escaped, and cut where they are absurdly long.
-constexpr std::size_t kPrintablePathBytes = 512;
+constexpr std::size_t kPathBytes = 512;
 
 std::string ReadFix(int error, Secrecy secrecy) {
   switch (error) {
@@ -122,7 +122,7 @@ int OpenChecked(const std::filesystem::path& path, std::size_t max_bytes, Secrec
     if (const std::string who = SecretExposedTo(st.st_mode); !who.empty()) {
       char mode[8];
       std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-      const std::string file = Printable(path.string(), kPrintablePathBytes);
+      const std::string file = PrintablePath(path.string(), kPathBytes);
       failure = {0,
                  std::string("it is open to ") + who + " (mode " + mode +
                      "): the secret in it is no secret",
@@ -275,7 +275,7 @@ bool CopyToNewFile(const std::filesystem::path& from, const std::filesystem::pat
 FileError::FileError(std::string_view verb, std::string_view what, std::filesystem::path path,
                      std::string cause, std::string fix, int error)
     : Error(Failure::kOsError, std::string(verb) + " " + std::string(what) + " " +
-                                   Printable(path.string(), kPrintablePathBytes) + ": " + cause +
+                                   PrintablePath(path.string(), kPathBytes) + ": " + cause +
                                    "; fix: " + fix),
       path_(std::move(path)),
       cause_(std::move(cause)),

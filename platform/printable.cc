@@ -85,4 +85,37 @@ std::string Printable(std::string_view text, std::size_t max_bytes, bool escape_
   return out;
 }
 
+std::string PrintablePath(std::string_view path, std::size_t max_bytes, bool escape_quotes) {
+  const std::string whole = Printable(path, std::string_view::npos, escape_quotes);
+  if (whole.size() <= max_bytes) return whole;
+  // Where a cut may fall in the escaped text: not inside a UTF-8 sequence (every other byte
+  // is ASCII), and not inside an escape ("\xHH", "\uHHHH", "\\", "\\\"").
+  const auto boundary = [&](std::size_t at) {
+    if (at == 0 || at >= whole.size()) return true;
+    if ((static_cast<unsigned char>(whole[at]) & 0xc0) == 0x80) return false;
+    for (std::size_t back = 1; back <= 5 && back <= at; ++back) {
+      if (whole[at - back] == '\\') {
+        const std::size_t length = whole[at - back + 1] == 'u'   ? 6
+                                   : whole[at - back + 1] == 'x' ? 4
+                                                                 : 2;
+        if (back < length) return false;
+        break;
+      }
+    }
+    return true;
+  };
+  const std::string marker_sample = "...(" + std::to_string(path.size()) + " bytes)...";
+  const std::size_t room =
+      max_bytes > marker_sample.size() + 8 ? max_bytes - marker_sample.size() : 8;
+  // Two thirds of the room for the end, starting at a '/' when one is in reach.
+  std::size_t tail = whole.size() - room * 2 / 3;
+  const std::size_t slash = whole.find('/', tail);
+  if (slash != std::string::npos && slash + 1 < whole.size()) tail = slash;
+  while (!boundary(tail)) ++tail;
+  std::size_t head = room - (whole.size() - tail);
+  while (head > 0 && !boundary(head)) --head;
+  return whole.substr(0, head) + "...(" + std::to_string(path.size()) + " bytes)..." +
+         whole.substr(tail);
+}
+
 }  // namespace xferd::platform

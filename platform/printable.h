@@ -21,4 +21,14 @@ inline constexpr std::size_t kPrintableBytes = 120;
 std::string Printable(std::string_view text, std::size_t max_bytes = kPrintableBytes,
                       bool escape_quotes = false);
 
+// How many bytes of a path a message quotes by default.
+inline constexpr std::size_t kPrintablePathBytes = 256;
+
+// A path as Printable makes it, but when it must be shortened it keeps its end, where the
+// file's name is, and its start, and says how much of the middle went:
+// "/tmp/xxxx...(412 bytes)...devices/0000:01:00.0/aer_dev_correctable". A long temporary
+// directory used to push the file's name out of the line.
+std::string PrintablePath(std::string_view path, std::size_t max_bytes = kPrintablePathBytes,
+                          bool escape_quotes = false);
+
 }  // namespace xferd::platform

@@ -91,11 +91,11 @@ std::string ReadPassword(const std::string& path) {
   if (!text.empty() && text.back() == '\n') text.pop_back();
   if (!text.empty() && text.back() == '\r') text.pop_back();
   if (text.empty()) {
-    throw UsageError("password file " + platform::Printable(path, 512) +
+    throw UsageError("password file " + platform::PrintablePath(path, 512) +
                      " is empty; write the password of the basic-auth user on its first line");
   }
   if (text.find('\n') != std::string::npos) {
-    throw UsageError("password file " + platform::Printable(path, 512) +
+    throw UsageError("password file " + platform::PrintablePath(path, 512) +
                      " holds more than one line; write the password alone on one line");
   }
   return text;

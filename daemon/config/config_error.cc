@@ -29,10 +29,10 @@ ConfigError::ConfigError(std::string file, int line, std::string key, std::strin
                          std::string fix)
     : platform::Error(
           platform::Failure::kConfig,
-          ErrorText(platform::Printable(file, kFileBytes), line,
+          ErrorText(platform::PrintablePath(file, kFileBytes), line,
                     platform::Printable(key, kKeyBytes), platform::Printable(problem, kTextBytes),
                     platform::Printable(fix, kTextBytes))),
-      file_(platform::Printable(file, kFileBytes)),
+      file_(platform::PrintablePath(file, kFileBytes)),
       line_(line),
       key_(platform::Printable(key, kKeyBytes)),
       problem_(platform::Printable(problem, kTextBytes)),

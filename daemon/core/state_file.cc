@@ -718,13 +718,13 @@ void StateFile::KeepUnreadable(int error, const std::string& cause, StateLoad& o
   if (error == 0) {
     // Not a regular file, or far too large: not something xferd wrote. Kept for a look.
     not_persisting_reason_ = "state file is not one xferd wrote";
-    out.message = "state file " + platform::Printable(path_.string(), 512) + ": " + cause +
+    out.message = "state file " + platform::PrintablePath(path_.string(), 512) + ": " + cause +
                   ": keeping it untouched and learning baselines in memory only; move it "
                   "away and restart";
     return;
   }
   not_persisting_reason_ = "cannot read " + path_.string();
-  out.message = "cannot read state file " + platform::Printable(path_.string(), 512) + " (" +
+  out.message = "cannot read state file " + platform::PrintablePath(path_.string(), 512) + " (" +
                 cause +
                 "): keeping it untouched and learning baselines in memory only; fix its "
                 "permissions (owner: the xferd user) and restart";
@@ -734,7 +734,7 @@ void StateFile::KeepNewerVersion(std::int64_t version, StateLoad& out) {
   persisting_ = false;
   not_persisting_reason_ = "state file from a newer xferd";
   out.outcome = StateLoad::Outcome::kFutureVersion;
-  out.message = "state file " + platform::Printable(path_.string(), 512) + " has version " +
+  out.message = "state file " + platform::PrintablePath(path_.string(), 512) + " has version " +
                 std::to_string(version) + ", newer than this xferd understands (" +
                 std::to_string(kStateVersion) +
                 "): keeping it untouched and learning baselines in memory only; upgrade "
@@ -747,7 +747,7 @@ void StateFile::KeepNewerVersion(std::int64_t version, StateLoad& out) {
 void StateFile::KeepCopyBeforeDropping(const std::string& dropped,
                                        const std::string& incidents_dropped,
                                        std::chrono::system_clock::time_point now, StateLoad& out) {
-  const std::string file = platform::Printable(path_.string(), 512);
+  const std::string file = platform::PrintablePath(path_.string(), 512);
   const auto say = [&](const std::string& kept) {
     if (!dropped.empty()) {
       out.message = "state file " + file + " holds more than xferd keeps: " + dropped + kept;
@@ -761,7 +761,7 @@ void StateFile::KeepCopyBeforeDropping(const std::string& dropped,
   };
   try {
     out.set_aside = platform::KeepCopy(path_, "trimmed", now);
-    say("; the file as it was is kept as " + platform::Printable(out.set_aside.string(), 512) +
+    say("; the file as it was is kept as " + platform::PrintablePath(out.set_aside.string(), 512) +
         ", and the next write keeps only the rest");
   } catch (const platform::FileError& e) {
     // Without a copy the file is not replaced: what it holds beyond the kept part stays.
@@ -779,14 +779,15 @@ void StateFile::SetCorruptAside(const std::string& problem_as_read,
   const std::string problem = platform::Printable(problem_as_read, 300);
   try {
     out.set_aside = platform::MoveAside(path_, "corrupt", now);
-    out.message = "state file " + platform::Printable(path_.string(), 512) + " is corrupt (" +
-                  problem + "); moved it to " + platform::Printable(out.set_aside.string(), 512) +
+    out.message = "state file " + platform::PrintablePath(path_.string(), 512) + " is corrupt (" +
+                  problem + "); moved it to " +
+                  platform::PrintablePath(out.set_aside.string(), 512) +
                   " and started learning afresh";
   } catch (const platform::FileError& e) {
     // Not replaced by a write either: what is in it stays for a look.
     persisting_ = false;
     not_persisting_reason_ = "the corrupt state file could not be moved aside";
-    out.message = "state file " + platform::Printable(path_.string(), 512) + " is corrupt (" +
+    out.message = "state file " + platform::PrintablePath(path_.string(), 512) + " is corrupt (" +
                   problem + ") and could not be moved aside (" + e.cause() +
                   "); keeping it untouched and learning baselines in memory only; move it away "
                   "and restart";
@@ -807,7 +808,7 @@ std::string StateFile::KeepBeforeTrimming(const BaselineSet& held, std::size_t w
                            std::to_string(beyond) + " older values go from the state file";
   try {
     return what + "; the file as it was is kept as " +
-           platform::Printable(platform::KeepCopy(path_, "trimmed", now).string(), 512);
+           platform::PrintablePath(platform::KeepCopy(path_, "trimmed", now).string(), 512);
   } catch (const platform::FileError& e) {
     return what + ", and no copy of it could be kept (" + e.cause() + ")";
   }

@@ -178,7 +178,7 @@ class Exchange {
       const int n =
           gnutls_certificate_set_x509_trust_mem(credentials_, &datum, GNUTLS_X509_FMT_PEM);
       if (n <= 0) {
-        throw HttpError("CA file " + platform::Printable(request_.ca_file.string(), 512) +
+        throw HttpError("CA file " + platform::PrintablePath(request_.ca_file.string(), 512) +
                             " holds no PEM certificate" +
                             (n < 0 ? std::string(" (") + gnutls_strerror(n) + ")" : ""),
                         fix_ca);

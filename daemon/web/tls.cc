@@ -51,7 +51,7 @@ class PemCheck {
 };
 
 std::string Shown(const std::filesystem::path& path) {
-  return platform::Printable(path.string(), 512);
+  return platform::PrintablePath(path.string(), 512);
 }
 
 void CheckCertificate(const TlsMaterial& tls) {

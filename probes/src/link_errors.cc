@@ -87,7 +87,7 @@ FileText ReadAerFile(const fs::path& file) {
     out.text = platform::ReadFileBounded(file, kMaxAerFileBytes, "AER counter file");
   } catch (const platform::FileError& e) {
     out.missing = e.error() == ENOENT;
-    out.problem = platform::Printable(file.string()) + ": " + e.cause();
+    out.problem = platform::PrintablePath(file.string()) + ": " + e.cause();
   }
   return out;
 }
@@ -113,7 +113,7 @@ AerCounters ReadDevice(const fs::path& sysfs_root, const std::string& bdf, bool 
     }
     AerFile parsed = ParseAerFile(*read.text, aer_class);
     if (!parsed.problem.empty()) {
-      problems.push_back(platform::Printable(file.string()) + ": " + parsed.problem);
+      problems.push_back(platform::PrintablePath(file.string()) + ": " + parsed.problem);
       continue;
     }
     c.device[Index(aer_class)] = parsed.total;
@@ -121,7 +121,8 @@ AerCounters ReadDevice(const fs::path& sysfs_root, const std::string& bdf, bool 
   }
   if (missing == static_cast<int>(kAllAerClasses.size())) {
     c.missing = true;
-    c.problem = "no AER counters in sysfs (" + platform::Printable((dir / "aer_dev_*").string()) +
+    c.problem = "no AER counters in sysfs (" +
+                platform::PrintablePath((dir / "aer_dev_*").string()) +
                 " missing): the device has no AER capability or the kernel does not report "
                 "it (AER off, a virtual machine)";
     return c;
@@ -139,7 +140,7 @@ AerCounters ReadDevice(const fs::path& sysfs_root, const std::string& bdf, bool 
     if (const auto count = ParseAerCount(*read.text)) {
       c.rootport[Index(aer_class)] = *count;
     } else {
-      AddProblem(c, platform::Printable(file.string()) + ": not a count: \"" +
+      AddProblem(c, platform::PrintablePath(file.string()) + ": not a count: \"" +
                         platform::Printable(Stripped(*read.text), 40, true) + "\"");
     }
   }

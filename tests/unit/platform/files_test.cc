@@ -130,6 +130,29 @@ TEST(Printable, EscapesWhatATerminalWouldActOnAndCapsTheLength) {
   EXPECT_EQ(Printable("\xc3\xbc\xc3\xbc\xc3\xbc", 5), "\xc3\xbc\xc3\xbc...(6 bytes)");
 }
 
+// The review: with a long temporary directory the line "AER counters not readable" showed
+// the path's start and lost the counter file's name. A path cut short keeps its end.
+TEST(PrintablePath, KeepsTheFileNameAndTheStartWhenCut) {
+  const std::string dir = "/tmp/" + std::string(300, 'x') + "/sys/bus/pci/devices/0000:01:00.0";
+  const std::string path = dir + "/aer_dev_correctable";
+  EXPECT_EQ(PrintablePath("/sys/a/b"), "/sys/a/b");
+  for (const std::size_t max : {60u, 120u, 256u}) {
+    const std::string shown = PrintablePath(path, max);
+    EXPECT_LE(shown.size(), max + 4) << shown;
+    EXPECT_EQ(shown.rfind("/tmp/x", 0), 0u) << shown;
+    EXPECT_NE(shown.find("/aer_dev_correctable"), std::string::npos) << shown;
+    EXPECT_NE(shown.find("(" + std::to_string(path.size()) + " bytes)"), std::string::npos);
+  }
+  // Escapes and UTF-8 are never cut in two.
+  const std::string odd =
+      "/d/" + std::string(100, '\x1b') + "\xc3\xbc" + std::string(100, 'y') + "/f";
+  for (std::size_t max = 20; max < 120; ++max) {
+    const std::string shown = PrintablePath(odd, max);
+    EXPECT_EQ(shown, Printable(shown, 10000)) << "printable as it is: " << shown;
+    EXPECT_NE(shown.find("/f"), std::string::npos) << shown;
+  }
+}
+
 std::string Contents(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;
