@@ -436,10 +436,14 @@ void WriteFileAtomically(const std::filesystem::path& path, std::string_view con
   }
   // The file it replaces may have been made tighter by the operator (0600, or 0640 and a
   // group only node_exporter is in): the new one never lets more users read than either
-  // the old one or `how.mode` would, and keeps the old one's group where it may.
+  // the old one or `how.mode` would, and keeps the old one's group where it may. Only a
+  // regular file lends its mode and group: a symbolic link in its place is replaced like
+  // any name (rename never writes through it), and its target lends nothing, so a link
+  // made by whoever may write the directory chooses neither where xferd writes nor who may
+  // read what it writes (docs/http.md, "Textfile output").
   mode_t mode = how.mode;
   struct stat old {};
-  if (::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode)) {
+  if (::lstat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode)) {
     mode &= old.st_mode & 07777;
     if (old.st_gid != ::getegid()) (void)::fchown(fd.get(), static_cast<uid_t>(-1), old.st_gid);
   }

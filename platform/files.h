@@ -92,8 +92,9 @@ struct AtomicWrite {
 
 // Replaces `path` with `content`: a temporary file in the same directory (named
 // AtomicTempPrefix(path) + 6 random characters), written, fsynced, given `mode` (or less:
-// no permission bit the file being replaced lacks, and that file's group), renamed over
-// `path`, the directory fsynced. On failure the temporary file is removed, `path` is
+// no permission bit the regular file being replaced lacks, and that file's group; a
+// symbolic link at `path` is replaced itself, never written through, and lends nothing),
+// renamed over `path`, the directory fsynced. On failure the temporary file is removed, `path` is
 // as it was, and FileError names the step, the cause and a fix.
 void WriteFileAtomically(const std::filesystem::path& path, std::string_view content,
                          const AtomicWrite& how);

@@ -289,6 +289,18 @@ void Service::WriteTextfile(const Config& config) {
           (config.textfile_path.parent_path() / AtomicTempPrefix(config.textfile_path)).string());
     }
   }
+  std::error_code ec;
+  if (std::filesystem::is_symlink(config.textfile_path, ec)) {
+    // Said once per link: the write replaces it with the file itself (platform/files.h).
+    const auto target = std::filesystem::read_symlink(config.textfile_path, ec);
+    spdlog::warn(
+        "textfile: {} is a symbolic link (to {}); it is replaced by a regular file of "
+        "xferd's own mode (0644) and group: xferd never writes through a link, nor "
+        "takes its target's permissions; point [daemon] textfile_path at the file "
+        "node_exporter reads",
+        platform::PrintablePath(config.textfile_path.string()),
+        platform::PrintablePath(target.string()));
+  }
   try {
     exporter::WriteTextfile(config.textfile_path,
                             RenderExposition(Collectables{registry_}, "xferd_"));

@@ -275,5 +275,28 @@ TEST(WriteFileAtomically, NeverLetsMoreUsersReadThanTheFileItReplaces) {
   }
 }
 
+// The review: a textfile that was a symbolic link made the new .prom take its target's mode
+// and group. A link lends nothing: it is replaced by the file itself (rename never writes
+// through it), made with the mode asked for and the writer's group; the target is untouched.
+TEST(WriteFileAtomically, ALinkInThePlaceOfTheFileIsReplacedAndLendsNothing) {
+  fakes::TempDir dir("link");
+  const fs::path target = dir.path() / "elsewhere.prom";
+  const fs::path path = dir.path() / "xferd.prom";
+  { std::ofstream(target) << "theirs\n"; }
+  ASSERT_EQ(::chmod(target.c_str(), 0600), 0);
+  if (::geteuid() == 0) ASSERT_EQ(::chown(target.c_str(), static_cast<uid_t>(-1), 65534), 0);
+  fs::create_symlink(target, path);
+  WriteFileAtomically(path, "ours\n", {"textfile", 0644, "", ""});
+  struct stat st {};
+  ASSERT_EQ(::lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode)) << "the link itself is replaced";
+  EXPECT_EQ(st.st_mode & 07777, 0644u) << "not the target's 0600";
+  EXPECT_EQ(st.st_gid, ::getegid()) << "not the target's group";
+  EXPECT_EQ(Contents(path), "ours\n");
+  EXPECT_EQ(Contents(target), "theirs\n") << "never written through the link";
+  ASSERT_EQ(::stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+}
+
 }  // namespace
 }  // namespace xferd::platform
