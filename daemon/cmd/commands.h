@@ -84,6 +84,7 @@ struct HealthCommandOptions {
   std::optional<std::string> listen_address;   // --web.listen-address
   std::optional<std::string> web_config_file;  // --web.config.file ("" = none)
   std::optional<std::string> url;              // --url: scheme, host and port
+  std::optional<std::string> socket;           // --socket: the health socket ("" = none)
   std::optional<std::string> ca_file;          // --tls.ca-file
   std::optional<std::string> server_name;      // --tls.server-name
   std::optional<std::string> username;         // --basic-auth.username

@@ -126,9 +126,8 @@ void ReadJudgeFlags(const HealthCommandOptions& options, HealthJudgeOptions& jud
   }
 }
 
-// The daemon's config, as `xferd run` reads it, for what the flags leave out. Its web
-// config is read only where no flag names another: a user who may not read the daemon's
-// can give the one to use.
+// The daemon's config, as `xferd run` reads it, for what the flags leave out (its web
+// config is read by WithWebConfig, only when HTTP is asked).
 config::Config DaemonConfig(const HealthCommandOptions& options) {
   config::Config config;
   std::error_code ec;
@@ -136,15 +135,20 @@ config::Config DaemonConfig(const HealthCommandOptions& options) {
       std::filesystem::exists(kDefaultConfig, ec) ? kDefaultConfig : "");
   if (!file.empty()) config = config::ParseConfig(config::ReadConfigFile(file), file);
   if (options.listen_address) config.listen_address = *options.listen_address;
+  return config;
+}
+
+// The web config is read only where no flag names another: a user who may not read the
+// daemon's can give the one to use.
+void WithWebConfig(const HealthCommandOptions& options, config::Config& config) {
   const std::filesystem::path web_file = options.web_config_file
                                              ? std::filesystem::path(*options.web_config_file)
                                              : config.web_config_file;
   config.web = web_file.empty() ? web::WebConfig{}
                                 : config::LoadWebConfig(web_file, config::WebConfigUse::kAsk);
-  return config;
 }
 
-// Where the status is asked for: --url, else the daemon's config.
+// Where the status is asked for over HTTP: --url, else the daemon's config.
 web::HttpUrl StatusUrl(const HealthCommandOptions& options, const config::Config& config) {
   web::HttpUrl url;
   if (options.url) {
@@ -195,18 +199,31 @@ std::optional<std::pair<std::string, std::string>> BasicAuthOf(const HealthComma
   return std::nullopt;
 }
 
-// Everything before the request; throws platform::Error naming what is wrong.
-web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeOptions& judge) {
-  web::HttpClientRequest request;
-  const auto timeout = config::ParseDuration(options.timeout);
-  if (!timeout || timeout->count() <= 0 || *timeout > std::chrono::minutes(10)) {
-    throw UsageError("--timeout \"" + platform::Printable(options.timeout, 40) +
-                     "\": give a duration from 1ms to 10m, e.g. 5s");
+// The health socket to ask first (docs/http.md, "The health socket"): --socket; else, when
+// no flag names an HTTP address, the config's where one is (a socket file there: the daemon
+// runs on this host). nullopt: ask over HTTP.
+std::optional<std::filesystem::path> SocketToAsk(const HealthCommandOptions& options,
+                                                 const config::Config& config) {
+  if (options.socket) {
+    if (options.socket->empty()) return std::nullopt;
+    return std::filesystem::path(*options.socket);
   }
-  request.timeout = *timeout;
-  ReadJudgeFlags(options, judge);
+  if (options.url || options.listen_address) return std::nullopt;
+  const std::filesystem::path path = config.HealthSocket();
+  struct stat st {};
+  if (path.empty() || ::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    return std::nullopt;
+  }
+  return path;
+}
 
-  const config::Config config = DaemonConfig(options);
+// What is asked over HTTP (--url or the config's address, TLS, the login); throws
+// platform::Error naming what is wrong.
+web::HttpClientRequest HttpRequestOf(const HealthCommandOptions& options, config::Config& config,
+                                     std::chrono::milliseconds timeout) {
+  WithWebConfig(options, config);
+  web::HttpClientRequest request;
+  request.timeout = timeout;
   request.url = StatusUrl(options, config);
   request.max_body_bytes = kMaxStatusBytes;
   if (request.url.tls) {
@@ -223,14 +240,18 @@ web::HttpClientRequest Prepare(const HealthCommandOptions& options, HealthJudgeO
   return request;
 }
 
-HealthReport Ask(const web::HttpClientRequest& request, const HealthJudgeOptions& judge) {
-  web::HttpClientResponse response;
-  try {
-    response = web::HttpGet(request);
-  } catch (const web::HttpError& e) {
-    return {HealthOutcome::kUnknown, "UNKNOWN: xferd unreachable: " + std::string(e.what())};
+std::chrono::milliseconds TimeoutOf(const HealthCommandOptions& options) {
+  const auto timeout = config::ParseDuration(options.timeout);
+  if (!timeout || timeout->count() <= 0 || *timeout > std::chrono::minutes(10)) {
+    throw UsageError("--timeout \"" + platform::Printable(options.timeout, 40) +
+                     "\": give a duration from 1ms to 10m, e.g. 5s");
   }
-  const std::string where = request.url.Text();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(*timeout);
+}
+
+HealthReport Judge(const web::HttpUrl& url, const web::HttpClientResponse& response,
+                   const HealthJudgeOptions& judge) {
+  const std::string where = url.Text();
   switch (response.status) {
     case 200: return JudgeStatus(response.body, judge);
     case 401:
@@ -241,11 +262,23 @@ HealthReport Ask(const web::HttpClientRequest& request, const HealthJudgeOptions
       return {HealthOutcome::kUnknown, "UNKNOWN: " + where +
                                            " has no status API (404): is it an older xferd, or "
                                            "another service on that port?"};
+    case 429:
+    case 503:
+      return {HealthOutcome::kUnknown,
+              "UNKNOWN: " + where + " answered " + std::to_string(response.status) +
+                  (response.status == 429 ? " (too many failed logins from this address)"
+                                          : " (busy checking other logins)") +
+                  ": the daemon refused the check; on the daemon's host xferd health asks "
+                  "over the health socket, which needs no login"};
     default:
       return {HealthOutcome::kUnknown, "UNKNOWN: " + where + " answered " +
                                            std::to_string(response.status) + ": " +
                                            platform::Printable(response.body.substr(0, 200), 200)};
   }
+}
+
+HealthReport Unreachable(const std::string& why) {
+  return {HealthOutcome::kUnknown, "UNKNOWN: xferd unreachable: " + why};
 }
 
 }  // namespace
@@ -257,17 +290,55 @@ int HealthCommand(const HealthCommandOptions& options) {
     std::fflush(stdout);
     return HealthExitCode(report.state, options.nagios);
   };
+  // A plugin runner sees only the line and the status: a mistake is "unknown", said on the
+  // line a person will read.
+  const auto mistake = [&](const platform::Error& e, const std::string& before = "") {
+    return print(
+        {HealthOutcome::kUnknown, "UNKNOWN: " + before + platform::Printable(e.what(), 1000)});
+  };
   HealthJudgeOptions judge;
+  std::chrono::milliseconds timeout{};
+  config::Config config;
+  std::optional<std::filesystem::path> socket;
+  try {
+    timeout = TimeoutOf(options);
+    ReadJudgeFlags(options, judge);
+    config = DaemonConfig(options);
+    socket = SocketToAsk(options, config);
+  } catch (const platform::Error& e) {
+    return mistake(e);
+  }
+  ArmWatchdog(timeout, options.nagios);
+
+  // The health socket first: no other local user can crowd it out, and it needs no TLS or
+  // login. One that cannot be connected to (no daemon there now, no permission) leaves HTTP.
+  std::string socket_problem;
+  if (socket) {
+    web::HttpClientRequest request;
+    request.timeout = timeout;
+    request.url.unix_socket = *socket;
+    request.url.path = std::string(web::kStatusPath);
+    request.max_body_bytes = kMaxStatusBytes;
+    try {
+      return print(Judge(request.url, web::HttpGet(request), judge));
+    } catch (const web::HttpConnectError& e) {
+      socket_problem = e.problem();
+    } catch (const web::HttpError& e) {
+      return print(Unreachable(e.what()));
+    }
+  }
+  const std::string before = socket_problem.empty() ? "" : socket_problem + "; and ";
   web::HttpClientRequest request;
   try {
-    request = Prepare(options, judge);
+    request = HttpRequestOf(options, config, timeout);
   } catch (const platform::Error& e) {
-    // A plugin runner sees only the line and the status: a mistake here is "unknown",
-    // said on the line a person will read.
-    return print({HealthOutcome::kUnknown, "UNKNOWN: " + platform::Printable(e.what(), 1000)});
+    return mistake(e, before);
   }
-  ArmWatchdog(request.timeout, options.nagios);
-  return print(Ask(request, judge));
+  try {
+    return print(Judge(request.url, web::HttpGet(request), judge));
+  } catch (const web::HttpError& e) {
+    return print(Unreachable(before + e.what()));
+  }
 }
 
 }  // namespace xferd::cmd

@@ -93,6 +93,11 @@ CLI::App* AddHealthCommand(CLI::App& app, HealthCommandOptions& health) {
   health_cmd->add_option("--url", health.url,
                          "Where the daemon serves, e.g. https://127.0.0.1:9742 (overrides the "
                          "address and TLS the config says)");
+  health_cmd->add_option("--socket", health.socket,
+                         "The daemon's health socket, asked first (default: the config's "
+                         "[web] health_socket, <state_dir>/health.sock, when no --url or "
+                         "--web.listen-address is given); --url or the config's address "
+                         "when it cannot be connected to; \"\" for none");
   health_cmd->add_option("--tls.ca-file", health.ca_file,
                          "CA certificate(s) to verify the daemon's certificate with (default: "
                          "the daemon's own cert_file)");

@@ -50,8 +50,8 @@ struct DeviceReport {
   probes::LinkPath path;
   core::ExpectedBand band;
   std::vector<Row> rows;
-  std::vector<Diagnosis> diagnoses;  // likely causes of what the rows show; usually none
-  LinkErrorReading link_errors;      // the path's error counters after the probes
+  std::vector<Diagnosis> diagnoses;   // likely causes of what the rows show; usually none
+  LinkErrorReading link_errors;       // the path's error counters after the probes
   LinkErrorGrowth link_errors_grown;  // and what they grew by while the probes ran
   double foreign_traffic_threshold_bytes_per_s = 0;  // ForeignTrafficLimit on its path
 };

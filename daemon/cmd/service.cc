@@ -13,6 +13,7 @@
 
 #include "cmd/backend.h"
 #include "exporter/exposition.h"
+#include "exporter/http_metrics.h"
 #include "exporter/textfile.h"
 #include "platform/abandonable_call.h"
 #include "platform/build_info.h"
@@ -66,6 +67,7 @@ void WarnRestartOnly(const Config& running, const Config& next) {
     warn("the TLS certificate or key");
   }
   if (running.state_dir != next.state_dir) warn("daemon.state_dir");
+  if (running.HealthSocket() != next.HealthSocket()) warn("web.health_socket");
   if (running.simulate != next.simulate) warn("simulate.enabled");
   if (running.gpus != next.gpus) warn("probe.gpus");
   if (running.simulate && next.simulate &&
@@ -99,7 +101,10 @@ Service::Service(Config config, probes::TransferBackend& backend,
       state_(config_->state_dir),
       started_(seams_.clock->Now()) {}
 
-Service::~Service() = default;
+Service::~Service() {
+  // Before the members the servers' threads read (a Run that threw leaves them serving).
+  StopServing();
+}
 
 std::shared_ptr<const Config> Service::CurrentConfig() const {
   std::lock_guard lock(config_mutex_);
@@ -397,6 +402,7 @@ void Service::FinishReload() {
     // What cannot change keeps its running value, so health and the scheduler stay
     // consistent with what is actually served and probed.
     next.listen_address = running->listen_address;
+    next.health_socket = running->health_socket;
     next.telemetry_path = running->telemetry_path;
     next.state_dir = running->state_dir;
     next.simulate = running->simulate;
@@ -450,7 +456,18 @@ void Service::StartServing(const Config& config) {
   // text is rendered once per change (Metrics::Generation); process_* is read per scrape.
   routes.cached_collectables = {registry_};
   routes.generation = [this] { return metrics_.Generation(); };
-  routes.collectables = {process_metrics_};
+  // What the servers refused (read per scrape: a flood changes it all the time).
+  refusal_metrics_ = std::make_shared<exporter::HttpRefusalMetrics>([this] {
+    web::HttpRefusals sum;
+    std::lock_guard lock(servers_mutex_);
+    for (const web::HttpServer* server : {http_.get(), health_socket_.get()}) {
+      if (server == nullptr) continue;
+      const web::HttpRefusals r = server->Refusals();
+      for (std::size_t i = 0; i < sum.count.size(); ++i) sum.count[i] += r.count[i];
+    }
+    return sum;
+  });
+  routes.collectables = {process_metrics_, refusal_metrics_};
   routes.health = [this] { return Healthz(); };
   routes.status_line = [this] { return health_.Summary(); };
   routes.status = [this] { return StatusDocument(); };
@@ -458,8 +475,11 @@ void Service::StartServing(const Config& config) {
   HttpServerOptions http_options;
   http_options.listen_address = config.listen_address;
   http_options.web = config.web;
+  const HttpServer::Handler handler = MakeExporterHandler(std::move(routes));
   try {
-    http_ = std::make_unique<HttpServer>(http_options, MakeExporterHandler(std::move(routes)));
+    auto server = std::make_unique<HttpServer>(http_options, handler);
+    std::lock_guard lock(servers_mutex_);
+    http_ = std::move(server);
   } catch (const HttpError& e) {
     spdlog::critical("cannot serve metrics: {}", e.what());
     throw platform::Error(platform::Failure::kOsError,
@@ -467,6 +487,39 @@ void Service::StartServing(const Config& config) {
   }
   spdlog::info("serving {}{} (and /, /healthz, {})", http_->url(), config.telemetry_path,
                kStatusPath);
+  StartHealthSocket(config, handler);
+}
+
+// The health socket (docs/http.md): the status document and /healthz, for `xferd health` on
+// this host, over a unix-domain socket only xferd's user and group (and root) may connect
+// to, so no other local user can crowd it out as idle sockets can crowd the HTTP port. No
+// TLS and no login: the file's permissions are its protection. Not having it is no reason
+// to stop: the HTTP port still serves the same.
+void Service::StartHealthSocket(const Config& config, const HttpServer::Handler& handler) {
+  const std::filesystem::path path = config.HealthSocket();
+  if (path.empty()) return;
+  HttpServerOptions options;
+  options.unix_socket = path;
+  options.unix_socket_mode = 0660;
+  options.threads = 1;
+  options.connection_limit = 64;
+  try {
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    auto server = std::make_unique<HttpServer>(options, [handler](const HttpRequest& r) {
+      if (r.path == kStatusPath || r.path == kHealthPath) return handler(r);
+      return HttpResponse{404,
+                          "text/plain; charset=utf-8",
+                          "Not Found: the health socket serves /api/v1/status and /healthz\n",
+                          {}};
+    });
+    std::lock_guard lock(servers_mutex_);
+    health_socket_ = std::move(server);
+    spdlog::info("health socket {} (mode 0660): {} and {} for xferd health on this host",
+                 platform::PrintablePath(path.string()), kStatusPath, kHealthPath);
+  } catch (const HttpError& e) {
+    spdlog::warn("no health socket: {}; xferd health asks over HTTP meanwhile", e.what());
+  }
 }
 
 void Service::Prepare(const Config& config) {
@@ -627,6 +680,19 @@ int Service::Supervise(ProbeThread& probe) {
   }
 }
 
+// The servers stop outside the lock that the refusal metrics read them under: a scrape in
+// flight finishes (its server's stop waits for it) without ever seeing one half destroyed.
+void Service::StopServing() {
+  std::unique_ptr<HttpServer> http, socket;
+  {
+    std::lock_guard lock(servers_mutex_);
+    http = std::move(http_);
+    socket = std::move(health_socket_);
+  }
+  http.reset();
+  socket.reset();
+}
+
 int Service::Run() {
   const auto config = CurrentConfig();
   Prepare(*config);
@@ -647,13 +713,13 @@ int Service::Run() {
   if (reload_ && !ReloadReady()) {
     // A reload still reading (a hung file system): its thread cannot be waited for, and
     // the process must not run its exit handlers under it. Nothing of it is needed now.
-    http_.reset();
+    StopServing();
     spdlog::warn("stopped while a reload was still reading its files; it is abandoned");
     spdlog::default_logger()->flush();
     std::fflush(nullptr);
     _exit(exit_code);
   }
-  http_.reset();
+  StopServing();
   spdlog::info("stopped");
   spdlog::default_logger()->flush();
   return exit_code;

@@ -92,7 +92,10 @@ class Service {
   std::string StatusDocument() const;                                           // HTTP threads
   void CheckStall();                                                            // main thread
   void StartServing(const config::Config& config);                              // main thread
-  void Prepare(const config::Config& config);  // main thread, first
+  void StopServing();                                                           // main thread
+  void StartHealthSocket(const config::Config& config,
+                         const web::HttpServer::Handler& handler);  // main thread
+  void Prepare(const config::Config& config);                       // main thread, first
   class ProbeThread;
   int Supervise(ProbeThread& probe);  // main thread: signals, READY, STATUS, watchdog
 
@@ -103,6 +106,9 @@ class Service {
   ServiceSeams seams_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<exporter::ProcessMetrics> process_metrics_;
+  // xferd_http_refusals_total, read from http_ and health_socket_ at each scrape (routes
+  // hold collectables weakly: this keeps it).
+  std::shared_ptr<prometheus::Collectable> refusal_metrics_;
   exporter::Metrics metrics_;
   core::HealthTracker health_;
   core::IncidentLog incidents_;
@@ -111,7 +117,9 @@ class Service {
   core::LinkErrorTracker link_errors_;
   core::StateFile state_;
   std::unique_ptr<core::Scheduler> scheduler_;
+  mutable std::mutex servers_mutex_;  // http_ and health_socket_ as refusal_metrics_ reads them
   std::unique_ptr<web::HttpServer> http_;
+  std::unique_ptr<web::HttpServer> health_socket_;  // none when off or not possible
   std::string busy_description_;
 
   const core::SteadyTime started_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,13 @@ struct Config : core::Settings {
   // A reload (SIGHUP) that would turn off TLS or basic auth the running daemon has is
   // refused unless this is set (CheckReloadKeepsProtection).
   bool reload_may_remove_protection = false;
+  // The health socket (docs/http.md): the status document and /healthz over a unix-domain
+  // socket of mode 0660, for `xferd health` on this host. nullopt: <state_dir>/health.sock;
+  // empty: none. HealthSocket() resolves it.
+  std::optional<std::filesystem::path> health_socket;
+  std::filesystem::path HealthSocket() const {
+    return health_socket.value_or(state_dir / "health.sock");
+  }
 
   // [daemon]
   std::filesystem::path state_dir = "/var/lib/xferd";

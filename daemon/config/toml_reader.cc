@@ -31,7 +31,9 @@ bool LooksLikeGpuId(std::string_view id) {
 const std::vector<Section>& Schema() {
   static const std::vector<Section> kSchema = {
       {"", {"web", "daemon", "probe", "busy", "health", "simulate"}},
-      {"web", {"listen_address", "telemetry_path", "config_file", "reload_may_remove_protection"}},
+      {"web",
+       {"listen_address", "telemetry_path", "config_file", "reload_may_remove_protection",
+        "health_socket"}},
       {"daemon", {"state_dir", "textfile_path", "log_level"}},
       {"probe",
        {"interval", "jitter", "modes", "bidirectional", "sizes", "iterations", "warmup", "deadline",

@@ -42,6 +42,10 @@ void ReadWeb(const std::string& file, const std::filesystem::path& source, const
     config.web_config_file = ResolveAgainst(source, *v);
   }
   if (auto v = r.Bool("reload_may_remove_protection")) config.reload_may_remove_protection = *v;
+  if (auto v = r.String("health_socket", "\"/var/lib/xferd/health.sock\"")) {
+    // "" turns it off; a relative path is the config file's directory's, as every path.
+    config.health_socket = v->empty() ? std::filesystem::path() : ResolveAgainst(source, *v);
+  }
   r.RejectUnknown();
 }
 

@@ -20,6 +20,7 @@
 #include "platform/printable.h"
 #include "web/basic_auth.h"
 #include "web/tls.h"
+#include "web/unix_socket.h"
 
 namespace xferd::web {
 namespace {
@@ -28,6 +29,16 @@ using Clock = std::chrono::steady_clock;
 
 // Status line and headers: xferd sends a few hundred bytes.
 constexpr std::size_t kMaxHeaderBytes = 64u << 10;
+
+// A connection the daemon closed before answering: what it does, before any TLS work or
+// reading, to one past the most connections one client address may hold (docs/http.md).
+constexpr const char* kClosedUnanswered =
+    "the daemon closed the connection without an answer: it refuses a client address's "
+    "connections past its limit (too many connections from this address?)";
+constexpr const char* kClosedFix =
+    "run xferd health on the daemon's host, where it asks over the health socket, which no "
+    "other user can crowd out; or see what holds connections to the daemon (ss -tn; the "
+    "daemon's log and xferd_http_refusals_total count its refusals)";
 
 std::string Quoted(std::string_view text) {
   return "\"" + platform::Printable(text, 200, /*escape_quotes=*/true) + "\"";
@@ -84,8 +95,43 @@ class Exchange {
     }
   }
 
+  // The health socket: its permissions let this user in or not; it is never crowded out.
+  int ConnectUnix() {
+    const HttpUrl& url = request_.url;
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      throw HttpConnectError(url.Text() + ": cannot create a socket: " + std::strerror(errno),
+                             "check the process's file limits");
+    }
+    auto owned = std::make_unique<Fd>(fd);
+    const UnixAddress address(url.unix_socket);
+    for (;;) {
+      if (::connect(fd, address.get(), address.length()) == 0) break;
+      if (errno == EINPROGRESS) {
+        Wait(fd, POLLOUT, "connecting");
+        break;
+      }
+      // Its backlog full: the daemon accepts the waiting ones first; wait a little.
+      if (errno == EAGAIN) {
+        if (Clock::now() >= deadline_) TimedOut("connecting");
+        ::poll(nullptr, 0, 10);
+        continue;
+      }
+      const int error = errno;
+      throw HttpConnectError(url.Text() + ": cannot connect: " + std::strerror(error),
+                             error == EACCES
+                                 ? "run xferd health as root or as a member of the daemon's group "
+                                   "(the socket is mode 0660)"
+                                 : "check that xferd runs on this host with this state directory "
+                                   "([web] health_socket)");
+    }
+    fd_ = std::move(owned);
+    return fd;
+  }
+
   int Connect() {
     const HttpUrl& url = request_.url;
+    if (!url.unix_socket.empty()) return ConnectUnix();
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -125,14 +171,15 @@ class Exchange {
       fd_ = std::move(owned);
       return fd;
     }
-    throw HttpError(url.Text() + ": cannot connect: " + last_error,
-                    "check that xferd runs and listens on that address and port (systemctl "
-                    "status xferd; [web] listen_address, --web.listen-address)");
+    throw HttpConnectError(url.Text() + ": cannot connect: " + last_error,
+                           "check that xferd runs and listens on that address and port "
+                           "(systemctl status xferd; [web] listen_address, "
+                           "--web.listen-address)");
   }
 
   HttpClientResponse Run() {
     const int fd = Connect();
-    if (request_.url.tls) StartTls(fd);
+    if (request_.url.tls && request_.url.unix_socket.empty()) StartTls(fd);
     Send(RequestText());
     return ReadAnswer();
   }
@@ -145,10 +192,11 @@ class Exchange {
  private:
   std::string RequestText() const {
     const HttpUrl& url = request_.url;
-    const std::string host =
-        url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host;
-    std::string text = "GET " + url.path + " HTTP/1.1\r\nHost: " + host + ":" +
-                       std::to_string(url.port) +
+    const std::string host = !url.unix_socket.empty() ? "localhost"
+                             : url.host.find(':') != std::string::npos
+                                 ? "[" + url.host + "]:" + std::to_string(url.port)
+                                 : url.host + ":" + std::to_string(url.port);
+    std::string text = "GET " + url.path + " HTTP/1.1\r\nHost: " + host +
                        "\r\nUser-Agent: xferd-health\r\nAccept: application/json\r\n"
                        "Connection: close\r\n";
     if (request_.basic_auth) {
@@ -220,6 +268,14 @@ class Exchange {
                             Quoted(name_) + ": " + platform::Printable(reason, 400),
                         fix_ca + ", and the name it was issued for with --tls.server-name");
       }
+      if (rc == GNUTLS_E_PREMATURE_TERMINATION || rc == GNUTLS_E_PULL_ERROR ||
+          rc == GNUTLS_E_PUSH_ERROR) {
+        // Closed (or reset) before the server said anything: what the daemon does to a
+        // connection past the most one client address may hold, before any TLS work.
+        throw HttpError(url.Text() + ": " + kClosedUnanswered + " before the TLS handshake (" +
+                            gnutls_strerror(rc) + ")",
+                        kClosedFix);
+      }
       if (gnutls_error_is_fatal(rc) != 0) {
         throw HttpError(url.Text() + ": TLS handshake failed: " + gnutls_strerror(rc),
                         "check that the daemon serves TLS there (its web config has "
@@ -288,12 +344,18 @@ class Exchange {
           Wait(fd, POLLIN, "reading the answer");
           continue;
         }
+        if (n < 0 && errno == ECONNRESET && out.empty() && !answered_) {
+          throw HttpError(
+              request_.url.Text() + ": " + kClosedUnanswered + " (" + std::strerror(errno) + ")",
+              kClosedFix);
+        }
         if (n < 0) {
           throw HttpError(request_.url.Text() + ": receive failed: " + std::strerror(errno),
                           "try again");
         }
       }
       if (n == 0) return false;
+      answered_ = true;
       out.append(buffer, static_cast<std::size_t>(n));
       return true;
     }
@@ -310,8 +372,10 @@ class Exchange {
     while ((header_end = data.find("\r\n\r\n")) == std::string::npos) {
       if (data.size() > kMaxHeaderBytes) Bad("headers longer than 64 KiB");
       if (!Receive(data)) {
-        Bad(data.empty() ? std::string("the connection closed without an answer")
-                         : "the answer ends inside its headers");
+        if (data.empty()) {
+          throw HttpError(request_.url.Text() + ": " + kClosedUnanswered, kClosedFix);
+        }
+        Bad("the answer ends inside its headers");
       }
     }
     if (header_end > kMaxHeaderBytes) Bad("headers longer than 64 KiB");
@@ -413,11 +477,15 @@ class Exchange {
   gnutls_certificate_credentials_t credentials_ = nullptr;
   gnutls_session_t session_ = nullptr;
   std::string name_;
+  bool answered_ = false;  // a byte of the answer came
 };
 
 }  // namespace
 
 std::string HttpUrl::Text() const {
+  if (!unix_socket.empty()) {
+    return "unix:" + platform::PrintablePath(unix_socket.string());
+  }
   const std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   return std::string(tls ? "https://" : "http://") + platform::Printable(h, 300) + ":" +
          std::to_string(port) + platform::Printable(path, 300);

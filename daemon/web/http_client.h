@@ -18,11 +18,13 @@
 
 namespace xferd::web {
 
-// Where to send it: "http://127.0.0.1:9742/api/v1/status", "https://[::1]:9742/...".
+// Where to send it: "http://127.0.0.1:9742/api/v1/status", "https://[::1]:9742/...", or
+// over a unix-domain socket (the daemon's health socket): "unix:/var/lib/xferd/health.sock".
 struct HttpUrl {
   bool tls = false;
   std::string host;  // a name, an IPv4 address, or an IPv6 address without brackets
   std::uint16_t port = 0;
+  std::filesystem::path unix_socket;  // set: this socket, not host and port (never TLS)
   std::string path = "/";
   std::string Text() const;  // back as a URL, for messages
 };
@@ -54,8 +56,16 @@ struct HttpClientResponse {
   std::string body;
 };
 
-// Throws HttpError: the daemon cannot be reached (refused, no route, the deadline), the
-// TLS handshake or the certificate check failed, the answer is not HTTP, too large or cut
+// The daemon could not be connected to at all (refused, no such socket, no permission, no
+// route): nothing was sent, so another way to it may be tried.
+class HttpConnectError : public HttpError {
+ public:
+  using HttpError::HttpError;
+};
+
+// Throws HttpConnectError when no connection is made, HttpError for the rest: the deadline,
+// the TLS handshake or the certificate check failed, the daemon closed the connection
+// unanswered (its limit per client address?), the answer is not HTTP, too large or cut
 // short.
 HttpClientResponse HttpGet(const HttpClientRequest& request);
 

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <malloc.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -31,6 +33,7 @@
 #include "web/listen_address.h"
 #include "web/listen_socket.h"
 #include "web/paths.h"
+#include "web/unix_socket.h"
 
 namespace xferd::web {
 namespace {
@@ -43,6 +46,8 @@ using Clock = std::chrono::steady_clock;
 // one (a single host usually holds a whole /64). An IPv4-mapped IPv6 address is IPv4.
 std::string AddressKey(const sockaddr* address) {
   if (address == nullptr) return "?";
+  // The health socket's clients: the socket file's permissions chose them.
+  if (address->sa_family == AF_UNIX) return "local";
   char text[INET6_ADDRSTRLEN] = "?";
   if (address->sa_family == AF_INET) {
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(address)->sin_addr, text, sizeof text);
@@ -97,6 +102,106 @@ HttpResponse LoginRefusal(LoginVerdict verdict) {
 
 }  // namespace
 
+std::string_view ToString(Refusal refusal) {
+  switch (refusal) {
+    case Refusal::kAddressLimit: return "address_limit";
+    case Refusal::kConnectionLimit: return "connection_limit";
+    case Refusal::kLoginRateLimited: return "login_rate_limited";
+    case Refusal::kLoginBusy: return "login_busy";
+  }
+  return "address_limit";
+}
+
+namespace {
+
+// What each refusal is, for the log.
+const char* Said(Refusal refusal) {
+  switch (refusal) {
+    case Refusal::kAddressLimit: return "connections past the most one client address may hold";
+    case Refusal::kConnectionLimit: return "connections while the server was full";
+    case Refusal::kLoginRateLimited: return "logins from an address that failed too often (429)";
+    case Refusal::kLoginBusy: return "logins while the password checks were full (503)";
+  }
+  return "";
+}
+
+// Refusals counted for /metrics and said in the log at most once a period: the first of a
+// quiet spell at once, the rest summed up at the end of the period, with the addresses that
+// were refused most.
+class RefusalLog {
+ public:
+  explicit RefusalLog(std::chrono::seconds period) : period_(period) {}
+
+  void Count(Refusal refusal, const std::string& address, const std::string& detail) {
+    const auto i = static_cast<std::size_t>(refusal);
+    std::lock_guard lock(mutex_);
+    ++total_.count[i];
+    if (!in_period_) {
+      in_period_ = true;
+      period_start_ = Clock::now();
+      spdlog::warn(
+          "http: refused {} from {}: {}; more refusals are summed up every {} s "
+          "(xferd_http_refusals_total{{reason=\"{}\"}})",
+          refusal == Refusal::kLoginRateLimited || refusal == Refusal::kLoginBusy ? "a login"
+                                                                                  : "a connection",
+          platform::Printable(address, 60), detail, period_.count(), ToString(refusal));
+      return;
+    }
+    ++window_[i];
+    if (by_address_[i].size() < kAddressesKept || by_address_[i].count(address) != 0) {
+      ++by_address_[i][address];
+    }
+  }
+
+  // At the end of a period: the summary of what came after its first line, if anything.
+  void Tick() {
+    std::lock_guard lock(mutex_);
+    if (!in_period_ || Clock::now() - period_start_ < period_) return;
+    std::string parts;
+    std::uint64_t all = 0;
+    for (Refusal r : kAllRefusals) {
+      const auto i = static_cast<std::size_t>(r);
+      if (window_[i] == 0) continue;
+      all += window_[i];
+      std::string most;
+      std::uint64_t most_count = 0;
+      for (const auto& [address, n] : by_address_[i]) {
+        if (n > most_count) most = address, most_count = n;
+      }
+      parts += fmt::format("{}{} {} (most from {}: {})", parts.empty() ? "" : "; ", window_[i],
+                           Said(r), platform::Printable(most, 60), most_count);
+      window_[i] = 0;
+      by_address_[i].clear();
+    }
+    if (all == 0) {
+      in_period_ = false;  // quiet: the next refusal is said at once
+      return;
+    }
+    spdlog::warn(
+        "http: refused {} more in the last {} s: {}", all,
+        std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - period_start_).count(),
+        parts);
+    period_start_ = Clock::now();
+  }
+
+  HttpRefusals Total() const {
+    std::lock_guard lock(mutex_);
+    return total_;
+  }
+
+ private:
+  static constexpr std::size_t kAddressesKept = 256;
+  const std::chrono::seconds period_;
+  mutable std::mutex mutex_;
+  HttpRefusals total_;
+  std::array<std::uint64_t, kAllRefusals.size()> window_{};
+  std::array<std::map<std::string, std::uint64_t>, kAllRefusals.size()> by_address_;
+  bool in_period_ = false;
+  Clock::time_point period_start_;
+};
+
+}  // namespace
+
 struct HttpServer::Impl {
   HttpServerOptions options;
   Handler handler;
@@ -105,6 +210,8 @@ struct HttpServer::Impl {
   std::string tls_cert, tls_key;  // MHD keeps pointers to these while it runs
   std::unique_ptr<PasswordVerifier> verifier;
   std::atomic<bool> auth_on{false};
+  std::unique_ptr<RefusalLog> refusals;
+  unsigned per_address_limit = 0;  // connections one client address may hold
 
   std::mutex log_mutex;
   bool starting = true;
@@ -172,8 +279,10 @@ struct HttpServer::Impl {
     }
     if (live_per_address[newcomer.address] >= most) {
       CutLocked(newcomer);
-      spdlog::debug("http: {} connections open: refused another from {}, which holds {}",
-                    options.connection_limit, platform::Printable(newcomer.address), most);
+      refusals->Count(Refusal::kConnectionLimit, newcomer.address,
+                      fmt::format("{} connections are open, the most the server holds, and "
+                                  "this address holds the most of them ({})",
+                                  options.connection_limit, most));
       return;
     }
     Tracked* victim = nullptr;
@@ -219,6 +328,7 @@ struct HttpServer::Impl {
     while (!stopping) {
       reaper_wake.wait_for(lock, tick);
       ReturnMemoryAfterAFloodLocked(lock);
+      refusals->Tick();
       const auto now = Clock::now();
       for (auto& [connection, tracked] : connections) {
         if (tracked.cut) continue;
@@ -251,6 +361,25 @@ struct HttpServer::Impl {
       // Client mistakes (bad TLS handshakes, malformed requests) are not the operator's.
       spdlog::debug("http: {}", line);
     }
+  }
+
+  // Called by libmicrohttpd for each connection it accepts, before any memory or TLS session
+  // is spent on it: an address at its limit gets no more (counted and said, where MHD's own
+  // per-IP limit closed them unseen).
+  static MHD_Result AcceptPolicy(void* cls, const sockaddr* address, socklen_t /*length*/) {
+    auto* self = static_cast<Impl*>(cls);
+    const std::string key = AddressKey(address);
+    std::lock_guard lock(self->connections_mutex);
+    const auto it = self->live_per_address.find(key);
+    const unsigned held = it == self->live_per_address.end() ? 0 : it->second;
+    if (held < self->per_address_limit) return MHD_YES;
+    self->refusals->Count(
+        Refusal::kAddressLimit, key,
+        fmt::format("it holds {} connections, the most one client address may hold{}; closed "
+                    "before any {}work",
+                    held, self->options.web.TlsEnabled() ? " over TLS" : "",
+                    self->options.web.TlsEnabled() ? "TLS " : ""));
+    return MHD_NO;
   }
 
   static void OnConnection(void* cls, MHD_Connection* connection, void** /*socket_context*/,
@@ -418,6 +547,8 @@ struct HttpServer::Impl {
           case LoginVerdict::kAllowed: break;
           case LoginVerdict::kBusy:
           case LoginVerdict::kRateLimited:
+            self->CountLoginRefusal(connection, *context->verdict);
+            [[fallthrough]];
           case LoginVerdict::kDenied:
             return Queue(connection, LoginRefusal(*context->verdict),
                          *context->verdict == LoginVerdict::kDenied);
@@ -442,6 +573,18 @@ struct HttpServer::Impl {
                     platform::Printable(url != nullptr ? url : "?"), e.what());
       HttpResponse failed{500, "text/plain; charset=utf-8", "Internal Server Error\n", {}};
       return Queue(connection, failed, false);
+    }
+  }
+
+  void CountLoginRefusal(MHD_Connection* connection, LoginVerdict verdict) {
+    const auto* peer = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const std::string address = AddressKey(peer != nullptr ? peer->client_addr : nullptr);
+    if (verdict == LoginVerdict::kRateLimited) {
+      refusals->Count(Refusal::kLoginRateLimited, address,
+                      "it failed to log in too often and has as many logins waiting as it may");
+    } else {
+      refusals->Count(Refusal::kLoginBusy, address,
+                      "the password checks are full, or its login waited past its bound");
     }
   }
 
@@ -483,12 +626,13 @@ struct HttpServer::Impl {
     };
     add(MHD_OPTION_LISTEN_SOCKET, socket.fd);
     add(MHD_OPTION_CONNECTION_LIMIT, hard_limit);
-    // An address at the limit gets no more: MHD closes its new connection right after
-    // accept, before any memory or TLS session is spent on it (EnforceLimitLocked would do
-    // the same, only later and dearer: a flood of reconnects then costs a TLS handshake each).
-    add(MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+    // An address at the limit gets no more: AcceptPolicy has MHD close its new connection
+    // right after accept, before any memory or TLS session is spent on it (EnforceLimitLocked
+    // would do the same, only later and dearer: a flood of reconnects then costs a TLS
+    // handshake each), and counts it.
+    per_address_limit =
         tls ? std::min(options.connection_limit, std::max(1u, options.tls_connections_per_address))
-            : options.connection_limit);
+            : options.connection_limit;
     add(MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(options.idle_timeout.count()));
     add(MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(options.connection_memory_bytes));
     if (Threads() > 1) add(MHD_OPTION_THREAD_POOL_SIZE, Threads());
@@ -516,7 +660,7 @@ struct HttpServer::Impl {
     if (tls) flags |= MHD_USE_TLS;
     if (socket.family == AF_INET6) flags |= MHD_USE_IPv6;
     std::vector<MHD_OptionItem> items = DaemonOptions(tls, FitConnectionLimits(tls));
-    daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &Impl::OnRequest, this,
+    daemon = MHD_start_daemon(flags, 0, &Impl::AcceptPolicy, this, &Impl::OnRequest, this,
                               MHD_OPTION_EXTERNAL_LOGGER, &Impl::Log, this, MHD_OPTION_ARRAY,
                               items.data(), MHD_OPTION_END);
     if (daemon == nullptr) {
@@ -552,9 +696,19 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
   }
   s.SetUpLogins();
 
-  const ListenAddress address = ParseListenAddress(s.options.listen_address);
-  s.socket = OpenListenSocket("'" + s.options.listen_address + "'", address);
-  s.StartDaemon(tls);
+  s.refusals = std::make_unique<RefusalLog>(s.options.refusal_log_period);
+  if (!s.options.unix_socket.empty()) {
+    s.socket = OpenUnixListenSocket(s.options.unix_socket, s.options.unix_socket_mode);
+  } else {
+    const ListenAddress address = ParseListenAddress(s.options.listen_address);
+    s.socket = OpenListenSocket("'" + s.options.listen_address + "'", address);
+  }
+  try {
+    s.StartDaemon(tls);
+  } catch (...) {
+    UnlinkUnixSocket(s.socket);
+    throw;
+  }
   s.reaper = std::thread([&s] { s.ReapSlowConnections(); });
 }
 
@@ -570,6 +724,7 @@ HttpServer::~HttpServer() {
   if (impl_->verifier) impl_->verifier->Stop();
   // Closes the listen socket too.
   if (impl_->daemon != nullptr) MHD_stop_daemon(impl_->daemon);
+  UnlinkUnixSocket(impl_->socket);
 }
 
 std::uint16_t HttpServer::port() const {
@@ -581,12 +736,17 @@ bool HttpServer::tls() const {
 }
 
 std::string HttpServer::url() const {
+  if (!impl_->options.unix_socket.empty()) return "unix:" + impl_->options.unix_socket.string();
   const ListenAddress a = ParseListenAddress(impl_->options.listen_address);
   std::string host = a.host;
   if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
   if (host == "::") host = "::1";
   if (host.find(':') != std::string::npos) host = "[" + host + "]";
   return std::string(tls() ? "https" : "http") + "://" + host + ":" + std::to_string(port());
+}
+
+HttpRefusals HttpServer::Refusals() const {
+  return impl_->refusals->Total();
 }
 
 void HttpServer::SetBasicAuthUsers(std::map<std::string, std::string> users) {

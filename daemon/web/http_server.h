@@ -5,13 +5,18 @@
 // business (exporter/routes.h builds the exporter's one).
 #pragma once
 
+#include <sys/types.h>
+
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,11 +42,34 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers
 };
 
+// What the server turned away, by why (xferd_http_refusals_total{reason}); docs/http.md.
+enum class Refusal {
+  kAddressLimit,      // a connection past the most one client address may hold: closed at accept
+  kConnectionLimit,   // a connection while the server is full, from the address holding most
+  kLoginRateLimited,  // a login from an address that failed too often, its queue full: 429
+  kLoginBusy,         // a login while the checks are full, or one that waited too long: 503
+};
+inline constexpr std::array<Refusal, 4> kAllRefusals = {
+    Refusal::kAddressLimit, Refusal::kConnectionLimit, Refusal::kLoginRateLimited,
+    Refusal::kLoginBusy};
+// "address_limit", "connection_limit", "login_rate_limited", "login_busy".
+std::string_view ToString(Refusal refusal);
+
+// Refusals since the server started, per kind (indexed by Refusal).
+struct HttpRefusals {
+  std::array<std::uint64_t, kAllRefusals.size()> count{};
+  std::uint64_t Of(Refusal r) const { return count[static_cast<std::size_t>(r)]; }
+};
+
 // How the server shares itself out; docs/http.md explains each limit and what happens at it.
 struct HttpServerOptions {
   // node_exporter's spelling: ":9742" (every interface), "127.0.0.1:0", "[::1]:9742",
   // "localhost:9742". Port 0 picks a free port; port() tells which.
   std::string listen_address = ":9742";
+  // Instead of listen_address: a unix-domain socket at this path, made with this mode
+  // (web/unix_socket.h): the health socket, which only its owner and group may connect to.
+  std::filesystem::path unix_socket;
+  mode_t unix_socket_mode = 0660;
   WebConfig web;  // TLS when cert and key are set; basic auth when users are set
   // Connections held open at once. Beyond this a new connection from the client address
   // that holds the most is closed at once; one from any other address closes the oldest
@@ -73,6 +101,9 @@ struct HttpServerOptions {
   // Logins that are not cached: how many bcrypts run at once, how many wait, for how long
   // (web/password_verifier.h).
   PasswordVerifierOptions auth;
+  // Refusals are said in the log at most once in this long: the first at once, the rest
+  // summed up at the end of the period (a flood never floods the journal).
+  std::chrono::seconds refusal_log_period{60};
 };
 
 class HttpServer {
@@ -89,8 +120,11 @@ class HttpServer {
   std::uint16_t port() const;
   bool tls() const;
   // "http://127.0.0.1:PORT" or "https://...", for logs; the wildcard address shows as
-  // the loopback one.
+  // the loopback one; "unix:PATH" for a unix-domain socket.
   std::string url() const;
+
+  // What the server refused since it started (xferd_http_refusals_total).
+  HttpRefusals Refusals() const;
 
   // Replace the basic-auth users (a reloaded web config); an empty map turns auth off.
   // TLS settings cannot change without a restart of the server.

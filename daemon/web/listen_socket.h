@@ -4,8 +4,10 @@
 #pragma once
 
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include "web/listen_address.h"
@@ -17,6 +19,10 @@ struct ListenSocket {
   int family = AF_INET;
   bool wildcard = false;   // every interface
   std::uint16_t port = 0;  // as bound: the one picked when the address says port 0
+  // AF_UNIX (web/unix_socket.h): the socket file, and its identity when bound.
+  std::filesystem::path unix_path;
+  dev_t unix_device = 0;
+  ino_t unix_inode = 0;
 };
 
 // Binds `address` and listens. `spec` is the address as given, quoted, for messages.

@@ -6,9 +6,11 @@ import http.server
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import threading
@@ -16,6 +18,7 @@ import time
 
 import pytest
 
+from abuse_support import IdleSockets
 from xferd_harness import BINARY, Daemon, sim_config
 
 # bcrypt (cost 10) of "test-password", made with Python's crypt module.
@@ -471,3 +474,106 @@ def test_a_password_file_it_cannot_read_is_not_advised_open_to_all(tmp_path):
     assert r.returncode == 2, r.stdout
     assert "Permission denied" in r.stdout and "chmod 0600" in r.stdout, r.stdout
     assert "0644" not in r.stdout, r.stdout
+
+
+@pytest.fixture
+def crowded(daemon, tmp_path):
+    """A daemon over TLS with basic auth whose config names its state directory (so `xferd
+    health --config` finds its health socket as an installed one does), and 140 idle
+    sockets from 127.0.0.1 held open against its port, reopened as it closes them: more than
+    the 128 connections one address may hold over TLS."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
+                    "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
+                   check=True, capture_output=True)
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {tmp_path / 'server.crt'}\n"
+                   f"  key_file: {tmp_path / 'server.key'}\n"
+                   f"basic_auth_users:\n  prometheus: '{HASH}'\n")
+    state = tmp_path / "state"
+    listen = f"127.0.0.1:{free_port()}"
+    d = daemon(sim_config() + f'\n[web]\nlisten_address = "{listen}"\nconfig_file = "{web}"\n'
+               f'\n[daemon]\nstate_dir = "{state}"\n', listen=listen, state_dir=state)
+    d.start()
+    d.socket = state / "health.sock"
+    d.wait_for(lambda: ask(d)[0] == 0, 30, "the first verdict over the health socket")
+    d.holder = IdleSockets(d.port, count=140, source="127.0.0.1").start()
+    assert d.holder.wait_held(), f"only {d.holder.opened} idle connections opened"
+    yield d
+    d.holder.stop()
+
+
+def refusals(d):
+    """xferd_http_refusals_total{reason="address_limit"}, scraped from 127.0.0.2 over TLS."""
+    import ssl
+    ctx = ssl.create_default_context(cafile=str(d.dir.parent / "server.crt"))
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", d.port), 10,
+                                                 source_address=("127.0.0.2", 0)),
+                        server_hostname="localhost")
+    auth = __import__("base64").b64encode(f"prometheus:{PASSWORD}".encode()).decode()
+    s.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n"
+              "Connection: close\r\n\r\n".encode())
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    s.close()
+    m = re.search(rb'xferd_http_refusals_total\{reason="address_limit"\} (\d+)', data)
+    assert m, data[:300]
+    return int(m.group(1))
+
+
+def test_the_health_socket_answers_while_one_address_crowds_out_the_port(crowded):
+    """The review: 130 idle TCP sockets from 127.0.0.1 (no TLS, no credentials) filled the
+    address's 128 TLS connections, and `xferd health` gave UNKNOWN in 5 of 5 runs, saying
+    "TLS handshake failed ... check that the daemon serves TLS there"; no log line and no
+    metric showed the refusals. On the daemon's host xferd health asks over the health
+    socket, which the flood cannot reach, needs no login, and answers; asked over the port,
+    it says what happened; the refusals are counted and said once a period."""
+    d = crowded
+    st = os.stat(d.socket)
+    assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660, oct(st.st_mode)
+    for _ in range(5):
+        rc, line, took = ask(d)
+        assert (rc, line) == (0, "OK: 1 GPU within band"), line
+        assert took < 5
+    # Over the crowded port the line says what happened, not "check that it serves TLS".
+    said = []
+    for _ in range(5):
+        rc, line, _ = ask(d, "--socket", "", "--basic-auth.password-file", str(write_password(d)))
+        assert rc in (0, 2), line
+        said.append(line)
+    assert any("too many connections from this address?" in l for l in said), said
+    assert not any("check that the daemon serves TLS" in l for l in said), said
+    assert refusals(d) > 100, "the refusals are counted"
+    lines = [l for l in d.log().splitlines() if "http: refused" in l]
+    assert len(lines) == 1, lines  # the first at once; the rest summed up after 60 s
+    assert "127.0.0.1" in lines[0] and "128 connections" in lines[0], lines[0]
+
+
+def write_password(d):
+    p = d.dir / "password"
+    p.write_text(PASSWORD + "\n")
+    p.chmod(0o600)
+    return p
+
+
+def test_the_health_socket_goes_with_the_daemon_and_a_stale_one_is_replaced(daemon, tmp_path):
+    state = tmp_path / "state"
+    d = daemon(sim_config() + f'\n[daemon]\nstate_dir = "{state}"\n', state_dir=state)
+    d.start().wait_ready()
+    sock = state / "health.sock"
+    assert ask(d)[:2] == (0, "OK: 1 GPU within band")
+    d.kill9()
+    assert sock.exists(), "a killed daemon leaves its socket file"
+    # Nothing answers there: xferd health falls back to the port (none now) and says both.
+    rc, line, _ = ask(d, "--web.listen-address", f"127.0.0.1:{free_port()}", "--socket", str(sock))
+    assert rc == 2 and "unix:" in line and "Connection refused" in line, line
+    d.start().wait_ready()  # the stale file is replaced
+    assert ask(d)[:2] == (0, "OK: 1 GPU within band")
+    assert d.stop() == 0
+    assert not sock.exists(), "a stopped daemon removes its socket"
+    # "" turns it off.
+    d.write_config(sim_config() + f'\n[daemon]\nstate_dir = "{state}"\n[web]\nhealth_socket = ""\n')
+    d.start().wait_ready()
+    assert not sock.exists()

@@ -217,7 +217,15 @@ class NotifyListener:
     def __init__(self, path):
         self.path = str(path)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(self.path)
+        if len(os.fsencode(self.path)) >= 100:
+            # A socket's address holds 107 bytes: under a long temporary directory the
+            # listener takes an abstract name instead, which NOTIFY_SOCKET names with '@'
+            # (sd_notify(3)) as systemd itself may.
+            name = f"xferd-notify-{os.getpid()}-{time.monotonic_ns()}"
+            self.sock.bind("\0" + name)
+            self.path = "@" + name
+        else:
+            self.sock.bind(self.path)
         self.sock.settimeout(0.2)
         self.messages = []  # (monotonic seconds, text)
         self._lock = threading.Lock()
