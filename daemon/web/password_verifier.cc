@@ -9,6 +9,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -76,6 +78,7 @@ struct Entry {
   std::string address, password, hash, cache_key;
   bool known_user = false;
   bool priority = false;
+  Clock::time_point place;  // where it stands in its address's queue: its first arrival
   Clock::time_point deadline;
   std::function<void(LoginVerdict)> done;
   bool answered = false;
@@ -116,6 +119,26 @@ struct PasswordVerifier::State {
   std::unordered_map<std::string, std::size_t> running_per_address;
   std::unordered_map<std::string, std::size_t> waiting;  // per address, both lanes
   std::unordered_map<std::string, FailureRecord> failures;
+  // The places of logins that waited past their bound, by address and cache key: the same
+  // login from the same address, coming back, takes its place again (a guess that comes
+  // back has its old place too, so it gains nothing a new one would not: one check at a
+  // time per address either way).
+  std::map<std::pair<std::string, std::string>, Clock::time_point> places;
+
+  void KeepPlaceLocked(const Entry& entry, Clock::time_point now) {
+    if (options.places_kept == 0) return;
+    for (auto it = places.begin(); it != places.end();) {
+      it = now - it->second > options.failure_window ? places.erase(it) : std::next(it);
+    }
+    if (places.size() >= options.places_kept) {
+      auto oldest = places.begin();
+      for (auto it = places.begin(); it != places.end(); ++it) {
+        if (it->second < oldest->second) oldest = it;
+      }
+      places.erase(oldest);
+    }
+    places.emplace(std::make_pair(entry.address, entry.cache_key), entry.place);
+  }
 
   std::string HashForLocked(const std::string& user, bool* known) const {
     const auto it = users.find(user);
@@ -191,15 +214,22 @@ struct PasswordVerifier::State {
     done(verdict);
   }
 
-  // Logins that waited past their deadline get 503 instead of a late bcrypt. Each queue is
-  // in order of arrival, so of deadlines: only its front can be due.
+  // Logins that waited past their deadline get 503 instead of a late bcrypt, and keep their
+  // place for when they come back.
   void ExpireLocked(Clock::time_point now) {
     const auto expire = [&](std::deque<std::shared_ptr<Entry>>& queue) {
       std::size_t expired = 0;
-      while (!queue.empty() && queue.front()->deadline <= now) {
-        const auto entry = queue.front();
-        queue.pop_front();
+      // In order of place, so of deadline but for logins that came back to an old place
+      // (their deadline is their own): any entry may be due.
+      for (auto it = queue.begin(); it != queue.end();) {
+        if ((*it)->deadline > now) {
+          ++it;
+          continue;
+        }
+        const auto entry = *it;
+        it = queue.erase(it);
         ReleaseLocked(*entry);
+        KeepPlaceLocked(*entry, now);
         AnswerLocked(*entry, LoginVerdict::kBusy);
         ++expired;
       }
@@ -245,6 +275,7 @@ struct PasswordVerifier::State {
       }
       self->running.insert(entry);
       ++self->running_per_address[entry->address];
+      self->places.erase({entry->address, entry->cache_key});  // its turn came
       // Copies for the bcrypt outside the lock: a stop may answer the entry meanwhile.
       std::string password = std::move(entry->password);
       entry->password.clear();
@@ -299,6 +330,7 @@ void PasswordVerifier::SetUsers(std::map<std::string, std::string> users) {
   state_->dummy_by_cost = std::move(dummies);
   state_->cache.clear();
   state_->cache_order.clear();
+  state_->places.clear();
 }
 
 std::string PasswordVerifier::HashFor(const std::string& user) const {
@@ -349,6 +381,10 @@ std::optional<LoginVerdict> PasswordVerifier::Check(const std::string& address,
   }
   entry->address = address;
   entry->password = password;
+  entry->place = now;
+  if (const auto kept = s.places.find({address, entry->cache_key}); kept != s.places.end()) {
+    entry->place = kept->second;  // came back: where it stood before
+  }
   entry->deadline = now + s.options.max_wait;
   entry->done = std::move(done);
   park();
@@ -357,7 +393,10 @@ std::optional<LoginVerdict> PasswordVerifier::Check(const std::string& address,
   } else {
     auto& queue = s.penalty[address];
     if (queue.empty()) s.penalty_turns.push_back(address);
-    queue.push_back(entry);
+    // In order of place: after every login that stood there first.
+    auto at = queue.end();
+    while (at != queue.begin() && (*std::prev(at))->place > entry->place) --at;
+    queue.insert(at, entry);
     ++s.penalty_size;
   }
   ++s.waiting[address];

@@ -10,9 +10,15 @@
 //  - the penalty lane, for an address that failed `penalty_after_failures` times in the
 //    last `failure_window`, or already has a login waiting: a queue per address, answered in
 //    order of arrival and one check at a time, the addresses in turn; a login that finds its
-//    address's queue (or the lane) full gets 429 (too many) at once, without a bcrypt. So a
-//    guesser still gets one check at a time, and a correct login from behind its address
-//    waits for the guesses queued ahead of it instead of losing every race for the slot.
+//    address's queue (or the lane) full gets 429 (too many) at once, without a bcrypt. The
+//    queue is as deep as the connections one client address may hold over TLS, so every
+//    connection of a guessing address can have its login waiting: a correct login from
+//    behind it waits for the guesses that came before it, not for the ones after, however
+//    many guessers there are. One that waited past its bound (503) keeps its place: when
+//    the same login comes back from the same address, it goes where it stood, ahead of
+//    every guess that came after it. So a guesser still gets one check at a time, and a
+//    correct login from its address gets through, on its first try while the guesses ahead
+//    fit the wait bound, else on its retry.
 // A full priority lane answers 503 at once. An unknown user is checked against a dummy
 // setting of a configured user's cost, so a wrong name costs what a wrong password does.
 #pragma once
@@ -37,8 +43,13 @@ enum class LoginVerdict {
 struct PasswordVerifierOptions {
   unsigned threads = 1;  // concurrent bcrypts
   std::size_t priority_slots = 4;
-  std::size_t penalty_per_address = 8;  // waiting from one penalized address
-  std::size_t penalty_slots = 32;       // waiting in the penalty lane in all
+  // Waiting from one penalized address: as many as its TLS connections (HttpServerOptions::
+  // tls_connections_per_address), so one login per connection fits.
+  std::size_t penalty_per_address = 128;
+  std::size_t penalty_slots = 512;  // waiting in the penalty lane in all
+  // Logins that waited past max_wait and keep their place for when they come back (per
+  // address and credentials), for failure_window at most.
+  std::size_t places_kept = 1024;
   std::size_t penalty_after_failures = 2;
   std::chrono::seconds failure_window{60};
   // A login waiting longer than this (not yet started) is answered 503.

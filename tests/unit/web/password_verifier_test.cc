@@ -91,7 +91,9 @@ TEST(PasswordVerifier, AllowsTheRightPasswordAndCachesIt) {
 // The case of the review: during a wrong-password flood, a correct login that is not yet
 // cached (the first scrape after a restart) got 503 every time.
 TEST(PasswordVerifier, ACorrectLoginGetsThroughAFloodOfGuessesFromAnotherAddress) {
-  PasswordVerifier verifier;
+  PasswordVerifierOptions options;
+  options.penalty_per_address = 8;  // fewer than the guessers: some are told to come back
+  PasswordVerifier verifier(options);
   verifier.SetUsers({{"prometheus", kCost8}});
   std::atomic<int> guesses{0}, denied{0}, pushed_back{0};
   // More guessers than the address's queue holds: some are told 429.
@@ -138,6 +140,57 @@ TEST(PasswordVerifier, ACorrectLoginFromTheGuessingAddressGetsItsTurn) {
   for (const LoginVerdict v : scrapes) EXPECT_EQ(v, LoginVerdict::kAllowed);
   EXPECT_GT(denied, 10);  // the guesses took their turns too, one check at a time
   EXPECT_EQ(other, 0);    // four guessers fit the queue: none was told 429
+}
+
+// The review: a correct login got through beside at most 8 guessers on its address (the
+// queue was 8 deep): 1 in 20 with 9, none with 12 or 16. The queue now holds one login per
+// connection an address may hold, so beside 16 or 32 guessers a correct login is checked
+// after the guesses that came before it, on its first try.
+TEST(PasswordVerifier, ACorrectLoginBesideManyGuessersOnItsAddressGetsThrough) {
+  for (const int guessers : {16, 32}) {
+    PasswordVerifier verifier;
+    verifier.SetUsers({{"prometheus", kCost8}});
+    std::atomic<int> denied{0}, other{0};
+    fakes::Flood flood(guessers, [&](int t, int n) {
+      const LoginVerdict v = CheckOnce(verifier, "192.0.2.66", "prometheus",
+                                       "guess-" + std::to_string(t) + "-" + std::to_string(n));
+      (v == LoginVerdict::kDenied ? denied : other)++;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::vector<LoginVerdict> scrapes;
+    for (int i = 0; i < 3; ++i) {
+      verifier.SetUsers({{"prometheus", kCost8}});  // nothing cached
+      scrapes.push_back(CheckOnce(verifier, "192.0.2.66", "prometheus", "test-password"));
+    }
+    flood.Stop();
+    for (const LoginVerdict v : scrapes) EXPECT_EQ(v, LoginVerdict::kAllowed) << guessers;
+    EXPECT_GT(denied, 10) << guessers;  // the guesses took their turns, one at a time
+  }
+}
+
+// Past the wait bound (the guesses ahead take longer than it): the login is told 503, and
+// keeps its place; coming back, it stands ahead of every guess that came after it, so a
+// scraper's next try gets through however many guessers there are.
+TEST(PasswordVerifier, ALoginToldToComeBackKeepsItsPlace) {
+  PasswordVerifierOptions options;
+  options.max_wait = std::chrono::milliseconds(300);
+  PasswordVerifier verifier(options);
+  verifier.SetUsers({{"prometheus", kCost8}});
+  std::atomic<bool> go{true};
+  fakes::Flood flood(48, [&](int t, int n) {
+    CheckOnce(verifier, "192.0.2.66", "prometheus",
+              "guess-" + std::to_string(t) + "-" + std::to_string(n));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int tries = 0;
+  LoginVerdict last = LoginVerdict::kBusy;
+  while (tries < 4 && last != LoginVerdict::kAllowed) {
+    ++tries;
+    last = CheckOnce(verifier, "192.0.2.66", "prometheus", "test-password");
+  }
+  flood.Stop();
+  EXPECT_EQ(last, LoginVerdict::kAllowed) << "after " << tries << " tries";
+  EXPECT_LE(tries, 3);
 }
 
 TEST(PasswordVerifier, AnAddressThatKeepsFailingGetsOneCheckAtATime) {
