@@ -471,6 +471,8 @@ void Service::StartServing(const Config& config) {
   routes.health = [this] { return Healthz(); };
   routes.status_line = [this] { return health_.Summary(); };
   routes.status = [this] { return StatusDocument(); };
+  // Every value the document shows is handed to metrics_ or the board as it changes.
+  routes.status_generation = [this] { return metrics_.Generation() + status_board_.Generation(); };
   routes.version = kVersion;
   HttpServerOptions http_options;
   http_options.listen_address = config.listen_address;

@@ -1,5 +1,6 @@
 #include "exporter/routes.h"
 
+#include <malloc.h>
 #include <zlib.h>
 
 #include <memory>
@@ -73,7 +74,8 @@ std::string LandingPage(const ExporterRoutes& routes) {
 // like it is rendered once, and the answer is still one ordinary gzip member.
 class RenderedText {
  public:
-  explicit RenderedText(std::string text) : text_(std::move(text)) {}
+  explicit RenderedText(std::string text)
+      : shared_(std::make_shared<const std::string>(std::move(text))), text_(*shared_) {}
   ~RenderedText() {
     if (ready_) deflateEnd(&state_);
   }
@@ -81,6 +83,8 @@ class RenderedText {
   RenderedText& operator=(const RenderedText&) = delete;
 
   const std::string& text() const { return text_; }
+  // The same text, for answers that hold it until they are sent.
+  const std::shared_ptr<const std::string>& shared_text() const { return shared_; }
 
   // text() + tail, gzipped. Safe from several threads at once: the kept state is only read.
   std::string Gzip(std::string_view tail) const {
@@ -131,7 +135,8 @@ class RenderedText {
     ready_ = true;
   }
 
-  const std::string text_;
+  const std::shared_ptr<const std::string> shared_;
+  const std::string& text_;
   mutable std::once_flag compressed_;
   mutable std::string head_;
   mutable z_stream state_{};
@@ -152,7 +157,16 @@ class RenderedRegistry {
       std::lock_guard lock(mutex_);
       if (text_ && generation_ == now) return text_;
     }
+    // One render at a time: scrapes that come meanwhile wait and take its text (rendering a
+    // 64-GPU host's registry builds ~10 MB of families; two at once, and each server
+    // thread's arena kept its peak).
+    std::lock_guard render(render_mutex_);
+    {
+      std::lock_guard lock(mutex_);
+      if (text_ && generation_ >= now) return text_;
+    }
     auto text = std::make_shared<const RenderedText>(RenderExposition(routes.cached_collectables));
+    malloc_trim(0);  // what the render built and let go, handed back
     std::lock_guard lock(mutex_);
     if (!text_ || now >= generation_) {
       text_ = text;
@@ -162,10 +176,86 @@ class RenderedRegistry {
   }
 
  private:
-  std::mutex mutex_;
+  std::mutex mutex_;         // text_ and generation_
+  std::mutex render_mutex_;  // one render at a time
   std::shared_ptr<const RenderedText> text_;
   std::uint64_t generation_ = 0;
 };
+
+// The status document as last rendered, shared by every answer until it is older than
+// routes.status_max_age; one render at a time (the others wait for it, then share it).
+class RenderedStatus {
+ public:
+  struct Text {
+    std::shared_ptr<const std::string> plain;
+    mutable std::once_flag zipped_once;
+    mutable std::shared_ptr<const std::string> zipped;
+  };
+
+  std::shared_ptr<const Text> Get(const ExporterRoutes& routes) {
+    std::lock_guard lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    // Read before rendering: a record during the render moves it, and the next request
+    // renders again.
+    const std::uint64_t generation = routes.status_generation ? routes.status_generation() : 0;
+    if (!text_ || now - made_ >= routes.status_max_age || generation != generation_) {
+      auto text = std::make_shared<Text>();
+      text->plain = std::make_shared<const std::string>(routes.status());
+      text_ = std::move(text);
+      made_ = now;
+      generation_ = generation;
+      // Rendering a large document builds a tree several times its size, freed at once:
+      // handed back, or each server thread's arena keeps its peak for good.
+      malloc_trim(0);
+    }
+    return text_;
+  }
+
+  // The document in gzip, made once per render when a client first asks for it.
+  static std::shared_ptr<const std::string> Gzipped(const Text& text) {
+    std::call_once(text.zipped_once, [&] {
+      std::string out(compressBound(static_cast<uLong>(text.plain->size())) + 64, '\0');
+      z_stream stream{};
+      if (deflateInit2(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8,
+                       Z_DEFAULT_STRATEGY) != Z_OK) {
+        return;
+      }
+      stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.plain->data()));
+      stream.avail_in = static_cast<uInt>(text.plain->size());
+      stream.next_out = reinterpret_cast<Bytef*>(out.data());
+      stream.avail_out = static_cast<uInt>(out.size());
+      const int rc = deflate(&stream, Z_FINISH);
+      out.resize(out.size() - stream.avail_out);
+      deflateEnd(&stream);
+      if (rc == Z_STREAM_END) text.zipped = std::make_shared<const std::string>(std::move(out));
+    });
+    return text.zipped;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::shared_ptr<const Text> text_;
+  std::chrono::steady_clock::time_point made_;
+  std::uint64_t generation_ = 0;
+};
+
+HttpResponse StatusResponse(const ExporterRoutes& routes, RenderedStatus& rendered,
+                            const HttpRequest& request) {
+  const auto text = rendered.Get(routes);
+  HttpResponse response = Text(200, std::string());
+  response.content_type = "application/json";
+  response.shared_body = text->plain;
+  if (web::AcceptsGzip(request.accept_encoding)) {
+    if (auto zipped = RenderedStatus::Gzipped(*text)) {
+      response.shared_body = std::move(zipped);
+      response.headers.emplace_back("Content-Encoding", "gzip");
+    }
+  }
+  response.headers.emplace_back("Vary", "Accept-Encoding");
+  // A verdict is of its moment: no cache between a health check and the daemon keeps it.
+  response.headers.emplace_back("Cache-Control", "no-store");
+  return response;
+}
 
 HttpResponse MetricsResponse(const ExporterRoutes& routes, RenderedRegistry& registry,
                              const HttpRequest& request) {
@@ -178,7 +268,10 @@ HttpResponse MetricsResponse(const ExporterRoutes& routes, RenderedRegistry& reg
     response = Text(200, cached->Gzip(tail));
     response.headers.emplace_back("Content-Encoding", "gzip");
   } else {
-    response = Text(200, cached->text() + tail);
+    // The registry's text as rendered once, by reference, and this scrape's own lines after
+    // it: no copy of a 64-GPU host's 2 MB per scrape in flight.
+    response = Text(200, tail);
+    response.shared_body = cached->shared_text();
   }
   // Caches between scraper and server must keep the two codings apart.
   response.headers.emplace_back("Vary", "Accept-Encoding");
@@ -192,7 +285,8 @@ HttpServer::Handler MakeExporterHandler(ExporterRoutes routes) {
   web::CheckTelemetryPath(routes.telemetry_path);
   auto shared = std::make_shared<const ExporterRoutes>(std::move(routes));
   auto rendered = std::make_shared<RenderedRegistry>();
-  return [shared, rendered](const HttpRequest& request) -> HttpResponse {
+  auto status = std::make_shared<RenderedStatus>();
+  return [shared, rendered, status](const HttpRequest& request) -> HttpResponse {
     const ExporterRoutes& r = *shared;
     // Exact matches only: "/metrics/", "/../metrics" and the like are not the metrics.
     if (request.path == r.telemetry_path) return MetricsResponse(r, *rendered, request);
@@ -203,13 +297,7 @@ HttpServer::Handler MakeExporterHandler(ExporterRoutes routes) {
       response.headers.emplace_back("Cache-Control", "no-store");
       return response;
     }
-    if (request.path == kStatusPath && r.status) {
-      HttpResponse response = Text(200, r.status());
-      response.content_type = "application/json";
-      // A verdict is of its moment: no cache between a health check and the daemon keeps it.
-      response.headers.emplace_back("Cache-Control", "no-store");
-      return response;
-    }
+    if (request.path == kStatusPath && r.status) return StatusResponse(r, *status, request);
     if (request.path == kLandingPath) {
       HttpResponse response = Text(200, LandingPage(r));
       response.content_type = "text/html; charset=utf-8";

@@ -130,11 +130,13 @@ StatusBoard::StatusBoard(const core::IncidentLog& incidents) : incidents_(incide
 
 void StatusBoard::SetDevice(const probes::DeviceInfo& device) {
   std::lock_guard lock(mutex_);
+  ++generation_;
   devices_[device.index].info = device;
 }
 
 void StatusBoard::RecordLinkPath(int gpu, const probes::LinkPath& path) {
   std::lock_guard lock(mutex_);
+  ++generation_;
   devices_[gpu].path = path;
 }
 
@@ -142,6 +144,7 @@ void StatusBoard::RecordSample(const probes::DeviceInfo& device,
                                const probes::ProbeSample& sample) {
   const auto now = system_clock::now();
   std::lock_guard lock(mutex_);
+  ++generation_;
   Device& d = devices_[device.index];
   const bool ok = sample.status == probes::ProbeStatus::kOk;
   ProbeRecord& p = d.probes[{sample.spec.mode, sample.spec.direction, sample.spec.size_bytes}];
@@ -164,6 +167,7 @@ void StatusBoard::RecordSample(const probes::DeviceInfo& device,
 void StatusBoard::RecordSkipped(int gpu, const probes::ProbeSpec& spec, ProbeResult result) {
   const auto now = system_clock::now();
   std::lock_guard lock(mutex_);
+  ++generation_;
   ProbeRecord& p = devices_[gpu].probes[{spec.mode, spec.direction, spec.size_bytes}];
   p.last_run = now;
   p.result = result;
@@ -172,6 +176,7 @@ void StatusBoard::RecordSkipped(int gpu, const probes::ProbeSpec& spec, ProbeRes
 
 void StatusBoard::RecordHealth(const core::DeviceHealth& health, DeviceVerdict verdict, bool busy) {
   std::lock_guard lock(mutex_);
+  ++generation_;
   Device& d = devices_[health.gpu];
   d.health = health;
   d.verdict = verdict;
@@ -197,6 +202,7 @@ void StatusBoard::RecordLinkErrors(const probes::DeviceInfo& device,
                       reading.replays_readable && reading.replays.has_value(), reading.replays,
                       reading.replays_problem});
   std::lock_guard lock(mutex_);
+  ++generation_;
   devices_[device.index].link_errors = std::move(counters);
 }
 

@@ -14,6 +14,7 @@
 //   on a request: board.Render(daemon_status, now)
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -40,11 +41,12 @@ inline constexpr int kStatusVersion = 1;
 // replay counter), as the status document lists it. Until the service hands a GPU's reading
 // over (RecordLinkErrors), its "link.errors" says the counters are not read.
 struct LinkErrorCounter {
-  std::string device;   // the PCI address on the path it was read from (the GPU's for replays)
-  std::string counter;  // e.g. "aer_dev_correctable", "aer_rootport_total_err_fatal", "nvml_pcie_replay"
-  std::string source;   // "aer" or "nvml_replay", as xferd_pcie_error_source_readable says
-  std::string aer_class;               // "correctable", "nonfatal", "fatal"; "" for replays
-  bool readable = false;               // the source was read and trusted this cycle
+  std::string device;  // the PCI address on the path it was read from (the GPU's for replays)
+  std::string
+      counter;  // e.g. "aer_dev_correctable", "aer_rootport_total_err_fatal", "nvml_pcie_replay"
+  std::string source;     // "aer" or "nvml_replay", as xferd_pcie_error_source_readable says
+  std::string aer_class;  // "correctable", "nonfatal", "fatal"; "" for replays
+  bool readable = false;  // the source was read and trusted this cycle
   std::optional<std::uint64_t> value;  // the count as read, as the counter series shows it
   std::string reason;                  // why not readable: "no AER counters in sysfs", ...
 };
@@ -81,6 +83,10 @@ class StatusBoard {
   // The document (JSON text, one line). `now` stamps it.
   std::string Render(const DaemonStatus& daemon, std::chrono::system_clock::time_point now) const;
 
+  // Moves with every Record* and SetDevice (under the lock that Render reads under): a
+  // document rendered at one generation holds every record made before it.
+  std::uint64_t Generation() const { return generation_; }
+
  private:
   using ProbeKey = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
   struct ProbeRecord {
@@ -108,6 +114,7 @@ class StatusBoard {
   const core::IncidentLog& incidents_;
   mutable std::mutex mutex_;
   std::map<int, Device> devices_;  // by GPU index
+  std::atomic<std::uint64_t> generation_{0};
 };
 
 }  // namespace xferd::exporter

@@ -309,7 +309,7 @@ struct HttpServer::Impl {
   // sessions and buffers held goes back to the system: glibc keeps freed memory for reuse,
   // and a TLS flood left RSS at its peak for good (13 MB -> 90 MB) without this.
   void ReturnMemoryAfterAFloodLocked(std::unique_lock<std::mutex>& lock) {
-    constexpr unsigned kFlood = 64;
+    constexpr unsigned kFlood = 32;
     if (peak_live < kFlood || live > peak_live / 4) return;
     const unsigned peak = peak_live;
     peak_live = live;
@@ -431,8 +431,44 @@ struct HttpServer::Impl {
 
   static MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response,
                           bool auth_challenge) {
-    MHD_Response* r = MHD_create_response_from_buffer(
-        response.body.size(), const_cast<char*>(response.body.data()), MHD_RESPMEM_MUST_COPY);
+    MHD_Response* r = nullptr;
+    if (response.shared_body && response.body.empty()) {
+      // No copy: the response holds a reference until MHD has sent it to its last client.
+      auto* held = new std::shared_ptr<const std::string>(response.shared_body);
+      r = MHD_create_response_from_buffer_with_free_callback_cls(
+          (*held)->size(), const_cast<char*>((*held)->data()),
+          [](void* cls) { delete static_cast<std::shared_ptr<const std::string>*>(cls); }, held);
+      if (r == nullptr) delete held;
+    } else if (response.shared_body) {
+      // The shared part by reference, the rest (a scrape's process_* lines) owned: read out
+      // piece by piece as the socket takes it, never joined into one copy.
+      struct Parts {
+        std::shared_ptr<const std::string> head;
+        std::string tail;
+      };
+      auto* parts = new Parts{response.shared_body, response.body};
+      const auto read = [](void* cls, std::uint64_t pos, char* buf, std::size_t max) -> ssize_t {
+        const auto* p = static_cast<const Parts*>(cls);
+        const std::size_t head = p->head->size();
+        const std::size_t total = head + p->tail.size();
+        if (pos >= total) return MHD_CONTENT_READER_END_OF_STREAM;
+        std::size_t n = std::min<std::size_t>(max, total - pos);
+        if (pos < head) {
+          n = std::min<std::size_t>(n, head - pos);
+          std::memcpy(buf, p->head->data() + pos, n);
+        } else {
+          std::memcpy(buf, p->tail.data() + (pos - head), n);
+        }
+        return static_cast<ssize_t>(n);
+      };
+      r = MHD_create_response_from_callback(parts->head->size() + parts->tail.size(), 16 * 1024,
+                                            read, parts,
+                                            [](void* cls) { delete static_cast<Parts*>(cls); });
+      if (r == nullptr) delete parts;
+    } else {
+      r = MHD_create_response_from_buffer(
+          response.body.size(), const_cast<char*>(response.body.data()), MHD_RESPMEM_MUST_COPY);
+    }
     if (r == nullptr) return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, response.content_type.c_str());
     for (const auto& [name, value] : response.headers) {

@@ -40,6 +40,10 @@ struct HttpResponse {
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers
+  // A body shared with other answers (a document rendered once and read by many clients at
+  // once), sent before `body` without a copy and kept until the last answer is sent: the
+  // answer is *shared_body + body.
+  std::shared_ptr<const std::string> shared_body;
 };
 
 // What the server turned away, by why (xferd_http_refusals_total{reason}); docs/http.md.

@@ -45,7 +45,7 @@ class CountingCollectable : public prometheus::Collectable {
 std::string Scrape(const HttpServer::Handler& handler) {
   const HttpResponse response = handler(HttpRequest{"GET", "/metrics", "", ""});
   EXPECT_EQ(response.status, 200);
-  return response.body;
+  return (response.shared_body ? *response.shared_body : std::string()) + response.body;
 }
 
 // Metrics in a registry served as `xferd run` serves it: rendered once per generation.
