@@ -131,9 +131,19 @@ def test_node_problem_detector_monitor_covers_every_explaining_cause():
     assert {v["name"] for v in pod["volumes"]} == set(mounts)
     config = [v for v in pod["volumes"] if v["name"] == "xferd-monitor"][0]
     assert config["configMap"]["name"] == cm["metadata"]["name"]
+    # The health socket first: xferd's state directory (its hostPath) mounted into NPD's pod
+    # at the same path, where xferd serves <state_dir>/health.sock.
+    xferd_pod = manifests()[("DaemonSet", "xferd")]["spec"]["template"]["spec"]
+    state = [v for v in xferd_pod["volumes"] if v["name"] == "state"][0]["hostPath"]["path"]
+    (xferd,) = xferd_pod["containers"]
+    assert {m["name"]: m["mountPath"] for m in xferd["volumeMounts"]}["state"] == state
+    shared = [v for v in pod["volumes"] if v.get("hostPath", {}).get("path") == state]
+    assert len(shared) == 1, "NPD's pod mounts xferd's state directory"
+    assert mounts[shared[0]["name"]] == state
     for rule in rules:
         assert rule["path"] == "/opt/xferd/lib/ld.so"
         assert rule["args"][:3] == ["--library-path", "/opt/xferd/lib", "/opt/xferd/xferd"]
+        assert rule["args"][rule["args"].index("--socket") + 1] == state + "/health.sock"
         url = rule["args"][rule["args"].index("--url") + 1]
         assert url == "http://xferd-local.xferd.svc:9742", url
 
