@@ -228,6 +228,29 @@ def test_a_textfile_no_longer_written_is_named(daemon, tmp_path):
     assert d.alive()
 
 
+def test_a_symlinked_textfile_lends_its_target_nothing(daemon, tmp_path):
+    """The review: a textfile that was a symbolic link made the new .prom take the link's
+    target's mode and group. A link lends nothing (docs/http.md, "Textfile output"): it is
+    replaced by the file itself, 0644 and xferd's group, its target left as it was, and the
+    log says so."""
+    target = tmp_path / "elsewhere.prom"
+    target.write_text("theirs\n")
+    target.chmod(0o600)
+    if os.geteuid() == 0:
+        os.chown(target, -1, 65534)
+    link = tmp_path / "xferd.prom"
+    link.symlink_to(target)
+    d = daemon(sim_config(extra=f'[daemon]\ntextfile_path = "{link}"\n')).start().wait_ready()
+    d.wait_for(lambda: not link.is_symlink() and link.exists(), 10, "the textfile written")
+    st = os.lstat(link)
+    assert (st.st_mode & 0o7777) == 0o644, oct(st.st_mode)
+    assert st.st_gid == os.getegid()
+    assert "xferd_cycles_total" in link.read_text()
+    assert target.read_text() == "theirs\n" and (target.stat().st_mode & 0o7777) == 0o600
+    d.wait_log(r"textfile: \S*xferd.prom is a symbolic link \(to \S*elsewhere.prom\); it is "
+               r"replaced by a regular file")
+
+
 def test_kill9_during_state_writes_never_tears_the_state_file(tmp_path):
     """30 kill -9 at random moments while the daemon writes its state and its textfile every
     ~20 ms: every restart finds a whole state file (old or new) and says nothing is corrupt,
