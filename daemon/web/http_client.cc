@@ -206,6 +206,32 @@ class Exchange {
     return text + "\r\n";
   }
 
+  // Whether the peer of `fd` closes a new connection at once, before anything is sent on it:
+  // what the daemon does to a connection past the most one client address may hold. Waits
+  // at most 300 ms (and never past the deadline).
+  bool ClosedAtAccept(int fd) const {
+    sockaddr_storage peer{};
+    socklen_t length = sizeof peer;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) return false;
+    Fd probe(::socket(peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (probe.get() < 0) return false;
+    const auto until = std::min(deadline_, Clock::now() + std::chrono::milliseconds(300));
+    const auto wait = [&](short events) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+      pollfd p{probe.get(), events, 0};
+      return ::poll(&p, 1, static_cast<int>(std::max<long long>(left, 0))) > 0;
+    };
+    if (::connect(probe.get(), reinterpret_cast<sockaddr*>(&peer), length) != 0) {
+      if (errno != EINPROGRESS) return errno == ECONNRESET || errno == ECONNREFUSED;
+      if (!wait(POLLOUT)) return false;
+    }
+    if (!wait(POLLIN)) return false;
+    char byte = 0;
+    const ssize_t n = ::recv(probe.get(), &byte, 1, 0);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+
   void StartTls(int fd) {
     const HttpUrl& url = request_.url;
     const std::string fix_ca =
@@ -268,13 +294,34 @@ class Exchange {
                             Quoted(name_) + ": " + platform::Printable(reason, 400),
                         fix_ca + ", and the name it was issued for with --tls.server-name");
       }
-      if (rc == GNUTLS_E_PREMATURE_TERMINATION || rc == GNUTLS_E_PULL_ERROR ||
-          rc == GNUTLS_E_PUSH_ERROR) {
-        // Closed (or reset) before the server said anything: what the daemon does to a
-        // connection past the most one client address may hold, before any TLS work.
+      if (rc == GNUTLS_E_PULL_ERROR || rc == GNUTLS_E_PUSH_ERROR) {
+        // Reset before the server said anything: what the daemon does to a connection past
+        // the most one client address may hold, closed at accept before any TLS work (the
+        // ClientHello finds the socket gone).
         throw HttpError(url.Text() + ": " + kClosedUnanswered + " before the TLS handshake (" +
                             gnutls_strerror(rc) + ")",
                         kClosedFix);
+      }
+      if (rc == GNUTLS_E_PREMATURE_TERMINATION) {
+        // Closed before answering: a server that does not speak TLS, or one that refused
+        // the connection at accept. A connection that sends nothing tells which: the
+        // refusing daemon closes it at once too, one that waits for a request keeps it.
+        if (ClosedAtAccept(fd)) {
+          throw HttpError(url.Text() + ": " + kClosedUnanswered + " before the TLS handshake",
+                          kClosedFix);
+        }
+        // A second connection was let in: the first may still have been refused (an
+        // address at its limit gets a connection back whenever one of its own closes).
+        throw HttpError(url.Text() +
+                            ": the daemon closed the connection before the TLS "
+                            "handshake (" +
+                            gnutls_strerror(rc) +
+                            "): too many connections from this address (it refuses a client "
+                            "address's connections past its limit)? or it does not serve TLS "
+                            "there",
+                        std::string(kClosedFix) +
+                            "; else check that the daemon serves TLS there (its web config has "
+                            "tls_server_config) and that the URL says https://");
       }
       if (gnutls_error_is_fatal(rc) != 0) {
         throw HttpError(url.Text() + ": TLS handshake failed: " + gnutls_strerror(rc),
