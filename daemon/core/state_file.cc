@@ -86,7 +86,7 @@ class BoundedTokenBuffer : public std::streambuf {
         Flush();  // a number at the very end
         if (out_.empty()) return traits_type::eof();
       } else {
-        for (std::size_t i = 0; i < n; ++i) Take(static_cast<unsigned char>(in_[i]));
+        Scan(n);
         if (out_.empty()) continue;  // all of it skipped
       }
       setg(out_.data(), out_.data(), out_.data() + out_.size());
@@ -105,6 +105,32 @@ class BoundedTokenBuffer : public std::streambuf {
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return 0;
+  }
+
+  // The bytes read, through Take; runs that need no decision (the inside of a string, the
+  // digits of a number, whitespace and punctuation between tokens) are copied whole.
+  void Scan(std::size_t n) {
+    const char* in = in_.data();
+    for (std::size_t i = 0; i < n;) {
+      std::size_t j = i;
+      if (state_ == State::kString && escape_ == 0 && !high_surrogate_) {
+        while (j < n && in[j] != '"' && in[j] != '\\' && length_ + (j - i) < kMaxStringBytes) ++j;
+        out_.append(in + i, j - i);
+        length_ += j - i;
+      } else if (state_ == State::kOutside) {
+        while (j < n && in[j] != '"' && in[j] != '-' && (in[j] < '0' || in[j] > '9')) ++j;
+        out_.append(in + i, j - i);
+      } else if (state_ == State::kNumber) {
+        while (j < n && number_.size() + (j - i) < kMaxNumberBytes &&
+               NumberByte(static_cast<unsigned char>(in[j]))) {
+          ++j;
+        }
+        number_.append(in + i, j - i);
+      }
+      if (j == n) return;
+      Take(static_cast<unsigned char>(in[j]));
+      i = j + 1;
+    }
   }
 
   void Flush() {
