@@ -236,7 +236,9 @@ struct HttpServer::Impl {
   std::mutex connections_mutex;
   std::unordered_map<MHD_Connection*, Tracked> connections;
   std::unordered_map<std::string, unsigned> live_per_address;  // not cut
-  std::minstd_rand random{std::random_device{}()};             // under connections_mutex
+  // Let in by AcceptPolicy, not yet started (OnConnection): when each was let in.
+  std::unordered_map<std::string, std::deque<Clock::time_point>> starting_per_address;
+  std::minstd_rand random{std::random_device{}()};  // under connections_mutex
   std::uniform_real_distribution<double> spread{0.0, 1.0};
   unsigned live = 0;
   unsigned peak_live = 0;  // since memory was last handed back (ReturnMemoryAfterAFlood)
@@ -330,6 +332,12 @@ struct HttpServer::Impl {
       ReturnMemoryAfterAFloodLocked(lock);
       refusals->Tick();
       const auto now = Clock::now();
+      for (auto it = starting_per_address.begin(); it != starting_per_address.end();) {
+        while (!it->second.empty() && now - it->second.front() > std::chrono::seconds(1)) {
+          it->second.pop_front();
+        }
+        it = it->second.empty() ? starting_per_address.erase(it) : std::next(it);
+      }
       for (auto& [connection, tracked] : connections) {
         if (tracked.cut) continue;
         if (tracked.phase == Phase::kOpening && now > tracked.header_deadline) {
@@ -371,8 +379,21 @@ struct HttpServer::Impl {
     const std::string key = AddressKey(address);
     std::lock_guard lock(self->connections_mutex);
     const auto it = self->live_per_address.find(key);
-    const unsigned held = it == self->live_per_address.end() ? 0 : it->second;
-    if (held < self->per_address_limit) return MHD_YES;
+    const auto now = Clock::now();
+    // Let in but not started yet (MHD's threads accept at once): counted, or two threads
+    // could both let in the one that fills the address. One MHD let in but dropped before
+    // it started (out of memory, its own limit) is forgotten after a second.
+    auto& starting = self->starting_per_address[key];
+    while (!starting.empty() && now - starting.front() > std::chrono::seconds(1)) {
+      starting.pop_front();
+    }
+    const unsigned held = (it == self->live_per_address.end() ? 0 : it->second) +
+                          static_cast<unsigned>(starting.size());
+    if (held < self->per_address_limit) {
+      starting.push_back(now);
+      return MHD_YES;
+    }
+    if (starting.empty()) self->starting_per_address.erase(key);
     self->refusals->Count(
         Refusal::kAddressLimit, key,
         fmt::format("it holds {} connections, the most one client address may hold{}; closed "
@@ -399,6 +420,11 @@ struct HttpServer::Impl {
       ++self->live;
       self->peak_live = std::max(self->peak_live, self->live);
       ++self->live_per_address[tracked.address];
+      if (const auto s = self->starting_per_address.find(tracked.address);
+          s != self->starting_per_address.end()) {
+        s->second.pop_front();
+        if (s->second.empty()) self->starting_per_address.erase(s);
+      }
       Tracked& added = self->connections[connection] = std::move(tracked);
       self->EnforceLimitLocked(added);
     } else {
