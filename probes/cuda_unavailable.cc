@@ -8,7 +8,7 @@ bool CudaBackendBuilt() { return false; }
 std::unique_ptr<TransferBackend> MakeCudaBackend(const CudaOptions&) {
   throw NoDeviceError(
       "this xferd was built without the CUDA backend (no CUDA toolkit at build time): "
-      "rebuild with the CUDA toolkit installed, or use --simulate for the simulated device");
+      "rebuild with the CUDA toolkit installed");
 }
 
 }  // namespace xferd::probes

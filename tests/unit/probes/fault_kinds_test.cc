@@ -1,12 +1,11 @@
 // The simulator's table of fault kinds (probes/sim/fault_kinds.cc): one row a kind, each
 // named once, and the kinds' pieces working together through the backend.
-#include "probes/sim/fault_kind.h"
-
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 
+#include "probes/sim/fault_kind.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::probes {
@@ -51,8 +50,8 @@ TEST(SimFaultKinds, KindsComposeInTheOrderGiven) {
   faulted.SetFaults({{.kind = SimFault::Kind::kDegrade, .factor = 0.5},
                      {.kind = SimFault::Kind::kSlow, .factor = 2},
                      {.kind = SimFault::Kind::kRemoteNuma, .factor = 0.5}});
-  const double ratio = faulted.Run(0, Pinned()).MedianBandwidth() /
-                       healthy.Run(0, Pinned()).MedianBandwidth();
+  const double ratio =
+      faulted.Run(0, Pinned()).MedianBandwidth() / healthy.Run(0, Pinned()).MedianBandwidth();
   EXPECT_NEAR(ratio, 0.5 * 0.5 / 2, 0.01);
 
   SimBackend ends(Fast());
