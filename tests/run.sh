@@ -25,8 +25,8 @@ for arg in "$@"; do
 done
 
 if [[ $deps -eq 1 ]]; then
-  if [[ $(id -u) -eq 0 ]]; then ./deploy/install-deps.sh
-  else sudo ./deploy/install-deps.sh; fi
+  if [[ $(id -u) -eq 0 ]]; then ./deploy/install-deps.sh --test
+  else sudo ./deploy/install-deps.sh --test; fi
 fi
 
 jobs=${JOBS:-$(nproc)}
