@@ -3,6 +3,8 @@ the script win over its own defaults, and XFERD_LISTEN / XFERD_STATE_DIR set tho
 it installs and builds: only what running the daemon needs (the test tools are
 tests/run.sh's), only the daemon, the quickest way (cmake stood in for by a recorder)."""
 import os
+import pathlib
+import shutil
 import signal
 import subprocess
 import time
@@ -163,5 +165,9 @@ if [ "$1" = --build ]; then mkdir -p "$2" && ln -sf '{require_binary()}' "$2/xfe
     for arg in ("-GNinja", "-DCMAKE_UNITY_BUILD=ON", "-DCMAKE_BUILD_TYPE=Release",
                 "-DXFERD_TESTS=OFF", "-DXFERD_BENCH=OFF", "-B", str(build)):
         assert arg in configure, (arg, configure)
+    # No driver here: no CUDA to build (the simulated device needs none), and said.
+    if not pathlib.Path("/proc/driver/nvidia/version").exists() and not shutil.which("nvidia-smi"):
+        assert "-DXFERD_CUDA=OFF" in configure, configure
+        assert "building xferd for the simulated device only" in out.read_text()
     assert build_call[:2] == ["--build", str(build)], build_call
     assert build_call[-2:] == ["--target", "xferd"], build_call
