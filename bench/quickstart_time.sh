@@ -25,7 +25,9 @@ work=${WORK:-$(mktemp -d /var/tmp/xferd-quickstart.XXXXXX)}
 mkdir -p "$work"
 cleanup() {
   if [[ -n ${runner:-} ]]; then
-    kill "$runner" 2> /dev/null || true
+    # unshare --fork ignores SIGTERM while it waits; killed, it hands its child (the chroot's
+    # xferd) SIGTERM (--kill-child).
+    kill "-$([[ $fresh_root -eq 1 ]] && echo KILL || echo TERM)" "$runner" 2> /dev/null || true
     wait "$runner" 2> /dev/null || true
   fi
   [[ ${KEEP:-0} == 1 ]] && return
