@@ -20,6 +20,9 @@
 #include "testing/fakes.h"
 #include "xferd/probes/types.h"
 
+// A namespace of its own: the unity build puts this file in one unit with the other CLI
+// tests, whose helpers have the same names.
+namespace xferd::usage_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -91,7 +94,7 @@ class Usage : public ::testing::Test {
     return text.str();
   }
 
-  xferd::fakes::TempDir dir_{"usage"};
+  fakes::TempDir dir_{"usage"};
 };
 
 // Every flag that takes one of a set of names lists them all, from the list the command
@@ -103,12 +106,12 @@ TEST_F(Usage, EveryFlagThatTakesANameListsTheNames) {
     std::vector<std::string> names;
   };
   std::vector<std::string> causes;
-  for (xferd::core::DiagnosisCause c : xferd::core::kAllDiagnosisCauses) {
-    causes.emplace_back(xferd::core::ToString(c));
+  for (core::DiagnosisCause c : core::kAllDiagnosisCauses) {
+    causes.emplace_back(core::ToString(c));
   }
   const EnumFlag flags[] = {
-      {"probe", "--mode", Names(xferd::probes::AllModeNames())},
-      {"run", "--log.level", Names(xferd::platform::kLogLevelNames)},
+      {"probe", "--mode", Names(probes::AllModeNames())},
+      {"run", "--log.level", Names(platform::kLogLevelNames)},
       {"health", "--cause", causes},
   };
   for (const EnumFlag& f : flags) {
@@ -179,3 +182,4 @@ TEST_F(Usage, NoGpuIsOneLineThatSaysTheWayOutOnce) {
 }
 
 }  // namespace
+}  // namespace xferd::usage_test
