@@ -3,11 +3,14 @@
 
 namespace xferd::probes {
 
-bool CudaBackendBuilt() { return false; }
+bool CudaBackendBuilt() {
+  return false;
+}
 
 std::unique_ptr<TransferBackend> MakeCudaBackend(const CudaOptions&) {
   throw NoDeviceError(
-      "this xferd was built without the CUDA backend (no CUDA toolkit at build time): "
+      "no NVIDIA GPU can be probed: this xferd was built without the CUDA backend (no CUDA "
+      "toolkit at build time): "
       "rebuild with the CUDA toolkit installed");
 }
 
