@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/diagnosis.h"
+#include "integration/cli/run_xferd.h"
 #include "platform/logging.h"
 #include "testing/fakes.h"
 #include "xferd/probes/types.h"
@@ -29,31 +30,12 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
+using cli_testing::Result;
 
 class Usage : public ::testing::Test {
  protected:
-  // `env` goes before the binary (VAR=value ...).
   Result Xferd(const std::string& args, const std::string& env = "") {
-    const fs::path err_file = dir_.path() / "stderr";
-    const std::string command = env + " '" + std::string(XFERD_BINARY) + "' " + args + " 2>'" +
-                                err_file.string() + "' </dev/null";
-    Result r;
-    FILE* pipe = popen(command.c_str(), "r");
-    if (pipe == nullptr) return r;
-    char buffer[4096];
-    std::size_t n;
-    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
-    const int status = pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream in(err_file);
-    std::stringstream text;
-    text << in.rdbuf();
-    r.err = text.str();
-    return r;
+    return cli_testing::Xferd(dir_.path(), args, env);
   }
 
   // The help text of `flag` in `help`: from its line to the next flag's.
