@@ -3,12 +3,15 @@
 
 namespace xferd::probes {
 
-bool CudaBackendBuilt() { return false; }
+bool CudaBackendBuilt() {
+  return false;
+}
 
 std::unique_ptr<TransferBackend> MakeCudaBackend(const CudaOptions&) {
   throw NoDeviceError(
-      "this xferd was built without the CUDA backend (no CUDA toolkit at build time): "
-      "rebuild with the CUDA toolkit installed, or use --simulate for the simulated device");
+      "no NVIDIA GPU can be probed: this xferd was built without the CUDA backend (no CUDA "
+      "toolkit at build time): "
+      "rebuild with the CUDA toolkit installed");
 }
 
 }  // namespace xferd::probes

@@ -25,8 +25,8 @@ for arg in "$@"; do
 done
 
 if [[ $deps -eq 1 ]]; then
-  if [[ $(id -u) -eq 0 ]]; then ./deploy/install-deps.sh
-  else sudo ./deploy/install-deps.sh; fi
+  if [[ $(id -u) -eq 0 ]]; then ./deploy/install-deps.sh --test
+  else sudo ./deploy/install-deps.sh --test; fi
 fi
 
 jobs=${JOBS:-$(nproc)}
@@ -69,9 +69,9 @@ if [[ $sanitizers -eq 1 ]]; then
   # The unit and daemon tests run below under the sanitizers, which find more than this
   # build can; here, once, what those passes skip (GPU, deployment, minutes-long timing, the
   # benchmarks' own checks) and
-  # the layering check.
+  # the source checks (layering, one-line messages, the names the docs use).
   run_tests "$build" -L "gpu|deploy|timing|bench"
-  run_tests "$build" -R '^layers\.'
+  run_tests "$build" -R '^(layers|messages|docs)\.'
 else
   run_tests "$build"
 fi

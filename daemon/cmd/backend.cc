@@ -27,8 +27,9 @@ Backend MakeBackend(const config::Config& config, const char* command,
   try {
     out.backend = probes::MakeCudaBackend(cuda);
   } catch (const probes::NoDeviceError& e) {
-    throw probes::NoDeviceError(std::string(e.what()) +
-                                "\nno NVIDIA driver/GPU found; run `xferd " + command +
+    // The backend named the cause and its fix; the way to try xferd without a GPU is the
+    // command's own, said once, on the same line.
+    throw probes::NoDeviceError(std::string(e.what()) + "; or run `xferd " + command +
                                 " --simulate` to try the simulated device");
   }
   return out;

@@ -20,8 +20,8 @@ struct Backend {
   probes::SimBackend* sim = nullptr;  // the same object when simulated: faults change on reload
 };
 
-// Throws probes::NoDeviceError (no driver, no GPU, a build without CUDA) with a line that
-// suggests `xferd <command> --simulate`.
+// Throws probes::NoDeviceError (no driver, no GPU, a build without CUDA): the backend's one
+// line, which ends suggesting `xferd <command> --simulate`.
 Backend MakeBackend(const config::Config& config, const char* command,
                     const std::filesystem::path& sysfs_root = "/sys");
 

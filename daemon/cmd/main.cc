@@ -2,8 +2,13 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <initializer_list>
+#include <string>
+#include <utility>
 
 #include "cmd/commands.h"
+#include "cmd/health_report.h"
+#include "core/diagnosis.h"
 #include "platform/exit_codes.h"
 #include "platform/logging.h"
 #include "platform/printable.h"
@@ -26,6 +31,29 @@ constexpr std::size_t kMessageBytes = 2000;
 
 using namespace xferd::cmd;
 
+// A flag that takes one of a fixed set of names says them all in --help, from the list the
+// command checks the value against.
+std::string WithChoices(const std::string& text, const std::string& names) {
+  return text + ": " + names;
+}
+
+// The exit codes of a command, for the end of its --help (the numbers from exit_codes.h).
+std::string ExitCodes(std::initializer_list<std::pair<int, const char*>> codes) {
+  std::string text = "Exit codes:";
+  for (const auto& [code, meaning] : codes) {
+    text += "\n  " + std::to_string(code) + (code < 10 ? "   " : "  ") + meaning;
+  }
+  return text;
+}
+
+std::string CauseNames() {
+  std::string names;
+  for (xferd::core::DiagnosisCause c : xferd::core::kAllDiagnosisCauses) {
+    names += (names.empty() ? "" : ", ") + std::string(xferd::core::ToString(c));
+  }
+  return names;
+}
+
 // Each subcommand with its flags, bound to the options its command takes.
 CLI::App* AddRunCommand(CLI::App& app, RunCommandOptions& run) {
   auto* run_cmd = app.add_subcommand("run", "Run the daemon: probe periodically, serve /metrics");
@@ -36,11 +64,26 @@ CLI::App* AddRunCommand(CLI::App& app, RunCommandOptions& run) {
                       "exporter-toolkit web config (YAML) for TLS and basic auth");
   run_cmd->add_option("--web.telemetry-path", run.flags.telemetry_path, "Metrics path (/metrics)");
   run_cmd->add_option("--state-dir", run.flags.state_dir, "Directory for the persisted baselines");
-  run_cmd->add_option("--log.level", run.flags.log_level, "trace|debug|info|warn|error");
+  run_cmd->add_option("--log.level", run.flags.log_level,
+                      WithChoices("Log level (default: the config's log_level, info)",
+                                  xferd::platform::kLogLevelNames));
   run_cmd->add_flag("--simulate", run.flags.simulate, "Use the simulated device instead of GPUs");
   run_cmd->add_option("--sysfs-root", run.flags.sysfs_root,
                       "Root of sysfs (default /sys); with --simulate, the tree the simulated "
                       "GPUs come from");
+  run_cmd->footer(
+      "Signals:\n"
+      "  SIGHUP          reload the configuration and the web config; a bad one is refused "
+      "and the running one kept\n"
+      "  SIGTERM SIGINT  stop within 2 s, also in the middle of a probe\n" +
+      ExitCodes({{xferd::kExitOk, "stopped by SIGTERM or SIGINT"},
+                 {xferd::kExitUsage, "a bad flag"},
+                 {xferd::kExitNoDevice, "no NVIDIA driver or GPU (try --simulate)"},
+                 {xferd::kExitSoftware, "an internal error (the probe thread failed)"},
+                 {xferd::kExitOsError, "cannot serve: the address is in use or cannot be bound"},
+                 {xferd::kExitConfig,
+                  "the configuration is invalid (file, web config, or a probe.gpus entry "
+                  "naming no GPU)"}}));
   return run_cmd;
 }
 
@@ -51,7 +94,10 @@ CLI::App* AddProbeCommand(CLI::App& app, ProbeCommandOptions& probe) {
   probe_cmd->add_flag("--concurrent", probe.concurrent,
                       "Probe the GPUs alone, then every concurrent group at once (pinned, each "
                       "way): per-GPU alone vs together, aggregate vs its expected band");
-  probe_cmd->add_option("--mode", probe.flags.modes, "Modes to run (repeatable; default all)")
+  probe_cmd
+      ->add_option("--mode", probe.flags.modes,
+                   WithChoices("Modes to run (repeatable or comma-separated; default all)",
+                               xferd::probes::AllModeNames()))
       ->delimiter(',');
   probe_cmd->add_option("--size", probe.flags.sizes, "Transfer sizes, e.g. 64MiB (repeatable)")
       ->delimiter(',');
@@ -66,6 +112,13 @@ CLI::App* AddProbeCommand(CLI::App& app, ProbeCommandOptions& probe) {
                         "Root of sysfs (default /sys); with --simulate, the tree the simulated "
                         "GPUs come from");
   probe_cmd->add_option("--seed", probe.flags.seed, "Seed of the simulated device");
+  probe_cmd->footer(ExitCodes(
+      {{xferd::kExitOk, "every probe ran and no link-bound result is below its band"},
+       {xferd::kExitFailure, "a link-bound result is below its band, or a probe failed"},
+       {xferd::kExitUsage, "a bad flag (unknown mode, bad size, a --gpu that names no GPU)"},
+       {xferd::kExitNoDevice, "no NVIDIA driver or GPU (try --simulate)"},
+       {xferd::kExitSoftware, "an internal error"},
+       {xferd::kExitConfig, "the -c file is invalid, or its probe.gpus names no GPU here"}}));
   return probe_cmd;
 }
 
@@ -76,6 +129,11 @@ CLI::App* AddCheckConfigCommand(CLI::App& app, CheckConfigOptions& check) {
                       "Print the resolved plan (GPUs, probes, bands, verdict rules) as JSON");
   check_cmd->add_flag("--simulate", check.simulate,
                       "With --json: resolve the GPUs and bands on the simulated device");
+  check_cmd->footer(
+      ExitCodes({{xferd::kExitOk, "the file is valid"},
+                 {xferd::kExitUsage, "a bad flag"},
+                 {xferd::kExitSoftware, "an internal error"},
+                 {xferd::kExitConfig, "the file is invalid (file:line: key: why; fix)"}}));
   return check_cmd;
 }
 
@@ -111,11 +169,20 @@ CLI::App* AddHealthCommand(CLI::App& app, HealthCommandOptions& health) {
   health_cmd->add_option("--stale-after", health.stale_after,
                          "A verdict older than this is unknown (default: the daemon's limit, 3 "
                          "intervals + the cycle budget)");
-  health_cmd->add_option("--cause", health.cause,
-                         "Only a GPU degraded with this cause is a problem, e.g. "
-                         "link_downtrained");
+  health_cmd->add_option(
+      "--cause", health.cause,
+      WithChoices("Only a GPU degraded with this cause is a problem", CauseNames()));
   health_cmd->add_flag("--nagios", health.nagios,
                        "Nagios plugin form: XFERD OK/CRITICAL/UNKNOWN, exit 0, 2, 3");
+  health_cmd->footer(
+      ExitCodes({{HealthExitCode(HealthOutcome::kOk, false), "every GPU's verdict is ok"},
+                 {HealthExitCode(HealthOutcome::kProblem, false), "a GPU is DEGRADED"},
+                 {HealthExitCode(HealthOutcome::kUnknown, false),
+                  "unknown: no answer, no verdict yet, or a stale one"},
+                 {xferd::kExitUsage, "a flag the command line cannot parse"}}) +
+      "\nWith --nagios: " + std::to_string(HealthExitCode(HealthOutcome::kOk, true)) + " OK, " +
+      std::to_string(HealthExitCode(HealthOutcome::kProblem, true)) + " CRITICAL, " +
+      std::to_string(HealthExitCode(HealthOutcome::kUnknown, true)) + " UNKNOWN");
   return health_cmd;
 }
 
@@ -136,6 +203,7 @@ int main(int argc, char** argv) {
   bool version_json = false;
   auto* version_cmd = app.add_subcommand("version", "Print the version and build");
   version_cmd->add_flag("--json", version_json, "Print JSON");
+  version_cmd->footer(ExitCodes({{xferd::kExitOk, "always"}}));
 
   try {
     app.parse(argc, argv);

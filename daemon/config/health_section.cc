@@ -32,8 +32,8 @@ void ReadHealth(const std::string& file, const toml::table& root, Config& config
     if (!bands || !bands->is_array_of_tables()) {
       r.Fail(*bands_node, "band",
              "must be a list of [[health.band]] tables, got " + TypeName(*bands_node),
-             "write each band as\n  [[health.band]]\n  gpu = \"0\"\n  lower = \"20GB/s\"\n  upper "
-             "= \"26GB/s\"");
+             "write each band as a table of its own: a line [[health.band]], then gpu = \"0\", "
+             "lower = \"20GB/s\" and upper = \"26GB/s\" on lines of their own");
     }
     config.bands.clear();
     std::set<std::string> gpus_with_band;

@@ -153,7 +153,8 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
     if (!faults || !faults->is_array_of_tables()) {
       r.Fail(*faults_node, "fault",
              "must be a list of [[simulate.fault]] tables, got " + TypeName(*faults_node),
-             "write each fault as\n  [[simulate.fault]]\n  kind = \"degrade\"\n  factor = 0.5");
+             "write each fault as a table of its own: a line [[simulate.fault]], then "
+             "kind = \"degrade\" and factor = 0.5 on lines of their own");
     }
     // Each probe consults every fault: a test needs a handful, not thousands.
     constexpr std::size_t kMaxFaults = 64;

@@ -164,9 +164,17 @@ class Scheduler {
   struct GroupRecord {
     std::optional<SteadyTime> last_run;
     std::map<std::pair<int, probes::Direction>, double> cost_s;  // per member and direction
+    // Due cycles in a row whose own probes left no time in the cycle budget for the group,
+    // and whether the log has said so since it last ran.
+    int budget_misses = 0;
+    bool budget_said = false;
   };
   void RunGroups(const Settings& config, SteadyTime cycle_start, std::stop_token stop,
                  CycleReport& report);
+  // The group was due but the cycle's own probes used its whole budget (`used`): counted,
+  // and said once in the log when it keeps happening.
+  void NoteBudgetMiss(const HostGroup& group, GroupRecord& record, const Settings& config,
+                      SteadyTime::duration used);
   // Whether every member's allowance has room above the reserve for its last cost here.
   bool GroupFits(const HostGroup& group, const probes::ProbeSpec& spec, const GroupRecord& record,
                  const Settings& config);

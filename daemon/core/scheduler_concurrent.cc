@@ -9,6 +9,13 @@
 #include "core/scheduler.h"
 
 namespace xferd::core {
+namespace {
+
+// A group held back by the cycle budget this many due cycles in a row is not a busy
+// moment but a plan that leaves it no time: the log says so, once.
+constexpr int kBudgetMissesToSay = 3;
+
+}  // namespace
 
 bool Scheduler::GroupFits(const HostGroup& group, const probes::ProbeSpec& spec,
                           const GroupRecord& record, const Settings& config) {
@@ -23,6 +30,21 @@ bool Scheduler::GroupFits(const HostGroup& group, const probes::ProbeSpec& spec,
     }
   }
   return true;
+}
+
+void Scheduler::NoteBudgetMiss(const HostGroup& group, GroupRecord& record, const Settings& config,
+                               SteadyTime::duration used) {
+  if (++record.budget_misses < kBudgetMissesToSay || record.budget_said) return;
+  record.budget_said = true;
+  const double used_s = std::chrono::duration<double>(used).count();
+  spdlog::warn(
+      "concurrent group {} ({} GPUs) has not run in {} cycles: each time the cycle's own probes "
+      "took {} of its {} probe.cycle_budget, and a group starts only while the budget has time "
+      "left; raise probe.cycle_budget above {} plus the group's run, probe fewer modes or "
+      "sizes, or set probe.concurrent = false (said once until it runs)",
+      group.name, group.gpus.size(), record.budget_misses, FormatSeconds(used_s),
+      FormatSeconds(std::chrono::duration<double>(config.cycle_budget).count()),
+      FormatSeconds(used_s));
 }
 
 std::optional<GroupRun> Scheduler::RunGroup(const HostGroup& group, const probes::ProbeSpec& spec,
@@ -81,6 +103,7 @@ void Scheduler::RunGroups(const Settings& config, SteadyTime cycle_start, std::s
     });
     if (member_busy || now - cycle_start >= config.cycle_budget) {
       report.concurrent_held_back += static_cast<int>(plan.size());
+      if (!member_busy) NoteBudgetMiss(group, record, config, now - cycle_start);
       continue;  // stays due
     }
     bool all_ran = true;
@@ -94,7 +117,14 @@ void Scheduler::RunGroups(const Settings& config, SteadyTime cycle_start, std::s
       if (!run) return;  // stopped
       report.concurrent.push_back(std::move(*run));
     }
-    if (all_ran) record.last_run = now;
+    if (all_ran) {
+      record.last_run = now;
+      if (record.budget_said) {
+        spdlog::info("concurrent group {} ran again within the cycle budget", group.name);
+      }
+      record.budget_misses = 0;
+      record.budget_said = false;
+    }
   }
 }
 

@@ -4,24 +4,22 @@
 #include <memory>
 
 #include "probes/cuda/cuda_check.h"
-#include "probes/cuda/probe_run.h"
+#include "probes/cuda/event_timed_probe.h"
 
 namespace xferd::probes::cuda {
 namespace {
 
-// Host to device. pageable is plain cudaMemcpy timed by the wall clock: the call is
+// pageable host to device: plain cudaMemcpy timed by the wall clock. The call is
 // synchronous for pageable memory (the runtime stages it through its own pinned buffer), so
 // call-to-data-on-the-device is what an application waits for, and events would miss the
 // CPU copy into the staging buffer. It runs on the legacy default stream, which the probe's
-// non-blocking streams never wait for. pinned is cudaMemcpyAsync on the probe stream, timed
-// by events. The device checksums what arrived.
-class CopyToDevice final : public TransferProbe {
+// non-blocking streams never wait for. The device checksums what arrived.
+class PageableToDevice final : public TransferProbe {
  public:
-  explicit CopyToDevice(ProbeRun& run)
+  explicit PageableToDevice(ProbeRun& run)
       : run_(run),
         timer_(run.timer()),
-        pageable_(run.spec().mode == TransferMode::kPageable),
-        src_(pageable_ ? run.state().pageable : run.state().pinned),
+        src_(run.state().pageable),
         dst_(run.state().device_destination.ptr()) {}
 
   void Prepare(Round) override {
@@ -33,51 +31,42 @@ class CopyToDevice final : public TransferProbe {
 
   void Timed(Round) override {
     timer_.Record(Mark::kStart);
-    const std::uint64_t n = run_.size();
-    if (pageable_) {
-      timer_.Await(Mark::kStart, Wait::kSpin);  // the poison is done: the copy is timed alone
-      const auto t0 = ProbeTimer::Now();
-      Check(cudaMemcpy(dst_, src_.ptr(), n, cudaMemcpyHostToDevice), "cudaMemcpy");
-      // cudaMemcpy may return with the last staged chunk still in flight: wait for it.
-      timer_.RecordOnLegacyStream(Mark::kStop);
-      timer_.Await(Mark::kStop, Wait::kSpin);
-      wall_s_ = ProbeTimer::SecondsSince(t0);
-      timer_.StreamWaits(0, Mark::kStop);
-    } else {
-      Check(cudaMemcpyAsync(dst_, src_.ptr(), n, cudaMemcpyHostToDevice, run_.Stream()),
-            "cudaMemcpyAsync");
-      timer_.Record(Mark::kStop);
-    }
+    timer_.Await(Mark::kStart, Wait::kSpin);  // the poison is done: the copy is timed alone
+    const auto t0 = ProbeTimer::Now();
+    Check(cudaMemcpy(dst_, src_.ptr(), run_.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    // cudaMemcpy may return with the last staged chunk still in flight: wait for it.
+    timer_.RecordOnLegacyStream(Mark::kStop);
+    timer_.Await(Mark::kStop, Wait::kSpin);
+    wall_s_ = ProbeTimer::SecondsSince(t0);
+    timer_.StreamWaits(0, Mark::kStop);
   }
 
   double Verify(Round round) override {
     run_.DamageOnDevice(dst_);
     run_.EnqueueDeviceCheck(dst_, false);
     run_.FetchChecksum();
-    const double duration = pageable_ ? wall_s_ : timer_.Seconds(Mark::kStart, Mark::kStop);
     run_.AddDeviceTime(timer_.Seconds(Mark::kBegin, Mark::kEnd));
     run_.ExpectDeviceChecksum(run_.StaticChecksum(), "the device copy", round);
-    return duration;
+    return wall_s_;
   }
 
  private:
   ProbeRun& run_;
   ProbeTimer& timer_;
-  const bool pageable_;
   HostBuffer& src_;
   void* const dst_;
   double wall_s_ = 0;
 };
 
-// Device to host, timed as CopyToDevice is; the host checks what arrived.
-class CopyToHost final : public TransferProbe {
+// pageable device to host, timed by the wall clock as PageableToDevice is; the host checks
+// what arrived.
+class PageableToHost final : public TransferProbe {
  public:
-  explicit CopyToHost(ProbeRun& run)
+  explicit PageableToHost(ProbeRun& run)
       : run_(run),
         timer_(run.timer()),
-        pageable_(run.spec().mode == TransferMode::kPageable),
         src_(run.state().device_source),
-        dst_(pageable_ ? run.state().pageable : run.state().pinned) {}
+        dst_(run.state().pageable) {}
 
   void Prepare(Round round) override {
     run_.EnsureDevicePattern(src_);
@@ -88,42 +77,48 @@ class CopyToHost final : public TransferProbe {
 
   void Timed(Round) override {
     timer_.Record(Mark::kStart);
-    const std::uint64_t n = run_.size();
-    if (pageable_) {
-      timer_.Await(Mark::kStart, Wait::kSpin);  // the source is ready: the copy is timed alone
-      const auto t0 = ProbeTimer::Now();
-      Check(cudaMemcpy(dst_.ptr(), src_.ptr(), n, cudaMemcpyDeviceToHost), "cudaMemcpy");
-      wall_s_ = ProbeTimer::SecondsSince(t0);
-    } else {
-      Check(cudaMemcpyAsync(dst_.ptr(), src_.ptr(), n, cudaMemcpyDeviceToHost, run_.Stream()),
-            "cudaMemcpyAsync");
-      timer_.Record(Mark::kStop);
-    }
+    timer_.Await(Mark::kStart, Wait::kSpin);  // the source is ready: the copy is timed alone
+    const auto t0 = ProbeTimer::Now();
+    Check(cudaMemcpy(dst_.ptr(), src_.ptr(), run_.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    wall_s_ = ProbeTimer::SecondsSince(t0);
   }
 
   double Verify(Round round) override {
-    double duration = 0;
-    if (pageable_) {
-      duration = wall_s_;
-      run_.AddDeviceTime(timer_.Seconds(Mark::kBegin, Mark::kStart) + duration);
-    } else {
-      timer_.Await(Mark::kStop, Wait::kSleep);
-      duration = timer_.Seconds(Mark::kStart, Mark::kStop);
-      run_.AddDeviceTime(timer_.Seconds(Mark::kBegin, Mark::kStop));
-    }
+    run_.AddDeviceTime(timer_.Seconds(Mark::kBegin, Mark::kStart) + wall_s_);
     run_.CheckHostDestination(dst_, held_, round, "the host copy");
-    return duration;
+    return wall_s_;
   }
 
  private:
   ProbeRun& run_;
   ProbeTimer& timer_;
-  const bool pageable_;
   DeviceBuffer& src_;
   HostBuffer& dst_;
   std::uint64_t held_ = 0;
   double wall_s_ = 0;
 };
+
+// pinned, each way: cudaMemcpyAsync on the probe stream, timed by events
+// (event_timed_probe.h); the device checksums what arrived on it, the host what arrived in
+// host memory.
+std::unique_ptr<TransferProbe> MakePinnedCopy(ProbeRun& run) {
+  DeviceState& s = run.state();
+  if (run.spec().direction == Direction::kH2D) {
+    void* const dst = s.device_destination.ptr();
+    return MakeEventTimedProbe(run, LandsOnDevice{s.pinned, dst, "the device copy"},
+                               [&run, &s, dst] {
+                                 Check(cudaMemcpyAsync(dst, s.pinned.ptr(), run.size(),
+                                                       cudaMemcpyHostToDevice, run.Stream()),
+                                       "cudaMemcpyAsync");
+                               });
+  }
+  return MakeEventTimedProbe(
+      run, LandsOnHost{&s.device_source, s.pinned, "the host copy"}, [&run, &s] {
+        Check(cudaMemcpyAsync(s.pinned.ptr(), s.device_source.ptr(), run.size(),
+                              cudaMemcpyDeviceToHost, run.Stream()),
+              "cudaMemcpyAsync");
+      });
+}
 
 // pinned both ways at once: host->device on the probe stream, device->host on a second;
 // the transfer lasts until both are done, and moves 2 x size bytes.
@@ -188,8 +183,9 @@ class CopyBothWays final : public TransferProbe {
 std::unique_ptr<TransferProbe> MakeCopyProbe(ProbeRun& run) {
   const Direction direction = run.spec().direction;
   if (direction == Direction::kBidirectional) return std::make_unique<CopyBothWays>(run);
-  if (direction == Direction::kH2D) return std::make_unique<CopyToDevice>(run);
-  return std::make_unique<CopyToHost>(run);
+  if (run.spec().mode == TransferMode::kPinned) return MakePinnedCopy(run);
+  if (direction == Direction::kH2D) return std::make_unique<PageableToDevice>(run);
+  return std::make_unique<PageableToHost>(run);
 }
 
 }  // namespace xferd::probes::cuda

@@ -17,8 +17,7 @@ namespace {
 [[noreturn]] void ThrowNoDevice(cudaError_t e) {
   throw NoDeviceError("no NVIDIA driver / GPU found (CUDA runtime: " + CudaErrorText(e) +
                       "): check that the NVIDIA driver is loaded (nvidia-smi) and that "
-                      "/dev/nvidia* is accessible to this user; use --simulate to try the "
-                      "simulated device");
+                      "/dev/nvidia* is accessible to this user");
 }
 
 DeviceInfo IdentityOf(int index, const cudaDeviceProp& prop, const std::string& driver_version) {

@@ -2,11 +2,12 @@
 // such a copy a kernel on the same chunks hides (the overlap ratio).
 #include <algorithm>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "probes/cuda/cuda_check.h"
+#include "probes/cuda/event_timed_probe.h"
 #include "probes/cuda/kernels.h"
-#include "probes/cuda/probe_run.h"
 #include "xferd/probes/stats.h"
 
 namespace xferd::probes::cuda {
@@ -15,24 +16,22 @@ namespace {
 // Pipelined copy + compute rounds of the overlap measurement.
 constexpr int kOverlapRounds = 3;
 
-class ChunkedCopies : public TransferProbe {
+// The chunked copies of one probe, each way, and their overlap with compute.
+class ChunkedCopies {
  public:
   explicit ChunkedCopies(ProbeRun& run)
       : run_(run), timer_(run.timer()), h2d_(run.spec().direction == Direction::kH2D) {}
 
-  int Finish(ProbeSample& sample) override {
-    sample.overlap_ratio = OverlapRatio(Median(sample.durations_s));
-    return kOverlapRounds;  // the pipelined copies of the overlap measurement
-  }
-
- protected:
   // Chunks of chunk_bytes, chunk i on stream i % streams, all streams starting at kStart
   // and joined back into the probe stream; with compute_rounds > 0 each chunk's compute
   // follows (h2d) or precedes (d2h) its copy on the same stream: the pipelined case.
   void EnqueueChunkedCopies(void* dst, const void* src, cudaMemcpyKind kind, int compute_rounds);
 
-  ProbeRun& run_;
-  ProbeTimer& timer_;
+  // After the last transfer: the overlap of copies with compute.
+  int Finish(ProbeSample& sample) {
+    sample.overlap_ratio = OverlapRatio(Median(sample.durations_s));
+    return kOverlapRounds;  // the pipelined copies of the overlap measurement
+  }
 
  private:
   // The compute alone over the chunks, as the copies spread them: its device time.
@@ -41,6 +40,8 @@ class ChunkedCopies : public TransferProbe {
   // then both pipelined chunk by chunk. 1 = fully hidden, 0 = serialized.
   double OverlapRatio(double copy_s);
 
+  ProbeRun& run_;
+  ProbeTimer& timer_;
   const bool h2d_;
 };
 
@@ -124,76 +125,30 @@ double ChunkedCopies::OverlapRatio(double copy_s) {
   return std::clamp((copy_s + k - p) / shorter, 0.0, 1.0);
 }
 
-// Host to device in chunks; the device checksums what arrived.
-class ChunkedToDevice final : public ChunkedCopies {
- public:
-  explicit ChunkedToDevice(ProbeRun& run)
-      : ChunkedCopies(run), src_(run.state().pinned), dst_(run.state().device_destination.ptr()) {}
-
-  void Prepare(Round) override {
-    run_.EnsureHostPattern(src_);
-    timer_.Record(Mark::kBegin);
-    run_.PoisonDevice(dst_);
-    run_.ZeroChecksum();
-  }
-
-  void Timed(Round) override {
-    timer_.Record(Mark::kStart);
-    EnqueueChunkedCopies(dst_, src_.ptr(), cudaMemcpyHostToDevice, 0);
-    timer_.Record(Mark::kStop);
-  }
-
-  double Verify(Round round) override {
-    run_.DamageOnDevice(dst_);
-    run_.EnqueueDeviceCheck(dst_, false);
-    run_.FetchChecksum();
-    run_.AddDeviceTime(timer_.Seconds(Mark::kBegin, Mark::kEnd));
-    run_.ExpectDeviceChecksum(run_.StaticChecksum(), "the device copy", round);
-    return timer_.Seconds(Mark::kStart, Mark::kStop);
-  }
-
- private:
-  HostBuffer& src_;
-  void* const dst_;
-};
-
-// Device to host in chunks; the host checks what arrived.
-class ChunkedToHost final : public ChunkedCopies {
- public:
-  explicit ChunkedToHost(ProbeRun& run)
-      : ChunkedCopies(run), src_(run.state().device_source), dst_(run.state().pinned) {}
-
-  void Prepare(Round round) override {
-    run_.EnsureDevicePattern(src_);
-    held_ = run_.StartWriting(dst_);
-    run_.PoisonHost(dst_.ptr(), round);
-    timer_.Record(Mark::kBegin);
-  }
-
-  void Timed(Round) override {
-    timer_.Record(Mark::kStart);
-    EnqueueChunkedCopies(dst_.ptr(), src_.ptr(), cudaMemcpyDeviceToHost, 0);
-    timer_.Record(Mark::kStop);
-  }
-
-  double Verify(Round round) override {
-    timer_.Await(Mark::kStop, Wait::kSleep);
-    run_.AddDeviceTime(timer_.Seconds(Mark::kBegin, Mark::kStop));
-    run_.CheckHostDestination(dst_, held_, round, "the host copy");
-    return timer_.Seconds(Mark::kStart, Mark::kStop);
-  }
-
- private:
-  DeviceBuffer& src_;
-  HostBuffer& dst_;
-  std::uint64_t held_ = 0;
-};
-
 }  // namespace
 
+// Timed by events (event_timed_probe.h): host to device in chunks, the device checksums what
+// arrived; device to host in chunks, the host checks it.
 std::unique_ptr<TransferProbe> MakePinnedAsyncProbe(ProbeRun& run) {
-  if (run.spec().direction == Direction::kH2D) return std::make_unique<ChunkedToDevice>(run);
-  return std::make_unique<ChunkedToHost>(run);
+  auto chunks = std::make_shared<ChunkedCopies>(run);
+  FinishWork finish = [chunks](ProbeSample& sample) { return chunks->Finish(sample); };
+  DeviceState& s = run.state();
+  if (run.spec().direction == Direction::kH2D) {
+    void* const dst = s.device_destination.ptr();
+    return MakeEventTimedProbe(
+        run, LandsOnDevice{s.pinned, dst, "the device copy"},
+        [chunks, dst, &s] {
+          chunks->EnqueueChunkedCopies(dst, s.pinned.ptr(), cudaMemcpyHostToDevice, 0);
+        },
+        std::move(finish));
+  }
+  return MakeEventTimedProbe(
+      run, LandsOnHost{&s.device_source, s.pinned, "the host copy"},
+      [chunks, &s] {
+        chunks->EnqueueChunkedCopies(s.pinned.ptr(), s.device_source.ptr(), cudaMemcpyDeviceToHost,
+                                     0);
+      },
+      std::move(finish));
 }
 
 }  // namespace xferd::probes::cuda

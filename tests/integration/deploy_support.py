@@ -25,7 +25,7 @@ def require_tool(name):
     """The path of a tool from the Debian packages the tests depend on; skip if absent."""
     path = shutil.which(name)
     if path is None:
-        pytest.skip(f"{name} not found: run deploy/install-deps.sh")
+        pytest.skip(f"{name} not found: run deploy/install-deps.sh --test")
     return path
 
 

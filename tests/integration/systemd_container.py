@@ -52,7 +52,7 @@ def require_container_tools():
     for tool, package in (("mmdebstrap", "mmdebstrap"), ("systemd-nspawn", "systemd-container"),
                           ("nsenter", "util-linux"), ("tar", "tar")):
         if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not found (package {package}): run deploy/install-deps.sh")
+            pytest.skip(f"{tool} not found (package {package}): run deploy/install-deps.sh --test")
 
 
 def depends_packages(deb):

@@ -41,7 +41,7 @@ class Podman:
     def __init__(self, workdir):
         for tool, package in (("podman", "podman"), ("runc", "runc"), ("mmdebstrap", "mmdebstrap")):
             if shutil.which(tool) is None:
-                pytest.skip(f"{tool} not found (package {package}): run deploy/install-deps.sh")
+                pytest.skip(f"{tool} not found (package {package}): run deploy/install-deps.sh --test")
         self.dir = Path(workdir)
         conf = self.dir / "containers.conf"
         # Containers get no default ulimits podman would set (the machine's hard limits may be

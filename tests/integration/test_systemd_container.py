@@ -12,7 +12,7 @@ One drop-in shortens WatchdogSec from 60 s to 6 s so that a hung probe is restar
 the test's time; every other setting is the shipped unit's. The steps run in order against
 one container; a failed step skips the rest (their starting state is unknown).
 
-Needs root, mmdebstrap and systemd-nspawn (deploy/install-deps.sh), and the network the
+Needs root, mmdebstrap and systemd-nspawn (deploy/install-deps.sh --test), and the network the
 first time (the root is bootstrapped from the machine's apt mirrors, then cached; set
 XFERD_CONTAINER_CACHE to keep it elsewhere). Skips with the reason otherwise.
 """

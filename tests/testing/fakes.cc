@@ -1,8 +1,11 @@
 #include "testing/fakes.h"
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
 
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -295,6 +298,31 @@ probes::SimOptions SwitchedSimHost(int devices, int gpus_per_switch, int uplink_
   o.uplink_gen = uplink_gen;
   o.uplink_width = uplink_width;
   return o;
+}
+
+struct LogCapture::State {
+  std::ostringstream out;
+  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+};
+
+LogCapture::LogCapture() : state_(std::make_unique<State>()) {
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(state_->out);
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+}
+
+LogCapture::~LogCapture() {
+  spdlog::set_default_logger(state_->previous);
+}
+
+std::string LogCapture::Text() const {
+  return state_->out.str();
+}
+
+int LogCapture::Count(const std::string& what) const {
+  const std::string text = Text();
+  int n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
 }
 
 }  // namespace xferd::fakes

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -224,6 +225,22 @@ class Flood {
   const std::function<void(int, int)> attempt_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
+};
+
+// Captures what is logged (spdlog's default logger) while it lives.
+class LogCapture {
+ public:
+  LogCapture();
+  ~LogCapture();
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::string Text() const;
+  // How often `what` was logged.
+  int Count(const std::string& what) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 // A pinned probe of the default size (64 MiB) in `direction`: the spec most tests run.

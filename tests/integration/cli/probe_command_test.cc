@@ -12,14 +12,13 @@
 #include <sstream>
 #include <string>
 
+#include "integration/cli/run_xferd.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
+using xferd::cli_testing::Result;
 
 class ProbeCommand : public ::testing::Test {
  protected:
@@ -32,24 +31,7 @@ class ProbeCommand : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  Result Xferd(const std::string& args) {
-    const fs::path err_file = dir_ / "stderr";
-    const std::string command =
-        std::string("'") + XFERD_BINARY + "' " + args + " 2>'" + err_file.string() + "'";
-    Result r;
-    FILE* pipe = popen(command.c_str(), "r");
-    if (pipe == nullptr) return r;
-    char buffer[4096];
-    std::size_t n;
-    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
-    const int status = pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream in(err_file);
-    std::stringstream text;
-    text << in.rdbuf();
-    r.err = text.str();
-    return r;
-  }
+  Result Xferd(const std::string& args) { return xferd::cli_testing::Xferd(dir_, args); }
 
   fs::path WriteFile(const std::string& name, const std::string& text) {
     std::ofstream(dir_ / name) << text;

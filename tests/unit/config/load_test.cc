@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "config/toml_reader.h"
 #include "config/toml_workarounds.h"
 #include "unit/config/config_testing.h"
 
@@ -14,6 +15,7 @@ namespace xferd::config {
 namespace {
 
 using std::chrono::milliseconds;
+using ::testing::Not;
 
 TEST(Config, CommentOnlyFileGivesDefaults) {
   const Config c = Parse("# all defaults\n");
@@ -271,6 +273,43 @@ TEST(ConfigValidation, SyntaxErrorsNameTheLineAndKey) {
   EXPECT_EQ(ErrorOf("a = 1\nb = \"\xc0\xaf\"\n").line(), 2);
   EXPECT_EQ(ErrorOf("\n\n# \xed\xa0\x80\n").line(), 3);
   EXPECT_NO_THROW(Parse("# caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n"));
+}
+
+// A value TOML cannot read at all (a bare word, 60s unquoted) is explained with the type its
+// key takes, in the words of the key's own reader: for every key of every section.
+TEST(ConfigValidation, UnparsableValueNamesTheTypeItsKeyTakes) {
+  const ConfigError three = ErrorOf("[health]\nconsecutive_bad = three\n");
+  EXPECT_EQ(three.key(), "health.consecutive_bad");
+  EXPECT_EQ(three.line(), 2);
+  EXPECT_THAT(three.problem(), HasSubstr("the value must be an integer"));
+  EXPECT_THAT(three.problem(), HasSubstr("\"three\" is no value TOML can read"));
+  EXPECT_THAT(three.problem(), Not(HasSubstr("boolean"))) << "toml++'s guess misleads";
+  EXPECT_THAT(three.fix(), HasSubstr("consecutive_bad = 3"));
+  std::size_t keys = 0;
+  for (const Section& section : Schema()) {
+    // The top level holds sections; the arrays of tables are tried below.
+    if (section.name.empty() || section.name.find('.') != std::string_view::npos) continue;
+    for (std::string_view key : section.keys) {
+      const std::string text =
+          "[" + std::string(section.name) + "]\n" + std::string(key) + " = bogus\n";
+      const ConfigError e = ErrorOf(text);
+      EXPECT_EQ(e.line(), 2) << text;
+      EXPECT_THAT(e.problem(), HasSubstr("; the value must be ")) << text;
+      ++keys;
+    }
+  }
+  EXPECT_GT(keys, 50u);
+  // In an array of tables, and with more values below that TOML cannot read either.
+  const ConfigError band = ErrorOf("[[health.band]]\ngpu = 0\nlower = 20GB/s\nupper = 26GB/s\n");
+  EXPECT_EQ(band.line(), 3);
+  EXPECT_THAT(band.problem(), HasSubstr("the value must be a bandwidth"));
+  const ConfigError factor =
+      ErrorOf("[[simulate.fault]]\nkind = \"degrade\"\nfactor = half\n[probe]\ninterval = 60s\n");
+  EXPECT_EQ(factor.key(), "simulate.fault.factor");
+  EXPECT_THAT(factor.problem(), HasSubstr("the value must be a number"));
+  // Not a value's type but the file's shape: said as before.
+  const ConfigError dup = ErrorOf("[web]\nlisten_address = \":1\"\nlisten_address = \":2\"\n");
+  EXPECT_THAT(dup.problem(), Not(HasSubstr("the value")));
 }
 
 // toml++ 3.3 reaches __builtin_unreachable() on some non-ASCII characters outside strings

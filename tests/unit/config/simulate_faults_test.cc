@@ -29,8 +29,8 @@ TEST(SimulateFaults, EachParameterIsRefusedByTheKindsThatDoNotTakeIt) {
     for (std::string_view key : keys) {
       if (key == "kind" || key == "device") continue;
       if (std::find(reader.keys.begin(), reader.keys.end(), key) != reader.keys.end()) continue;
-      const ConfigError e = ErrorOf("[[simulate.fault]]\nkind = \"" + kind + "\"\n" +
-                                    std::string(key) + " = 1\n");
+      const ConfigError e =
+          ErrorOf("[[simulate.fault]]\nkind = \"" + kind + "\"\n" + std::string(key) + " = 1\n");
       EXPECT_EQ(e.key(), "simulate.fault[0]." + std::string(key)) << kind;
       EXPECT_THAT(e.problem(), HasSubstr("takes no " + std::string(key))) << kind;
     }

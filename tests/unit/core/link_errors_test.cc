@@ -4,13 +4,10 @@
 #include "core/link_errors.h"
 
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
-
-#include <sstream>
 
 #include "core/diagnosis.h"
 #include "core/health_tracker.h"
+#include "testing/fakes.h"
 
 namespace xferd::core {
 namespace {
@@ -47,26 +44,7 @@ probes::LinkErrors Read(std::uint64_t gpu_cor, std::uint64_t port_cor, std::uint
   return e;
 }
 
-// Captures what is logged while it lives.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string Text() const { return out_.str(); }
-  int Count(const std::string& what) const {
-    const std::string text = Text();
-    int n = 0;
-    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-    return n;
-  }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using fakes::LogCapture;
 
 TEST(LinkErrorTracker, GrowthPerCounterSinceTheLastReading) {
   LinkErrorTracker t;

@@ -682,6 +682,49 @@ TEST(SchedulerConcurrent, AGroupShortOfAllowanceWaits) {
   EXPECT_EQ(h.reports[1].concurrent_held_back, 3);
 }
 
+// A plan whose own probes fill the cycle budget every time leaves the groups no time: they
+// are never run, and the log says why and what to change, once (not every cycle).
+TEST(SchedulerConcurrent, AGroupTheBudgetNeverFitsIsSaidOnceWithTheFix) {
+  fakes::LogCapture log;
+  Harness h;
+  h.stop_after = 8;
+  // Each GPU's pinned h2d takes 2 s: the cycle's own probes take 4 s of a 3 s budget.
+  h.backend.cost[{probes::TransferMode::kPinned, probes::Direction::kH2D}] = 2.0;
+  Settings c = ConcurrentConfig();
+  c.cycle_budget = 3s;
+  c.concurrent_interval = 10s;
+  h.Run(c);
+  ASSERT_EQ(h.reports.size(), 8u);
+  for (const CycleReport& r : h.reports) {
+    EXPECT_TRUE(r.concurrent.empty()) << r.number;
+    EXPECT_EQ(r.concurrent_held_back, 3) << r.number;
+  }
+  EXPECT_EQ(log.Count("concurrent group host (2 GPUs) has not run in 3 cycles"), 1) << log.Text();
+  EXPECT_EQ(log.Count("has not run in"), 1) << log.Text();
+  EXPECT_NE(log.Text().find("raise probe.cycle_budget"), std::string::npos) << log.Text();
+  EXPECT_NE(log.Text().find("probe.concurrent = false"), std::string::npos) << log.Text();
+}
+
+// Held back now and then (a busy member, one long cycle) is no plan problem: nothing said.
+TEST(SchedulerConcurrent, AGroupHeldBackOnceIsNotReported) {
+  fakes::LogCapture log;
+  Harness h;
+  h.stop_after = 6;
+  Settings c = ConcurrentConfig();
+  c.cycle_budget = 3s;
+  c.concurrent_interval = 10s;
+  // Slow only in the first two cycles.
+  h.backend.cost[{probes::TransferMode::kPinned, probes::Direction::kH2D}] = 2.0;
+  h.after_cycle = [&](Scheduler&, const CycleReport& r) {
+    if (r.number == 2) h.backend.cost.clear();
+  };
+  h.Run(c);
+  ASSERT_EQ(h.reports.size(), 6u);
+  EXPECT_TRUE(h.reports[0].concurrent.empty());
+  EXPECT_EQ(h.reports[2].concurrent.size(), 3u);
+  EXPECT_EQ(log.Count("has not run in"), 0) << log.Text();
+}
+
 TEST(SchedulerConcurrent, OneGpuHasNoGroup) {
   FakeClock clock;
   FakeBackend backend{&clock, 1};

@@ -1,12 +1,11 @@
 // The simulator's table of fault kinds (probes/sim/fault_kinds.cc): one row a kind, each
 // named once, and the kinds' pieces working together through the backend.
-#include "probes/sim/fault_kind.h"
-
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 
+#include "probes/sim/fault_kind.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::probes {
@@ -37,7 +36,7 @@ ProbeSpec FaultPinned() {
   return spec;
 }
 
-SimOptions Fast() {
+SimOptions FaultFast() {
   SimOptions o;
   o.time_scale = 0;
   return o;
@@ -47,7 +46,7 @@ SimOptions Fast() {
 // factors multiply, a time factor stretches what is left, and the first fault that ends a
 // probe ends it.
 TEST(SimFaultKinds, KindsComposeInTheOrderGiven) {
-  SimBackend healthy(Fast()), faulted(Fast());
+  SimBackend healthy(FaultFast()), faulted(FaultFast());
   faulted.SetFaults({{.kind = SimFault::Kind::kDegrade, .factor = 0.5},
                      {.kind = SimFault::Kind::kSlow, .factor = 2},
                      {.kind = SimFault::Kind::kRemoteNuma, .factor = 0.5}});
@@ -55,7 +54,7 @@ TEST(SimFaultKinds, KindsComposeInTheOrderGiven) {
                        healthy.Run(0, FaultPinned()).MedianBandwidth();
   EXPECT_NEAR(ratio, 0.5 * 0.5 / 2, 0.01);
 
-  SimBackend ends(Fast());
+  SimBackend ends(FaultFast());
   ends.SetFaults({{.kind = SimFault::Kind::kLost}, {.kind = SimFault::Kind::kHang}});
   const ProbeSample lost = ends.Run(0, FaultPinned());  // would block forever if hang came first
   EXPECT_EQ(lost.status, ProbeStatus::kError);

@@ -29,7 +29,7 @@ struct CudaOptions {
 bool CudaBackendBuilt();
 
 // Throws NoDeviceError (no driver, no GPU, or a build without CUDA) with a message that
-// names the cause and suggests --simulate.
+// names the cause and the fix (the commands add how to try the simulated device).
 std::unique_ptr<TransferBackend> MakeCudaBackend(const CudaOptions& options);
 
 }  // namespace xferd::probes
