@@ -116,6 +116,7 @@ Config ParseConfig(std::string_view text, const std::filesystem::path& source) {
   ReadProbe(file, root, config.simulate, config);
   ReadBusy(file, root, config);
   ReadHealth(file, root, config);
+  ReadMetrics(file, root, config);
   CheckBudget(config, text);
   return config;
 }
