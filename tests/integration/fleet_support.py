@@ -18,9 +18,10 @@ from deploy_support import RULES_FILE, free_port, require_binary, require_tool
 TEST_FOR = "4s"
 
 
-def daemon_config(port, state_dir, seed, devices=1, probe="", simulate=""):
+def daemon_config(port, state_dir, seed, devices=1, probe="", simulate="", profile="full"):
     """A fast simulated daemon on 127.0.0.1:port. `probe` and `simulate` are extra TOML
-    lines for those sections (a [[simulate.fault]] block goes in `simulate`)."""
+    lines for those sections (a [[simulate.fault]] block goes in `simulate`); `profile`
+    the metrics profile it exports."""
     return f"""
 [web]
 listen_address = "127.0.0.1:{port}"
@@ -44,6 +45,9 @@ enabled = false
 
 [health]
 consecutive_bad = 2
+
+[metrics]
+profile = "{profile}"
 
 [simulate]
 enabled = true
