@@ -392,8 +392,9 @@ def device_dashboard():
         "Probe results",
         "Probes per result in each interval: error and timeout readings are missing from the "
         "bandwidth panels; skipped_busy means the GPU was busy with real work and xferd "
-        "stayed out of its way.",
-        [target("sum by (mode, result) (increase(xferd_probe_runs_total{%s}[$__rate_interval]))" % DEVICE_MODE,
+        "stayed out of its way. The fleet metrics profile counts them over all modes (no "
+        "mode label: whichever modes are chosen).",
+        [target("sum by (mode, result) (increase(xferd_probe_runs_total{%s,mode=~\"$mode|\"}[$__rate_interval]))" % DEVICE,
                 "{{mode}} {{result}}")],
         "short", stack=True, bars=True, legend_calcs=("sum",),
         overrides=[{"matcher": {"id": "byRegexp", "options": ".* %s$" % result},

@@ -230,3 +230,16 @@ def test_fleet_dashboard_shows_the_verdict_beside_dcgm_by_uuid():
         assert "on (UUID)" in e and "max by (UUID)" in e, e
     joins = [t for t in panel["transformations"] if t["id"] == "joinByField"]
     assert joins and joins[0]["options"]["byField"] == "UUID"
+
+
+@pytest.mark.parametrize("name", DASHBOARDS)
+def test_no_panel_selects_a_label_the_fleet_profile_folds_away(name):
+    # The fleet profile sums the run counters over modes and the AER counters over the
+    # path's devices, and keeps the newest success of any mode: a selector that asks those
+    # families for a mode or a device by value would find nothing there.
+    folded = re.compile(r'(xferd_probe_runs_total|xferd_probe_last_success_timestamp_seconds)'
+                        r'\{[^}]*mode=~"\$mode"'
+                        r'|xferd_pcie_aer_errors_total\{[^}]*device=')
+    for p in panels(load(name)):
+        for t in p.get("targets", []):
+            assert not folded.search(t["expr"]), f"{name}: {p['title']!r}: {t['expr']}"
