@@ -99,9 +99,10 @@ class Processes:
         self.tmp = tmp
         self.procs = []  # (name, Popen, log file)
 
-    def start(self, name, argv):
+    def start(self, name, argv, env=None):
         log = open(self.tmp / f"{name}.log", "w")
-        p = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT)
+        p = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT,
+                             env=env)
         self.procs.append((name, p, log))
         return p
 

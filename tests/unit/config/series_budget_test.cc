@@ -145,11 +145,15 @@ TEST(SeriesBudget, TheEstimateIsWhatTheExporterExports) {
             SeriesOfGpu0(fleet, ""));
 }
 
-// The shipped config (deploy/xferd.toml) with `profile` appended as its [metrics] section.
+// The shipped config (deploy/xferd.toml) with its [metrics] profile set to `profile`.
 config::Config Shipped(const std::string& profile) {
-  return config::ParseConfig(
-      config::ReadAll(config::kExample) + "\n[metrics]\nprofile = \"" + profile + "\"\n",
-      config::kExample);
+  std::string text = config::ReadAll(config::kExample);
+  const std::string shipped = "\nprofile = \"full\"\n";
+  const std::size_t at = text.find(shipped);
+  EXPECT_NE(at, std::string::npos) << "deploy/xferd.toml: no [metrics] profile = \"full\"";
+  if (at != std::string::npos)
+    text.replace(at, shipped.size(), "\nprofile = \"" + profile + "\"\n");
+  return config::ParseConfig(text, config::kExample);
 }
 
 // The figure: at most 60 series a GPU in the fleet profile, with the shipped config,
