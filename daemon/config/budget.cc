@@ -28,7 +28,7 @@ constexpr std::size_t kOwnBand = 2;  // a probed pair's own band (core::OwnBandP
 // (dcgm-exporter's labels) and host link info 3, foreign traffic 2 and the link's
 // readability 1.
 constexpr std::size_t kFixedPerGpu = 2 + 11 + 6 + 1 + 3 + 2 + 1;
-// The fleet profile (exporter/families.h): the expected band 2, diagnosis 11, PCIe
+// The fleet profile (exporter/families.def): the expected band 2, diagnosis 11, PCIe
 // generation and width 6, device seconds 1, the three info series 3; per probed mode
 // nothing of its own: the run counters summed over modes (5 results) and the newest last
 // success (1).

@@ -1,7 +1,6 @@
-// Every metric family xferd exports, as one table (families.cc): its name, type, help, and
-// what the fleet profile keeps of it (docs/metrics.md, "Profiles"). The code that writes a
-// family asks `Families` for it by its id; adding a family is one id here and one row
-// there.
+// Every metric family xferd exports, as one table (families.def): its id, name, type, what
+// the fleet profile keeps of it (docs/metrics.md, "Profiles") and its help. The code that
+// writes a family asks `Families` for it by its id; adding a family is one entry there.
 #pragma once
 
 #include <prometheus/counter.h>
@@ -17,46 +16,11 @@
 
 namespace xferd::exporter {
 
-// One per family, in the table's order.
+// One per family of the table (exporter/families.def), in its order.
 enum class FamilyId : std::size_t {
-  // Per probed series (gpu, mode, direction, size) and per (gpu, mode, direction).
-  kTransferDuration,
-  kBandwidth,
-  kBaseline,
-  kExpected,
-  kBandExempt,
-  kDegraded,
-  // Per GPU.
-  kDiagnosis,
-  kOverlap,
-  kLinkGeneration,
-  kLinkWidth,
-  kProbeRuns,
-  kLastSuccess,
-  kDeviceSeconds,
-  kForeignTraffic,
-  kGpuLoadReadable,
-  kDeviceInfo,
-  kGpuInfo,
-  kHostLinkInfo,
-  // The link's error counters (exporter/link_error_metrics.h).
-  kAerErrors,
-  kAerRootportErrors,
-  kPcieReplays,
-  kErrorSourceReadable,
-  // Per concurrent group.
-  kConcurrent,
-  kAggregate,
-  kAggregateExpected,
-  kGroupInfo,
-  // Per process.
-  kCycleDuration,
-  kCycles,
-  kReloadOk,
-  kReloadTimestamp,
-  kStateWriteErrors,
-  kTextfileWriteErrors,
-  kBuildInfo,
+#define XFERD_FAMILY(id, name, type, fleet, help) id,
+#include "exporter/families.def"
+#undef XFERD_FAMILY
   kCount
 };
 inline constexpr std::size_t kFamilyCount = static_cast<std::size_t>(FamilyId::kCount);
@@ -94,7 +58,7 @@ struct FamilySpec {
   std::string_view help;
 };
 
-// The table, in FamilyId order.
+// The table, in FamilyId order (families.def).
 const std::array<FamilySpec, kFamilyCount>& FamilyTable();
 // The row of a family by its exported name; nullptr for none of xferd's (process_*).
 const FamilySpec* FindFamily(std::string_view name);

@@ -266,11 +266,10 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
         sample.traffic && sample.contention.state != probes::ContentionState::kUnknown;
     Gauge(FamilyId::kGpuLoadReadable).Add({{"gpu", gpu}}).Set(readable ? 1 : 0);
     if (readable) {
-      Gauge(FamilyId::kForeignTraffic)
-          .Add({{"gpu", gpu}, {"direction", "h2d"}})
+      auto& foreign = Gauge(FamilyId::kForeignTraffic);
+      foreign.Add({{"gpu", gpu}, {"direction", "h2d"}})
           .Set(sample.contention.foreign_h2d_bytes_per_s);
-      Gauge(FamilyId::kForeignTraffic)
-          .Add({{"gpu", gpu}, {"direction", "d2h"}})
+      foreign.Add({{"gpu", gpu}, {"direction", "d2h"}})
           .Set(sample.contention.foreign_d2h_bytes_per_s);
     }
   }
@@ -390,32 +389,24 @@ void Metrics::RecordSkipped(int gpu_index, TransferMode mode, ProbeResult result
 void Metrics::RecordHealth(const DeviceHealth& health) {
   const ChangeMark mark(generation_);
   const std::string gpu = Gpu(health.gpu);
+  auto& expected = Gauge(FamilyId::kExpected);
   if (health.band.Known()) {
-    Gauge(FamilyId::kExpected)
-        .Add({{"gpu", gpu}, {"bound", "lower"}})
-        .Set(health.band.lower_bytes_per_s);
-    Gauge(FamilyId::kExpected)
-        .Add({{"gpu", gpu}, {"bound", "upper"}})
-        .Set(health.band.upper_bytes_per_s);
+    expected.Add({{"gpu", gpu}, {"bound", "lower"}}).Set(health.band.lower_bytes_per_s);
+    expected.Add({{"gpu", gpu}, {"bound", "upper"}}).Set(health.band.upper_bytes_per_s);
     // A mode held to its own share of the band gets its own series, with mode and
     // direction labels: only where it differs (managed_prefetch h2d), and only while the
     // configuration probes it.
     std::set<Pair> exported;
     for (const core::PairBand& p : health.pair_bands) {
-      Gauge(FamilyId::kExpected)
-          .Add(PairBandLabels(gpu, p.mode, p.direction, "lower"))
-          .Set(p.band.lower_bytes_per_s);
-      Gauge(FamilyId::kExpected)
-          .Add(PairBandLabels(gpu, p.mode, p.direction, "upper"))
-          .Set(p.band.upper_bytes_per_s);
+      expected.Add(PairBandLabels(gpu, p.mode, p.direction, "lower")).Set(p.band.lower_bytes_per_s);
+      expected.Add(PairBandLabels(gpu, p.mode, p.direction, "upper")).Set(p.band.upper_bytes_per_s);
       exported.emplace(p.mode, p.direction);
     }
     std::lock_guard lock(mutex_);
     for (const auto& [mode, direction] : pair_bands_[health.gpu]) {
       if (exported.contains({mode, direction})) continue;
       for (const char* bound : {"lower", "upper"}) {
-        Gauge(FamilyId::kExpected)
-            .Remove(&Gauge(FamilyId::kExpected).Add(PairBandLabels(gpu, mode, direction, bound)));
+        expected.Remove(&expected.Add(PairBandLabels(gpu, mode, direction, bound)));
       }
     }
     pair_bands_[health.gpu] = std::move(exported);

@@ -1,5 +1,5 @@
 // What xferd exports, written as the daemon learns it (prefix xferd_, base units): every
-// family is a row of the family table (exporter/families.h, the one place that names them),
+// family is a row of the family table (exporter/families.def, the one place that names them),
 // and what each metrics profile serves of them is exporter/profile.h. The reference with
 // types, labels, profiles and the series budget is docs/metrics.md.
 //

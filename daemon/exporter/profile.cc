@@ -1,6 +1,7 @@
 #include "exporter/profile.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <tuple>
 
@@ -53,14 +54,9 @@ void SetValue(const MetricFamily& f, ClientMetric& m, double value) {
   }
 }
 
-std::string_view FoldWords(Fold fold) {
-  switch (fold) {
-    case Fold::kSum: return "the sum";
-    case Fold::kMax: return "the largest value";
-    case Fold::kMin: return "the smallest value";
-  }
-  return "the sum";
-}
+// What a folded family's help says of its values, by Fold.
+constexpr std::array<std::string_view, 3> kFoldWords = {"the sum", "the largest value",
+                                                        "the smallest value"};
 
 // One series per the labels other than `rule.label`, in the order first seen.
 void FoldFamily(MetricFamily& f, const FleetRule& rule) {
@@ -82,8 +78,8 @@ void FoldFamily(MetricFamily& f, const FleetRule& rule) {
     }
   }
   f.metric = std::move(out);
-  f.help += " Fleet profile: " + std::string(FoldWords(rule.fold)) + " over " +
-            std::string(rule.label) + ".";
+  f.help += " Fleet profile: " + std::string(kFoldWords.at(static_cast<std::size_t>(rule.fold))) +
+            " over " + std::string(rule.label) + ".";
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // view of it, taken at each render, so a reload that changes the profile leaves nothing
 // stale behind and the status API (fed apart) is the same in both.
 //   full:  every series, as written.
-//   fleet: each family as its row of the family table says (exporter/families.h): the
+//   fleet: each family as its row of the family table says (exporter/families.def): the
 //          per-pair gauges of the headline pairs and of the degraded pairs only, the run
 //          counters summed over modes, the link's error counters over the path, no
 //          histograms and none of the single-host detail.

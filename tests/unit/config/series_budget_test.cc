@@ -1,27 +1,18 @@
 // The series budget config holds a file to (config::EstimateSeries, docs/metrics.md) is the
 // count of what the exporter really exports: real cycles on the simulated device, counted in
 // the exposition, for several plans and both metrics profiles. A family added or changed in
-// exporter/families.cc fails this until the arithmetic counts it.
+// exporter/families.def fails this until the arithmetic counts it.
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
-#include <prometheus/text_serializer.h>
 
-#include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 #include <string>
 
 #include "config/config.h"
-#include "core/contention.h"
-#include "core/health_tracker.h"
-#include "core/host_groups.h"
-#include "core/link_errors.h"
-#include "core/plan.h"
 #include "exporter/metrics.h"
 #include "unit/config/config_testing.h"
-#include "xferd/probes/gpu_load.h"
-#include "xferd/probes/link_errors.h"
+#include "unit/exporter/recorded_host.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::exporter {
@@ -38,6 +29,9 @@ std::size_t SeriesOfGpu(const std::string& text, int gpu) {
   return count;
 }
 
+using recording::RecordedHost;
+using recording::SimHost;
+
 // `cycles` cycles of every GPU of `options`' host as the service runs them, and with
 // `groups` every concurrent group probed after each; the exposition of the profile
 // settings.metrics_profile names (what /metrics serves).
@@ -46,69 +40,18 @@ std::string Exposition(const core::Settings& settings, const probes::SimOptions&
   prometheus::Registry registry;
   Metrics metrics(registry);
   metrics.SetBuildInfo();
-  probes::SimBackend sim(options);
-  for (const probes::DeviceInfo& dev : sim.Devices()) metrics.SetDevice(dev);
-  metrics.SetPlan(settings);  // as the service does at the start
-  core::HealthTracker health(settings);
-  core::LinkErrorTracker errors;
-  // Each probe inside its link-traffic window, as the scheduler runs it (the link readable).
-  const auto load = probes::MakeSimGpuLoadReader(0, 0, &sim);
-  const auto error_reader = probes::MakeSimLinkErrorReader(sim);
-  std::vector<probes::LinkPath> paths;
+  RecordedHost host(options, settings, metrics);
   for (int cycle = 0; cycle < cycles; ++cycle) {
-    paths.clear();
-    for (const probes::DeviceInfo& dev : sim.Devices()) {
-      core::CycleObservation obs;
-      obs.device = dev;
-      obs.link_path = sim.ReadLinkPath(dev.index);
-      paths.push_back(obs.link_path);
-      metrics.RecordLinkPath(dev.index, obs.link_path);
-      metrics.RecordLinkErrors(dev,
-                               errors.Observe(dev, error_reader->Read(dev, obs.link_path),
-                                              core::SteadyTime{} + std::chrono::minutes(cycle)));
-      for (probes::ProbeSpec spec : core::PlanProbes(settings)) {
-        spec.iterations = 4;
-        load->BeginWindow(dev);
-        probes::ProbeSample s = sim.Run(dev.index, spec);
-        s.traffic = load->EndWindow(dev);
-        s.contention = core::JudgeContention(s, {});
-        metrics.RecordSample(dev, s, 0, core::KeepsHistogram(spec, settings));
-        obs.samples.push_back(std::move(s));
-      }
-      metrics.RecordHealth(health.Observe(obs));
-    }
-    metrics.RecordCycle(0.1, CycleResult::kOk);
-    if (!groups) continue;
-    for (const core::HostGroup& group : core::FindGroups(sim.Devices(), paths)) {
-      for (probes::ProbeSpec spec : core::PlanConcurrent(settings)) {
-        spec.iterations = 4;
-        core::GroupRun run;
-        run.group = group;
-        run.spec = spec;
-        for (int gpu : group.gpus) run.devices.push_back(sim.Devices().at(gpu));
-        run.samples = sim.RunConcurrent(group.gpus, spec);
-        metrics.RecordConcurrent(run, core::GroupBand(group, settings));
-      }
-    }
+    host.Cycle();
+    if (groups) host.Groups();
   }
-  std::ostringstream out;
-  prometheus::TextSerializer().Serialize(out, metrics.Exposition()->Collect());
-  return out.str();
-}
-
-probes::SimOptions Host(const std::string& tree = "hgx-8gpu", int devices = 1) {
-  probes::SimOptions options;
-  options.time_scale = 0;
-  options.devices = devices;
-  if (!tree.empty())
-    options.sysfs_root = std::filesystem::path(XFERD_TEST_DATA_DIR) / "sysfs" / tree;
-  return options;
+  return recording::Render(*metrics.Exposition());
 }
 
 // On `tree` (a typical path: a GPU behind a switch below a root port) or the built-in host
 // (the GPU and its switch's port).
 std::size_t SeriesOfGpu0(const core::Settings& settings, const std::string& tree = "hgx-8gpu") {
-  return SeriesOfGpu(Exposition(settings, Host(tree)), 0);
+  return SeriesOfGpu(Exposition(settings, SimHost(tree)), 0);
 }
 
 TEST(SeriesBudget, TheEstimateIsWhatTheExporterExports) {
@@ -168,9 +111,9 @@ TEST(SeriesBudget, TheFleetProfileStaysWithinSixtyPerGpuOnOneAndEightGpus) {
     probes::SimOptions options;
     int gpus;
   };
-  const Case cases[] = {{"built-in, 1 GPU", Host(""), 1},
-                        {"built-in, 8 GPUs", Host("", 8), 8},
-                        {"HGX node, 8 GPUs", Host("hgx-8gpu"), 8}};
+  const Case cases[] = {{"built-in, 1 GPU", SimHost(""), 1},
+                        {"built-in, 8 GPUs", SimHost("", 8), 8},
+                        {"HGX node, 8 GPUs", SimHost("hgx-8gpu"), 8}};
   for (const Case& c : cases) {
     const std::string fleet_text = Exposition(fleet, c.options, 2, true);
     const std::string full_text = Exposition(full, c.options, 2, true);
@@ -189,7 +132,7 @@ TEST(SeriesBudget, ADegradedGpuAddsItsDegradedPairsOnly) {
   core::Settings settings;
   settings.metrics_profile = core::Settings::MetricsProfile::kFleet;
   settings.consecutive_bad = 1;
-  probes::SimOptions options = Host("", 2);
+  probes::SimOptions options = SimHost("", 2);
   probes::SimFault fault;
   fault.kind = probes::SimFault::Kind::kDegrade;
   fault.device = 1;

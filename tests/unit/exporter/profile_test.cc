@@ -17,14 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "core/contention.h"
-#include "core/health_tracker.h"
-#include "core/link_errors.h"
-#include "core/plan.h"
 #include "exporter/families.h"
 #include "exporter/metrics.h"
-#include "xferd/probes/gpu_load.h"
-#include "xferd/probes/link_errors.h"
+#include "unit/exporter/recorded_host.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::exporter {
@@ -32,12 +27,6 @@ namespace {
 
 using probes::TransferMode;
 using Profile = core::Settings::MetricsProfile;
-
-std::string Render(const prometheus::Collectable& collectable) {
-  std::ostringstream out;
-  prometheus::TextSerializer().Serialize(out, collectable.Collect());
-  return out.str();
-}
 
 // Sample lines (not comments) of the exposition that start with `prefix`.
 std::vector<std::string> Lines(const std::string& text, const std::string& prefix) {
@@ -60,43 +49,21 @@ double ValueOf(const std::string& text, const std::string& series) {
   return lines.size() == 1 ? Value(lines[0]) : std::nan("");
 }
 
+using recording::Render;
+
 // A host of simulated GPUs whose cycles are recorded as the service records them, with the
 // registry's two views: full (the registry itself) and what Metrics::Exposition() serves.
 class Host {
  public:
   explicit Host(probes::SimOptions options, core::Settings settings = {})
-      : settings_(std::move(settings)), sim_(Fast(std::move(options))), health_(settings_) {
-    for (const probes::DeviceInfo& dev : sim_.Devices()) metrics_.SetDevice(dev);
-    metrics_.SetPlan(settings_);
-  }
+      : recorded_(Fast(std::move(options)), std::move(settings), metrics_) {}
 
-  void Cycle() {
-    const auto load = probes::MakeSimGpuLoadReader(0, 0, &sim_);
-    const auto reader = probes::MakeSimLinkErrorReader(sim_);
-    now_ += std::chrono::minutes(1);
-    for (const probes::DeviceInfo& dev : sim_.Devices()) {
-      core::CycleObservation obs;
-      obs.device = dev;
-      obs.link_path = sim_.ReadLinkPath(dev.index);
-      metrics_.RecordLinkPath(dev.index, obs.link_path);
-      metrics_.RecordLinkErrors(dev, errors_.Observe(dev, reader->Read(dev, obs.link_path), now_));
-      for (probes::ProbeSpec spec : core::PlanProbes(settings_)) {
-        spec.iterations = 4;
-        load->BeginWindow(dev);
-        probes::ProbeSample s = sim_.Run(dev.index, spec);
-        s.traffic = load->EndWindow(dev);
-        s.contention = core::JudgeContention(s, {});
-        metrics_.RecordSample(dev, s);
-        obs.samples.push_back(std::move(s));
-      }
-      metrics_.RecordHealth(health_.Observe(obs));
-    }
-    metrics_.RecordCycle(0.1, CycleResult::kOk);
-  }
+  void Cycle() { recorded_.Cycle(); }
 
   void Switch(Profile profile) {
-    settings_.metrics_profile = profile;
-    metrics_.SetPlan(settings_);
+    core::Settings settings = recorded_.settings();
+    settings.metrics_profile = profile;
+    recorded_.Reload(settings);
   }
 
   std::string Full() const { return Render(registry_); }
@@ -109,13 +76,9 @@ class Host {
     return o;
   }
 
-  core::Settings settings_;
-  probes::SimBackend sim_;
   prometheus::Registry registry_;
   Metrics metrics_{registry_, "node-a"};
-  core::HealthTracker health_;
-  core::LinkErrorTracker errors_;
-  core::SteadyTime now_{};
+  recording::RecordedHost recorded_;
 };
 
 probes::SimFault Fault(probes::SimFault::Kind kind, int device) {
@@ -150,9 +113,7 @@ TEST(FamilyTable, NamesEveryFamilyOnceAndNothingIsRegisteredOutsideIt) {
     if (spec.fleet.kind == FleetRule::Kind::kFold) EXPECT_FALSE(spec.fleet.label.empty());
   }
   // Every family the exporter writes (a host of cycles and groups) is a row of the table.
-  probes::SimOptions hgx;
-  hgx.sysfs_root = std::filesystem::path(XFERD_TEST_DATA_DIR) / "sysfs/hgx-8gpu";
-  Host host(hgx);
+  Host host(recording::SimHost());
   host.Cycle();
   host.metrics().SetBuildInfo();
   std::istringstream text(host.Full());
@@ -167,9 +128,8 @@ TEST(FamilyTable, NamesEveryFamilyOnceAndNothingIsRegisteredOutsideIt) {
 }
 
 TEST(FleetProfile, KeepsTheHeadlinePairsAndDropsTheSingleHostDetail) {
-  probes::SimOptions hgx;  // a GPU behind a switch below a root port: every family
-  hgx.sysfs_root = std::filesystem::path(XFERD_TEST_DATA_DIR) / "sysfs/hgx-8gpu";
-  Host host(hgx, FleetSettings());
+  // GPUs behind a switch below a root port: every family.
+  Host host(recording::SimHost(), FleetSettings());
   for (int i = 0; i < 2; ++i) host.Cycle();
   const std::string full = host.Full(), fleet = host.Served();
   // The headline pairs: their bandwidth, baseline (none yet, as in full), verdict.
