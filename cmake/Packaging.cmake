@@ -16,6 +16,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/dashboards/ DESTINATION share/xferd/dash
         FILES_MATCHING PATTERN "*.json")
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/prometheus/xferd.rules.yml
               ${PROJECT_SOURCE_DIR}/deploy/prometheus/xferd.rules.test.yml
+              ${PROJECT_SOURCE_DIR}/deploy/prometheus/xferd.rules.fleet.test.yml
               ${PROJECT_SOURCE_DIR}/deploy/prometheus/prometheus.yml
         DESTINATION share/xferd/prometheus)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/deploy/prometheus/targets DESTINATION share/xferd/prometheus)

@@ -30,6 +30,18 @@ MODE_LOWER = ('(max by (instance, gpu, mode, direction) (xferd_expected_bandwidt
               ' + on (instance, gpu) group_left max by (instance, gpu) (xferd_expected_bandwidth_bytes_per_second{%(d)s,bound="lower",mode=""})))')
 DEVICE_MODE = DEVICE + ',mode=~"$mode"'
 FLEET = 'instance=~"$instance"'
+# Rows whose panels read what only the full metrics profile exports (histograms, every
+# mode's gauges, the single-host detail): their titles end with this, and their panels say
+# so. With [metrics] profile = "fleet" they are empty; every other panel works with both
+# (tests/integration/test_fleet.py runs every query against each profile).
+FULL_PROFILE = " (full profile)"
+FULL_PROFILE_NOTE = (" Needs the full metrics profile ([metrics] profile = \"full\", the "
+                     "default): the fleet profile exports no histograms and no gauges of a "
+                     "healthy GPU's other modes.")
+# Where xferd meets dcgm-exporter: its series carry dcgm-exporter's UUID (xferd_gpu_info),
+# the one label both exporters write alike on every node (docs/metrics.md, "Joins with
+# dcgm-exporter"). Restricted to the GPUs xferd watches on the chosen instances.
+WATCHED = 'on (UUID) xferd_gpu_info{instance=~"$instance"}'
 DEVICE_UID = "xferd-device"
 FLEET_UID = "xferd-fleet"
 
@@ -247,11 +259,12 @@ def device_dashboard():
         "percentunit", (("red", None), ("green", 1.0)), maximum=1.5),
         8, 10)
 
-    lay.row("Latency")
+    lay.row("Latency" + FULL_PROFILE)
     lay.add(timeseries(
         "Transfer latency p50 / p99 / p99.9",
         "Quantiles of single-transfer durations from the xferd_transfer_duration_seconds "
-        "histograms (interpolated within buckets). The tail is where contention shows first.",
+        "histograms (interpolated within buckets). The tail is where contention shows first."
+        + FULL_PROFILE_NOTE,
         [target('histogram_quantile(%s, sum by (le, gpu, mode, direction, size) '
                 '(rate(xferd_transfer_duration_seconds_bucket{%s}[$__rate_interval])))'
                 % (q, DEVICE_MODE), "p%s gpu{{gpu}} {{mode}} {{direction}} {{size}}" % label, ref)
@@ -260,7 +273,8 @@ def device_dashboard():
         24, 10)
     heat = {"type": "heatmap", "title": "Latency heatmap: $mode",
             "description": "Distribution of single-transfer durations per mode (both "
-                           "directions, every size) from the histogram buckets.",
+                           "directions, every size) from the histogram buckets."
+                           + FULL_PROFILE_NOTE,
             "datasource": DS, "repeat": "mode", "repeatDirection": "h", "maxPerRow": 3,
             "fieldConfig": {"defaults": {"custom": {"scaleDistribution": {"type": "linear"},
                                                     "hideFrom": {"legend": False, "tooltip": False, "viz": False}}},
@@ -279,24 +293,25 @@ def device_dashboard():
                                % (DEVICE + ',mode=~"$mode"'), "{{le}}", fmt="heatmap")]}
     lay.add(heat, 8, 9)
 
-    lay.row("Memory paths")
+    lay.row("Memory paths" + FULL_PROFILE)
     lay.add(timeseries(
         "Pinned over pageable speedup",
         "pinned / pageable bandwidth, per direction. Usually 2-4x on a discrete GPU (pageable "
         "copies are staged through a pinned bounce buffer) and about 1x on an integrated one. "
-        "A sudden change points at the host side: driver, NUMA, hugepages.",
+        "A sudden change points at the host side: driver, NUMA, hugepages." + FULL_PROFILE_NOTE,
         [target('min by (gpu, direction) (xferd_bandwidth_bytes_per_second{%s,mode="pinned"})'
                 ' / on (gpu, direction) min by (gpu, direction) (xferd_bandwidth_bytes_per_second{%s,mode="pageable"})'
                 % (DEVICE, DEVICE), "gpu{{gpu}} {{direction}}")],
         "suffix:x"),
-        8, 8)
+        12, 8)
     lay.add(timeseries(
         "Copy/compute overlap (pinned_async)",
         "1 = copies fully hidden behind compute on other streams, 0 = serialized. Below ~0.5 "
-        "the async path buys nothing over plain pinned copies.",
+        "the async path buys nothing over plain pinned copies." + FULL_PROFILE_NOTE,
         [target("xferd_overlap_ratio{%s}" % DEVICE, "gpu{{gpu}}")],
         "percentunit"),
-        8, 8)
+        12, 8)
+    lay.row("PCIe link")
     lay.add(timeseries(
         "PCIe link generation and width (read while probing)",
         "The GPU's own link (current, max) and the narrowest link on its path to the root "
@@ -305,9 +320,8 @@ def device_dashboard():
         [target("max by (gpu, state) (xferd_pcie_link_generation{%s})" % DEVICE, "gpu{{gpu}} Gen {{state}}", "A"),
          target("max by (gpu, state) (xferd_pcie_link_width{%s})" % DEVICE, "gpu{{gpu}} x width {{state}}", "B")],
         "none", legend_calcs=("lastNotNull", "min")),
-        8, 8)
+        24, 8)
 
-    lay.row("Link errors")
     lay.add(timeseries(
         "PCIe link errors per minute",
         "Replays the GPU counted on its own link (NVML) and the AER errors each device on "
@@ -378,8 +392,9 @@ def device_dashboard():
         "Probe results",
         "Probes per result in each interval: error and timeout readings are missing from the "
         "bandwidth panels; skipped_busy means the GPU was busy with real work and xferd "
-        "stayed out of its way.",
-        [target("sum by (mode, result) (increase(xferd_probe_runs_total{%s}[$__rate_interval]))" % DEVICE_MODE,
+        "stayed out of its way. The fleet metrics profile counts them over all modes (no "
+        "mode label: whichever modes are chosen).",
+        [target("sum by (mode, result) (increase(xferd_probe_runs_total{%s,mode=~\"$mode|\"}[$__rate_interval]))" % DEVICE,
                 "{{mode}} {{result}}")],
         "short", stack=True, bars=True, legend_calcs=("sum",),
         overrides=[{"matcher": {"id": "byRegexp", "options": ".* %s$" % result},
@@ -577,6 +592,42 @@ def fleet_dashboard():
         "instance_gpu_direction_group:xferd_concurrent_over_solo:ratio{%s}" % FLEET,
         (("red", None), ("orange", 0.5), ("green", 0.8)), device_link),
         12, 9)
+
+    lay.row("Beside dcgm-exporter")
+    dcgm = table(
+        "xferd's verdict beside DCGM's PCIe counters",
+        "Per GPU xferd watches, keyed by UUID as dcgm-exporter labels its series: xferd's "
+        "verdict (1: some mode and direction degraded; UUID:xferd_gpu_degraded:max), DCGM's "
+        "PCIe replay counter and link generation, and the generation xferd read while "
+        "probing. Empty DCGM columns: no dcgm-exporter scraped with the default counters "
+        "plus DCGM_FI_DEV_PCIE_LINK_GEN. A verdict of 1 with replays rising points at the "
+        "link (reseat); with no replays, at the host (NUMA, IOMMU).",
+        [target("max by (UUID, Hostname) (UUID:xferd_gpu_degraded:max and %s)" % WATCHED,
+                ref="A", instant=True, fmt="table"),
+         target("max by (UUID) (DCGM_FI_DEV_PCIE_REPLAY_COUNTER and %s)" % WATCHED,
+                ref="B", instant=True, fmt="table"),
+         target("max by (UUID) (DCGM_FI_DEV_PCIE_LINK_GEN and %s)" % WATCHED,
+                ref="C", instant=True, fmt="table"),
+         target('max by (UUID) (xferd_pcie_link_generation{instance=~"$instance",state="current"}'
+                ' * on (instance, gpu) group_left (UUID) xferd_gpu_info)',
+                ref="D", instant=True, fmt="table")],
+        mappings=[{"type": "value", "options": {"0": {"text": "ok", "color": "green", "index": 0},
+                                                "1": {"text": "DEGRADED", "color": "red", "index": 1}}}],
+        color_cell=False)
+    # One row per UUID: the four queries joined on it, their values named.
+    dcgm["transformations"] = [
+        {"id": "joinByField", "options": {"byField": "UUID", "mode": "outer"}},
+        {"id": "organize", "options": {
+            "excludeByName": {"Time": True, "Time 1": True, "Time 2": True, "Time 3": True,
+                              "Time 4": True},
+            "renameByName": {"Value #A": "xferd verdict",
+                             "Value #B": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+                             "Value #C": "DCGM_FI_DEV_PCIE_LINK_GEN",
+                             "Value #D": "xferd link generation"}}}]
+    dcgm["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byName", "options": "xferd verdict"},
+         "properties": [{"id": "custom.cellOptions", "value": {"type": "color-background"}}]}]
+    lay.add(dcgm, 24, 8)
 
     lay.row("Alerts")
     lay.add(table(

@@ -27,6 +27,10 @@ std::string Join(const std::vector<std::string>& items) {
   return out;
 }
 
+const char* ProfileName(const Config& c) {
+  return c.metrics_profile == Settings::MetricsProfile::kFleet ? "fleet" : "full";
+}
+
 void PrintSummary(const std::string& file, const Config& c) {
   std::printf("%s: OK\n", file.c_str());
   std::printf("  listen:     %s%s (TLS %s, basic auth %s)\n", c.listen_address.c_str(),
@@ -56,6 +60,15 @@ void PrintSummary(const std::string& file, const Config& c) {
                 FormatBandwidth(band.lower_bytes_per_s).c_str(),
                 FormatBandwidth(band.upper_bytes_per_s).c_str());
   }
+  const SeriesEstimate series = EstimateSeries(c);
+  const std::string degraded = series.per_degraded_pair > 0
+                                   ? ", at most +" + std::to_string(series.per_degraded_pair) +
+                                         " per degraded mode and direction"
+                                   : "";
+  std::printf(
+      "  metrics:    %s profile, %zu series per GPU on a typical path (+%zu on a "
+      "multi-GPU host)%s\n",
+      ProfileName(c), series.per_gpu, series.concurrent_per_gpu, degraded.c_str());
   if (c.simulate) {
     std::printf("  simulate:   %d device(s), gen%dx%d, %zu fault(s)\n", c.sim.devices,
                 c.sim.link_gen, c.sim.link_width, c.sim.faults.size());
@@ -110,6 +123,12 @@ void PrintPlan(const Config& c, bool simulate) {
                        {"band_upper_fraction", c.band_upper_fraction},
                        {"consecutive_bad", c.consecutive_bad},
                        {"drift_fraction", c.drift_fraction}}}};
+  // What the file costs a Prometheus: docs/metrics.md, "Series budget" and "Profiles".
+  const SeriesEstimate series = EstimateSeries(c);
+  doc["series"] = {{"profile", ProfileName(c)},
+                   {"per_gpu", series.per_gpu},
+                   {"concurrent_per_gpu", series.concurrent_per_gpu},
+                   {"per_degraded_pair", series.per_degraded_pair}};
   if (c.simulate || simulate) {
     nlohmann::json devices = nlohmann::json::array();
     for (const auto& [device, band] : simulated) {

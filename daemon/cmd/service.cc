@@ -308,7 +308,7 @@ void Service::WriteTextfile(const Config& config) {
   }
   try {
     exporter::WriteTextfile(config.textfile_path,
-                            RenderExposition(Collectables{registry_}, "xferd_"));
+                            RenderExposition(Collectables{metrics_.Exposition()}, "xferd_"));
     if (textfile_failing_) {
       spdlog::info("textfile: writing {} works again", config.textfile_path.string());
     }
@@ -454,7 +454,7 @@ void Service::StartServing(const Config& config) {
   routes.telemetry_path = config.telemetry_path;
   // Only metrics_ writes the registry, and it changes once per probe, not per scrape: its
   // text is rendered once per change (Metrics::Generation); process_* is read per scrape.
-  routes.cached_collectables = {registry_};
+  routes.cached_collectables = {metrics_.Exposition()};
   routes.generation = [this] { return metrics_.Generation(); };
   // What the servers refused (read per scrape: a flood changes it all the time).
   refusal_metrics_ = std::make_shared<exporter::HttpRefusalMetrics>([this] {

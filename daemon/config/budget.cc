@@ -24,9 +24,19 @@ constexpr std::size_t kPerModeDirection = 1;               // xferd_bandwidth_de
 constexpr std::size_t kPerMode = 5 + 1;
 constexpr std::size_t kOverlap = 1;  // xferd_overlap_ratio, with pinned_async
 constexpr std::size_t kOwnBand = 2;  // a probed pair's own band (core::OwnBandPairs)
-// expected band 2, diagnosis 11, PCIe generation and width 6, device seconds 2, device and
-// host link info 2, foreign traffic 2 and the link's readability 1.
-constexpr std::size_t kFixedPerGpu = 2 + 11 + 6 + 2 + 2 + 2 + 1;
+// expected band 2, diagnosis 11, PCIe generation and width 6, device seconds 1, device, gpu
+// (dcgm-exporter's labels) and host link info 3, foreign traffic 2 and the link's
+// readability 1.
+constexpr std::size_t kFixedPerGpu = 2 + 11 + 6 + 1 + 3 + 2 + 1;
+// The fleet profile (exporter/families.def): the expected band 2, diagnosis 11, PCIe
+// generation and width 6, device seconds 1, the three info series 3; per probed mode
+// nothing of its own: the run counters summed over modes (5 results) and the newest last
+// success (1).
+constexpr std::size_t kFleetFixedPerGpu = 2 + 11 + 6 + 1 + 3;
+constexpr std::size_t kFleetRuns = 5 + 1;
+// The link's error counters over the path: AER per class 3 and whether the path's AER is
+// readable 1 (where the path has a device); NVML's replay counter and its readability 2.
+constexpr std::size_t kFleetLinkErrorsAer = 3 + 1;
 // The link's error counters (exporter/link_error_metrics.h): per device of the path its 3
 // AER classes and whether they are readable, the root port's 3 totals, NVML's replay
 // counter and whether it is readable.
@@ -48,25 +58,51 @@ SeriesEstimate EstimateSeries(const core::Settings& settings, const PathShape& p
   core::Settings one_size = settings;
   one_size.sizes.resize(std::min<std::size_t>(settings.sizes.size(), 1));
   const auto plan = core::PlanProbes(one_size);
-  std::set<std::pair<probes::TransferMode, probes::Direction>> pairs;
+  const bool fleet = settings.metrics_profile == core::Settings::MetricsProfile::kFleet;
+  std::set<std::pair<probes::TransferMode, probes::Direction>> pairs, headline_pairs;
   bool overlap = false;
   std::size_t with_histogram = 0;  // of one size's probes
+  std::size_t headline = 0;        // of one size's probes
   for (const probes::ProbeSpec& spec : plan) {
     pairs.insert({spec.mode, spec.direction});
     overlap = overlap || spec.mode == probes::TransferMode::kPinnedAsync;
+    if (core::IsHeadline(spec, settings)) {
+      ++headline;
+      headline_pairs.insert({spec.mode, spec.direction});
+    }
     if (settings.histograms == core::Settings::Histograms::kAll ||
         core::IsHeadline(spec, settings)) {
       ++with_histogram;
     }
   }
-  // xferd_band_exempt: a link-bound probe under the size its mode is held to the band at.
+  // xferd_band_exempt: a link-bound probe under the size its mode is held to the band at
+  // (in the fleet profile, of the pairs it keeps).
   std::size_t exempt = 0;
   for (const std::uint64_t size : settings.sizes) {
     for (const probes::ProbeSpec& spec : plan) {
+      if (fleet && !core::IsHeadline(spec, settings)) continue;
       if (core::BandExempt(spec.mode, spec.direction, size)) ++exempt;
     }
   }
   e.probes = plan.size() * settings.sizes.size();
+  e.exempt_per_gpu = exempt;
+  e.concurrent_per_gpu = settings.concurrent ? kConcurrentPerGpu : 0;
+  e.baseline_values_per_gpu = e.probes * static_cast<std::size_t>(settings.baseline_window);
+  if (fleet) {
+    // The headline pairs always; any other pair only while its verdict is degraded.
+    e.per_size = headline * kGauges;
+    e.link_errors_per_gpu = (path.devices > 0 ? kFleetLinkErrorsAer : 0) + kLinkErrorsReplays;
+    std::size_t own_bands = 0;  // of the headline pairs (managed_prefetch h2d, when first)
+    for (const auto& pair : core::OwnBandPairs(settings)) own_bands += headline_pairs.count(pair);
+    e.per_gpu = e.per_size * settings.sizes.size() + headline_pairs.size() * kPerModeDirection +
+                (settings.modes.empty() ? 0 : kFleetRuns) + kFleetFixedPerGpu + exempt +
+                own_bands * kOwnBand + e.link_errors_per_gpu;
+    // A degraded pair: its gauges of every size, its verdict, its own band where it has
+    // one, its exempt sizes (at most one per size).
+    e.per_degraded_pair =
+        kGauges * settings.sizes.size() + kPerModeDirection + kOwnBand + settings.sizes.size();
+    return e;
+  }
   e.per_size = plan.size() * kGauges + with_histogram * kHistogram;
   e.link_errors_per_gpu = path.devices * kLinkErrorsPerDevice +
                           (path.root_port ? kLinkErrorsRootPort : 0) + kLinkErrorsReplays;
@@ -74,9 +110,6 @@ SeriesEstimate EstimateSeries(const core::Settings& settings, const PathShape& p
               settings.modes.size() * kPerMode + (overlap ? kOverlap : 0) +
               core::OwnBandPairs(settings).size() * kOwnBand + kFixedPerGpu + exempt +
               e.link_errors_per_gpu;
-  e.exempt_per_gpu = exempt;
-  e.concurrent_per_gpu = settings.concurrent ? kConcurrentPerGpu : 0;
-  e.baseline_values_per_gpu = e.probes * static_cast<std::size_t>(settings.baseline_window);
   return e;
 }
 
@@ -90,9 +123,13 @@ void CheckBudget(const Config& config, std::string_view text) {
   const auto line_of = [&](std::string_view key) { return LineOfKey(text, key); };
   const std::size_t per_gpu = e.per_gpu + e.concurrent_per_gpu;
   const std::size_t of_probes = e.per_size * config.sizes.size();
-  const std::size_t histograms = (of_probes - e.probes * kGauges) / kHistogram;
+  const bool fleet = config.metrics_profile == core::Settings::MetricsProfile::kFleet;
+  // Of the probes' series: the gauges, then the histograms (none in the fleet profile).
+  const std::size_t gauges = fleet ? of_probes : e.probes * kGauges;
+  const std::size_t histograms = (of_probes - gauges) / kHistogram;
   const std::string arithmetic =
-      std::to_string(e.probes) + " probes (sizes x modes x directions) x " +
+      (fleet ? "the fleet profile: " + std::to_string(gauges / kGauges) + " headline probes x "
+             : std::to_string(e.probes) + " probes (sizes x modes x directions) x ") +
       std::to_string(kGauges) + " gauges, " + std::to_string(histograms) +
       " of them with a histogram of " + std::to_string(kHistogram) + " series, plus " +
       std::to_string(per_gpu - of_probes - e.exempt_per_gpu - e.link_errors_per_gpu) +

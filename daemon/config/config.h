@@ -57,8 +57,8 @@ struct Config : core::Settings {
   double sim_pcie_bytes_per_s = 0;
 };
 
-// What a configuration costs, per GPU: the series it exports (docs/metrics.md's arithmetic)
-// and the baseline values the state file keeps for it.
+// What a configuration costs, per GPU: the series it exports in its metrics profile
+// (docs/metrics.md's arithmetic) and the baseline values the state file keeps for it.
 struct SeriesEstimate {
   std::size_t probes = 0;    // per cycle and GPU: sizes x mode-directions
   std::size_t per_gpu = 0;   // series of a GPU alone
@@ -69,6 +69,9 @@ struct SeriesEstimate {
   std::size_t exempt_per_gpu = 0;
   // Of per_gpu: the link's error counters of the path (PathShape).
   std::size_t link_errors_per_gpu = 0;
+  // The fleet profile: what each (mode, direction) adds while its verdict is degraded, at
+  // most (per_gpu counts the healthy GPU). 0 for the full profile, which has them all.
+  std::size_t per_degraded_pair = 0;
   std::size_t baseline_values_per_gpu = 0;
 };
 // The PCIe path a GPU's link-error series are counted for: how many devices (the GPU, each

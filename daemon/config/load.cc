@@ -214,6 +214,7 @@ Config ParseConfigText(std::string_view text, const std::filesystem::path& sourc
   ReadProbe(file, root, config.simulate, config);
   ReadBusy(file, root, config);
   ReadHealth(file, root, config);
+  ReadMetrics(file, root, config);
   CheckBudget(config, text);
   return config;
 }

@@ -19,6 +19,7 @@ void ReadDaemon(const std::string& file, const std::filesystem::path& source,
 void ReadProbe(const std::string& file, const toml::table& root, bool simulate, Config& config);
 void ReadBusy(const std::string& file, const toml::table& root, Config& config);
 void ReadHealth(const std::string& file, const toml::table& root, Config& config);
+void ReadMetrics(const std::string& file, const toml::table& root, Config& config);
 void ReadSimulate(const std::string& file, const toml::table& root, Config& config);
 
 }  // namespace xferd::config

@@ -31,7 +31,7 @@ bool LooksLikeGpuId(std::string_view id) {
 
 const std::vector<Section>& Schema() {
   static const std::vector<Section> kSchema = {
-      {"", {"web", "daemon", "probe", "busy", "health", "simulate"}},
+      {"", {"web", "daemon", "probe", "busy", "health", "metrics", "simulate"}},
       {"web",
        {"listen_address", "telemetry_path", "config_file", "reload_may_remove_protection",
         "health_socket"}},
@@ -45,6 +45,7 @@ const std::vector<Section>& Schema() {
        {"consecutive_bad", "baseline_window", "drift_fraction", "band_lower_fraction",
         "band_upper_fraction", "band"}},
       {"health.band", {"gpu", "lower", "upper"}},
+      {"metrics", {"profile"}},
       {"simulate",
        {"enabled",
         "devices",

@@ -1,5 +1,5 @@
 // What the core layer is told to do: the probe plan, busy detection and health settings.
-// config/ fills these from the TOML file ([probe], [busy], [health]); core reads no file
+// config/ fills these from the TOML file ([probe], [busy], [health], [metrics]); core reads no file
 // and knows nothing of TOML. Defaults here are the documented defaults (deploy/xferd.toml).
 #pragma once
 
@@ -48,6 +48,14 @@ struct Settings {
   // d2h), to hold the series per host down on large fleets; the gauges stay either way.
   enum class Histograms { kAll, kHeadline };
   Histograms histograms = Histograms::kAll;
+
+  // [metrics] profile: which series the exporter publishes. kFull: every series (the
+  // single-host view: histograms, every mode's gauges); kFleet: at most ~60 a GPU, what a
+  // fleet's alerts, dashboards and joins read (docs/metrics.md, "Profiles"). core only
+  // carries it, as it carries `histograms`, so that one Settings reaches the exporter and
+  // the series budget on start and reload alike.
+  enum class MetricsProfile { kFull, kFleet };
+  MetricsProfile metrics_profile = MetricsProfile::kFull;
 
   // [busy]
   bool busy_detection = true;

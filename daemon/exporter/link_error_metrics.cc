@@ -11,31 +11,11 @@ std::string Class(probes::AerClass aer_class) {
 
 }  // namespace
 
-LinkErrorMetrics::LinkErrorMetrics(prometheus::Registry& registry)
-    : aer_(prometheus::BuildCounter()
-               .Name("xferd_pcie_aer_errors_total")
-               .Help("PCIe AER errors a device on the GPU's path reported, by class "
-                     "(correctable, nonfatal, fatal): the kernel's TOTAL_ERR_* of aer_dev_*. "
-                     "Absent while not readable (xferd_pcie_error_source_readable).")
-               .Register(registry)),
-      rootport_(prometheus::BuildCounter()
-                    .Name("xferd_pcie_aer_rootport_errors_total")
-                    .Help("PCIe AER error messages the root port of the GPU's path received "
-                          "from every device below it, by class: the kernel's "
-                          "aer_rootport_total_err_*.")
-                    .Register(registry)),
-      replays_(prometheus::BuildCounter()
-                   .Name("xferd_pcie_replays_total")
-                   .Help("PCIe replays (link-level retransmissions) the GPU counted on its own "
-                         "link: NVML's replay counter. Absent while not readable.")
-                   .Register(registry)),
-      readable_(prometheus::BuildGauge()
-                    .Name("xferd_pcie_error_source_readable")
-                    .Help("1 when a link-error source of the GPU's path was read this cycle: "
-                          "source=\"aer\" a device's AER counters, \"nvml_replay\" the GPU's "
-                          "replay counter. 0: missing (no AER capability, a VM) or not "
-                          "trusted (an odd file, a count that went back); see the log.")
-                    .Register(registry)) {}
+LinkErrorMetrics::LinkErrorMetrics(const Families& families)
+    : aer_(families.Counter(FamilyId::kAerErrors)),
+      rootport_(families.Counter(FamilyId::kAerRootportErrors)),
+      replays_(families.Counter(FamilyId::kPcieReplays)),
+      readable_(families.Gauge(FamilyId::kErrorSourceReadable)) {}
 
 void LinkErrorMetrics::Mirror(prometheus::Family<prometheus::Counter>& family, const Labels& labels,
                               std::uint64_t value) {

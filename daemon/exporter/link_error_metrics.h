@@ -15,13 +15,14 @@
 #include <string>
 
 #include "core/link_errors.h"
+#include "exporter/families.h"
 #include "xferd/probes/types.h"
 
 namespace xferd::exporter {
 
 class LinkErrorMetrics {
  public:
-  explicit LinkErrorMetrics(prometheus::Registry& registry);
+  explicit LinkErrorMetrics(const Families& families);
 
   // One GPU's judged reading: every counter as read (a value below the last one published
   // restarts the series, which rate() takes as a counter reset), readable per source; the

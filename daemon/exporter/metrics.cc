@@ -3,10 +3,14 @@
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
+#include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <chrono>
+#include <climits>
 #include <cmath>
+#include <cstdlib>
 
 #include "core/band.h"
 #include "exporter/link_error_metrics.h"
@@ -76,13 +80,24 @@ class ChangeMark {
   std::atomic<std::uint64_t>& generation_;
 };
 
-template <typename Builder>
-auto& Register(Builder&& builder, prometheus::Registry& registry, const char* name,
-               const char* help) {
-  return builder.Name(name).Help(help).Register(registry);
+}  // namespace
+
+std::string DcgmBusId(std::string_view bus_id) {
+  std::string out(bus_id);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (const std::size_t colon = out.find(':'); colon != std::string::npos && colon < 8) {
+    out.insert(0, 8 - colon, '0');
+  }
+  return out;
 }
 
-}  // namespace
+std::string NodeName() {
+  if (const char* node = std::getenv("NODE_NAME"); node != nullptr && *node != '\0') return node;
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof name) != 0) return "";
+  name[HOST_NAME_MAX] = '\0';
+  return name;
+}
 
 std::string_view ToString(ProbeResult result) {
   switch (result) {
@@ -126,118 +141,27 @@ std::vector<double> DurationBuckets(double anchor_seconds) {
   return buckets;
 }
 
-Metrics::Metrics(prometheus::Registry& registry)
-    : registry_(registry),
-      duration_(Register(prometheus::BuildHistogram(), registry, "xferd_transfer_duration_seconds",
-                         "Duration of each timed transfer of a probe.")),
-      bandwidth_(Register(prometheus::BuildGauge(), registry, "xferd_bandwidth_bytes_per_second",
-                          "Median bandwidth of the last probe (bytes moved / median duration).")),
-      baseline_(Register(prometheus::BuildGauge(), registry,
-                         "xferd_bandwidth_baseline_bytes_per_second",
-                         "Learned baseline: robust median of recent healthy cycle medians, "
-                         "persisted in the state directory.")),
-      expected_(Register(prometheus::BuildGauge(), registry,
-                         "xferd_expected_bandwidth_bytes_per_second",
-                         "Expected band per direction for link-bound modes, from config or "
-                         "the narrowest PCIe link on the path.")),
-      band_exempt_(Register(prometheus::BuildGauge(), registry, "xferd_band_exempt",
-                            "1 for a link-bound probe the band does not hold: smaller than "
-                            "the size its mode is held at (4 MiB; managed_prefetch h2d 64 "
-                            "MiB), bounded by its per-copy cost on the link, or without a "
-                            "healthy figure over NVLink-C2C: judged against its baseline "
-                            "only, and left out of the band rules.")),
-      degraded_(Register(prometheus::BuildGauge(), registry, "xferd_bandwidth_degraded",
-                         "1 when the daemon judges the mode and direction degraded (below band "
-                         "or baseline for consecutive_bad cycles).")),
-      diagnosis_(Register(prometheus::BuildGauge(), registry, "xferd_diagnosis",
-                          "1 when the cause holds after the last cycle: the likely explanation "
-                          "of a low reading.")),
-      overlap_(Register(prometheus::BuildGauge(), registry, "xferd_overlap_ratio",
-                        "Copy/compute overlap of pinned_async: 1 = copies fully hidden, 0 = "
-                        "serialized.")),
-      link_generation_(Register(prometheus::BuildGauge(), registry, "xferd_pcie_link_generation",
-                                "PCIe generation: the GPU's own link (current; max = the most it "
-                                "can train to, the lower of its two ends' maxima) and the "
-                                "narrowest link on its path (narrowest), read while probing.")),
-      link_width_(Register(prometheus::BuildGauge(), registry, "xferd_pcie_link_width",
-                           "PCIe lanes: the GPU's own link (current; max = the most it can "
-                           "train to, the lower of its two ends' maxima) and the narrowest "
-                           "link on its path (narrowest), read while probing.")),
-      probe_runs_(Register(prometheus::BuildCounter(), registry, "xferd_probe_runs_total",
-                           "Probes by result (bidirectional pinned probes count under "
-                           "mode=\"pinned\").")),
-      last_success_(Register(prometheus::BuildGauge(), registry,
-                             "xferd_probe_last_success_timestamp_seconds",
-                             "Unix time of the last successful probe of the mode.")),
-      device_seconds_(Register(prometheus::BuildCounter(), registry,
-                               "xferd_probe_device_seconds_total",
-                               "Device time spent probing; its rate() is the duty cycle.")),
-      cycle_device_(Register(prometheus::BuildGauge(), registry, "xferd_cycle_device_seconds",
-                             "Device time the last cycle spent on the GPU.")),
-      cycle_duration_(Register(prometheus::BuildGauge(), registry, "xferd_cycle_duration_seconds",
-                               "Wall time of the last probe cycle, all GPUs.")),
-      cycles_(Register(prometheus::BuildCounter(), registry, "xferd_cycles_total",
-                       "Probe cycles by outcome.")),
-      reload_ok_(Register(prometheus::BuildGauge(), registry, "xferd_config_last_reload_successful",
-                          "1 when the last configuration load succeeded.")),
-      reload_timestamp_(Register(prometheus::BuildGauge(), registry,
-                                 "xferd_config_last_reload_success_timestamp_seconds",
-                                 "Unix time of the last successful configuration load.")),
-      state_write_errors_(Register(prometheus::BuildCounter(), registry,
-                                   "xferd_state_write_errors_total",
-                                   "Failed writes of the state file (baselines stay in "
-                                   "memory).")),
-      textfile_write_errors_(Register(prometheus::BuildCounter(), registry,
-                                      "xferd_textfile_write_errors_total",
-                                      "Failed writes of the node_exporter textfile (the "
-                                      "previous file stays).")),
-      foreign_traffic_(Register(prometheus::BuildGauge(), registry,
-                                "xferd_foreign_traffic_bytes_per_second",
-                                "Another process's PCIe traffic seen in the last probe's "
-                                "window: the link's byte counters minus the probe's own "
-                                "bytes (direction h2d, d2h).")),
-      gpu_load_readable_(Register(prometheus::BuildGauge(), registry, "xferd_gpu_load_readable",
-                                  "1 when NVML reads the GPU's link around each probe; 0: "
-                                  "contended probes cannot be told apart (busy check only).")),
-      device_info_(Register(prometheus::BuildGauge(), registry, "xferd_device_info",
-                            "Constant 1; labels describe the device. simulated=\"1\" marks "
-                            "the simulated backend.")),
-      host_link_info_(Register(prometheus::BuildGauge(), registry, "xferd_host_link_info",
-                               "Constant 1; type says how the GPU reaches host memory: pcie, "
-                               "c2c (NVLink-C2C, Grace Hopper) or integrated (shared DRAM).")),
-      concurrent_(Register(prometheus::BuildGauge(), registry,
-                           "xferd_concurrent_bandwidth_bytes_per_second",
-                           "Median bandwidth of the GPU's pinned probe while every GPU of the "
-                           "group moved data at once.")),
-      aggregate_(Register(prometheus::BuildGauge(), registry,
-                          "xferd_host_aggregate_bandwidth_bytes_per_second",
-                          "Sum over the group's GPUs of what each moved in the last concurrent "
-                          "run.")),
-      aggregate_expected_(Register(prometheus::BuildGauge(), registry,
-                                   "xferd_host_aggregate_expected_bandwidth_bytes_per_second",
-                                   "Expected aggregate band of the group per direction: the "
-                                   "band fractions x what the members' paths carry together, "
-                                   "capped by the links they share.")),
-      group_info_(Register(prometheus::BuildGauge(), registry, "xferd_concurrent_group_info",
-                           "Constant 1; the GPUs of a concurrent group and the narrowest link "
-                           "they share (empty: none).")),
-      build_info_(Register(prometheus::BuildGauge(), registry, "xferd_build_info",
-                           "Constant 1; labels describe the build.")) {
-  link_errors_ = std::make_unique<LinkErrorMetrics>(registry);
-  for (CycleResult r : kAllCycleResults) cycles_.Add({{"result", std::string(ToString(r))}});
-  state_write_errors_.Add({});
-  textfile_write_errors_.Add({});
+Metrics::Metrics(prometheus::Registry& registry, std::string node_name)
+    : families_(registry),
+      exposed_(std::make_shared<ProfiledRegistry>(registry)),
+      node_name_(std::move(node_name)),
+      link_errors_(std::make_unique<LinkErrorMetrics>(families_)) {
+  for (CycleResult r : kAllCycleResults) {
+    Counter(FamilyId::kCycles).Add({{"result", std::string(ToString(r))}});
+  }
+  Counter(FamilyId::kStateWriteErrors).Add({});
+  Counter(FamilyId::kTextfileWriteErrors).Add({});
   // The daemon runs only with a config that loaded: that is the first successful load.
-  reload_ok_.Add({}).Set(1);
-  reload_timestamp_.Add({}).Set(UnixNow());
-  cycle_duration_.Add({});
+  Gauge(FamilyId::kReloadOk).Add({}).Set(1);
+  Gauge(FamilyId::kReloadTimestamp).Add({}).Set(UnixNow());
+  Gauge(FamilyId::kCycleDuration).Add({});
 }
 
 Metrics::~Metrics() = default;
 
 void Metrics::SetBuildInfo() {
   const ChangeMark mark(generation_);
-  build_info_
+  Gauge(FamilyId::kBuildInfo)
       .Add({{"version", kVersion},
             {"build_type", kBuildType},
             {"cuda_backend", kCudaBuilt ? "1" : "0"},
@@ -248,7 +172,7 @@ void Metrics::SetBuildInfo() {
 void Metrics::SetDevice(const probes::DeviceInfo& device) {
   const ChangeMark mark(generation_);
   const std::string gpu = Gpu(device.index);
-  device_info_
+  Gauge(FamilyId::kDeviceInfo)
       .Add({{"gpu", gpu},
             {"uuid", device.uuid},
             {"name", device.name},
@@ -259,22 +183,32 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
             {"integrated", device.integrated ? "1" : "0"},
             {"simulated", device.simulated ? "1" : "0"}})
       .Set(1);
-  host_link_info_
+  // dcgm-exporter's labels and their values as it writes them (docs/metrics.md, "Joins with
+  // dcgm-exporter"); `gpu` stays xferd's, as on every other series.
+  Gauge(FamilyId::kGpuInfo)
+      .Add({{"gpu", gpu},
+            {"UUID", device.uuid},
+            {"pci_bus_id", DcgmBusId(device.pci_bus_id)},
+            {"device", device.minor >= 0 ? "nvidia" + std::to_string(device.minor) : ""},
+            {"modelName", device.name},
+            {"Hostname", node_name_},
+            {"hostname", node_name_}})
+      .Set(1);
+  Gauge(FamilyId::kHostLinkInfo)
       .Add({{"gpu", gpu}, {"type", std::string(probes::ToString(probes::HostLinkOf(device)))}})
       .Set(1);
   for (DiagnosisCause cause : kAllDiagnosisCauses) {
-    diagnosis_.Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}}).Set(0);
+    Gauge(FamilyId::kDiagnosis).Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}}).Set(0);
   }
-  device_seconds_.Add({{"gpu", gpu}});
-  cycle_device_.Add({{"gpu", gpu}});
+  Counter(FamilyId::kDeviceSeconds).Add({{"gpu", gpu}});
   std::lock_guard lock(mutex_);
-  cycle_device_s_.try_emplace(device.index, 0.0);
   devices_.push_back(device.index);
   for (TransferMode mode : modes_) AddRunCounters(device.index, mode);
 }
 
 void Metrics::SetPlan(const core::Settings& settings) {
   const ChangeMark mark(generation_);
+  exposed_->Set(settings.metrics_profile, HeadlinePairs(settings));
   std::lock_guard lock(mutex_);
   modes_ = settings.modes;
   for (int gpu : devices_) {
@@ -288,8 +222,8 @@ void Metrics::AddRunCounters(int gpu, TransferMode mode) {
     // the GPU is (and pageable, pinned and pinned_async never are): its series comes with
     // the first probe that reports it.
     if (r == ProbeResult::kUnsupported) continue;
-    probe_runs_.Add(
-        {{"gpu", Gpu(gpu)}, {"mode", Mode(mode)}, {"result", std::string(ToString(r))}});
+    Counter(FamilyId::kProbeRuns)
+        .Add({{"gpu", Gpu(gpu)}, {"mode", Mode(mode)}, {"result", std::string(ToString(r))}});
   }
 }
 
@@ -303,15 +237,15 @@ void Metrics::RecordLinkPath(int gpu_index, const probes::LinkPath& path) {
   auto set = [&](prometheus::Family<prometheus::Gauge>& family, const char* state, int value) {
     if (value > 0) family.Add({{"gpu", gpu}, {"state", state}}).Set(value);
   };
-  set(link_generation_, "current", own.current_gen);
+  set(Gauge(FamilyId::kLinkGeneration), "current", own.current_gen);
   // max: the most the link can train to, the lower of its two ends' maxima (a Gen5 GPU in
   // a Gen4 slot reads max 4: that is a capability mismatch, not a downtrained link).
-  set(link_generation_, "max", own.LinkMaxGen());
-  set(link_width_, "current", own.current_width);
-  set(link_width_, "max", own.LinkMaxWidth());
+  set(Gauge(FamilyId::kLinkGeneration), "max", own.LinkMaxGen());
+  set(Gauge(FamilyId::kLinkWidth), "current", own.current_width);
+  set(Gauge(FamilyId::kLinkWidth), "max", own.LinkMaxWidth());
   if (const probes::PcieLink* narrowest = path.Narrowest()) {
-    set(link_generation_, "narrowest", narrowest->current_gen);
-    set(link_width_, "narrowest", narrowest->current_width);
+    set(Gauge(FamilyId::kLinkGeneration), "narrowest", narrowest->current_gen);
+    set(Gauge(FamilyId::kLinkWidth), "narrowest", narrowest->current_width);
   }
 }
 
@@ -323,28 +257,28 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
   const ProbeResult result = sample.status == probes::ProbeStatus::kOk && sample.Contended()
                                  ? ProbeResult::kContended
                                  : ResultOf(sample.status);
-  probe_runs_.Add({{"gpu", gpu}, {"mode", mode}, {"result", std::string(ToString(result))}})
+  Counter(FamilyId::kProbeRuns)
+      .Add({{"gpu", gpu}, {"mode", mode}, {"result", std::string(ToString(result))}})
       .Increment();
   if (sample.status == probes::ProbeStatus::kOk) {
     // A window that missed the probe's own bytes reads nothing (contention unknown).
     const bool readable =
         sample.traffic && sample.contention.state != probes::ContentionState::kUnknown;
-    gpu_load_readable_.Add({{"gpu", gpu}}).Set(readable ? 1 : 0);
+    Gauge(FamilyId::kGpuLoadReadable).Add({{"gpu", gpu}}).Set(readable ? 1 : 0);
     if (readable) {
-      foreign_traffic_.Add({{"gpu", gpu}, {"direction", "h2d"}})
+      auto& foreign = Gauge(FamilyId::kForeignTraffic);
+      foreign.Add({{"gpu", gpu}, {"direction", "h2d"}})
           .Set(sample.contention.foreign_h2d_bytes_per_s);
-      foreign_traffic_.Add({{"gpu", gpu}, {"direction", "d2h"}})
+      foreign.Add({{"gpu", gpu}, {"direction", "d2h"}})
           .Set(sample.contention.foreign_d2h_bytes_per_s);
     }
   }
   if (sample.device_time_s > 0 && std::isfinite(sample.device_time_s)) {
-    device_seconds_.Add({{"gpu", gpu}}).Increment(sample.device_time_s);
-    std::lock_guard lock(mutex_);
-    cycle_device_s_[device.index] += sample.device_time_s;
+    Counter(FamilyId::kDeviceSeconds).Add({{"gpu", gpu}}).Increment(sample.device_time_s);
   }
   if (result == ProbeResult::kContended) return;  // a neighbour's share, not the hardware's
   if (sample.overlap_ratio && std::isfinite(*sample.overlap_ratio)) {
-    overlap_.Add({{"gpu", gpu}}).Set(*sample.overlap_ratio);
+    Gauge(FamilyId::kOverlap).Add({{"gpu", gpu}}).Set(*sample.overlap_ratio);
   }
   if (sample.status != probes::ProbeStatus::kOk || sample.durations_s.empty()) return;
 
@@ -359,7 +293,7 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
     // the profile goes).
     std::lock_guard lock(mutex_);
     if (auto it = histograms_.find(key); it != histograms_.end()) {
-      duration_.Remove(it->second);
+      families_.Histogram(FamilyId::kTransferDuration).Remove(it->second);
       histograms_.erase(it);
     }
   } else {
@@ -375,7 +309,8 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
           const double bw = sample.MedianBandwidth();
           anchor_s = bw > 0 ? static_cast<double>(sample.bytes_per_transfer) / bw : 0;
         }
-        h = &duration_.Add(series, DurationBuckets(anchor_s));
+        h = &families_.Histogram(FamilyId::kTransferDuration)
+                 .Add(series, DurationBuckets(anchor_s));
         histograms_.emplace(key, h);
       } else {
         h = it->second;
@@ -385,52 +320,58 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
       if (std::isfinite(d) && d >= 0) h->Observe(d);
     }
   }
-  bandwidth_.Add(series).Set(sample.MedianBandwidth());
+  Gauge(FamilyId::kBandwidth).Add(series).Set(sample.MedianBandwidth());
   // Only the exceptions get a series: a default config (64 MiB) adds none. Under its size a
   // probe is exempt on any link, so from its first reading; what the GPU's link exempts
   // besides (core::HoldOf) is marked with its band, in RecordHealth.
   if (core::BandExempt(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes)) {
-    band_exempt_.Add(series).Set(1);
+    Gauge(FamilyId::kBandExempt).Add(series).Set(1);
   }
-  last_success_.Add({{"gpu", gpu}, {"mode", mode}}).Set(UnixNow());
+  Gauge(FamilyId::kLastSuccess).Add({{"gpu", gpu}, {"mode", mode}}).Set(UnixNow());
 }
 
 void Metrics::RecordConcurrent(const core::GroupRun& run, const core::ExpectedBand& band) {
   const ChangeMark mark(generation_);
   const std::string& group = run.group.name;
   const std::string direction = Dir(run.spec.direction);
+  auto& concurrent = Gauge(FamilyId::kConcurrent);
+  auto& aggregates = Gauge(FamilyId::kAggregate);
   for (std::size_t i = 0; i < run.samples.size() && i < run.devices.size(); ++i) {
     const probes::ProbeSample& s = run.samples[i];
     const int index = run.devices[i].index;
     const Labels labels{{"gpu", Gpu(index)}, {"direction", direction}, {"group", group}};
     if (s.status == probes::ProbeStatus::kOk && !s.durations_s.empty()) {
-      concurrent_.Add(labels).Set(s.MedianBandwidth());
-    } else if (concurrent_.Has(labels)) {
-      concurrent_.Remove(&concurrent_.Add(labels));
+      concurrent.Add(labels).Set(s.MedianBandwidth());
+    } else if (concurrent.Has(labels)) {
+      concurrent.Remove(&concurrent.Add(labels));
     }
     if (s.device_time_s > 0 && std::isfinite(s.device_time_s)) {
-      device_seconds_.Add({{"gpu", Gpu(index)}}).Increment(s.device_time_s);
-      std::lock_guard lock(mutex_);
-      cycle_device_s_[index] += s.device_time_s;
+      Counter(FamilyId::kDeviceSeconds).Add({{"gpu", Gpu(index)}}).Increment(s.device_time_s);
     }
   }
   const Labels aggregate{{"group", group}, {"direction", direction}};
   if (run.AllOk()) {
-    aggregate_.Add(aggregate).Set(run.Aggregate());
-  } else if (aggregate_.Has(aggregate)) {
-    aggregate_.Remove(&aggregate_.Add(aggregate));
+    aggregates.Add(aggregate).Set(run.Aggregate());
+  } else if (aggregates.Has(aggregate)) {
+    aggregates.Remove(&aggregates.Add(aggregate));
   }
   if (band.Known()) {
-    aggregate_expected_.Add({{"group", group}, {"bound", "lower"}}).Set(band.lower_bytes_per_s);
-    aggregate_expected_.Add({{"group", group}, {"bound", "upper"}}).Set(band.upper_bytes_per_s);
+    Gauge(FamilyId::kAggregateExpected)
+        .Add({{"group", group}, {"bound", "lower"}})
+        .Set(band.lower_bytes_per_s);
+    Gauge(FamilyId::kAggregateExpected)
+        .Add({{"group", group}, {"bound", "upper"}})
+        .Set(band.upper_bytes_per_s);
   }
   // One info series per group: new members or a new shared link replace the old labels.
   std::lock_guard lock(mutex_);
-  prometheus::Gauge& info = group_info_.Add(
-      {{"group", group}, {"gpus", run.group.GpuList()}, {"shared_link", run.group.shared_link}});
+  prometheus::Gauge& info = Gauge(FamilyId::kGroupInfo)
+                                .Add({{"group", group},
+                                      {"gpus", run.group.GpuList()},
+                                      {"shared_link", run.group.shared_link}});
   auto [it, inserted] = group_info_by_group_.try_emplace(group, &info);
   if (!inserted && it->second != &info) {
-    group_info_.Remove(it->second);
+    Gauge(FamilyId::kGroupInfo).Remove(it->second);
     it->second = &info;
   }
   info.Set(1);
@@ -438,7 +379,7 @@ void Metrics::RecordConcurrent(const core::GroupRun& run, const core::ExpectedBa
 
 void Metrics::RecordSkipped(int gpu_index, TransferMode mode, ProbeResult result) {
   const ChangeMark mark(generation_);
-  probe_runs_
+  Counter(FamilyId::kProbeRuns)
       .Add({{"gpu", Gpu(gpu_index)},
             {"mode", Mode(mode)},
             {"result", std::string(ToString(result))}})
@@ -448,25 +389,24 @@ void Metrics::RecordSkipped(int gpu_index, TransferMode mode, ProbeResult result
 void Metrics::RecordHealth(const DeviceHealth& health) {
   const ChangeMark mark(generation_);
   const std::string gpu = Gpu(health.gpu);
+  auto& expected = Gauge(FamilyId::kExpected);
   if (health.band.Known()) {
-    expected_.Add({{"gpu", gpu}, {"bound", "lower"}}).Set(health.band.lower_bytes_per_s);
-    expected_.Add({{"gpu", gpu}, {"bound", "upper"}}).Set(health.band.upper_bytes_per_s);
+    expected.Add({{"gpu", gpu}, {"bound", "lower"}}).Set(health.band.lower_bytes_per_s);
+    expected.Add({{"gpu", gpu}, {"bound", "upper"}}).Set(health.band.upper_bytes_per_s);
     // A mode held to its own share of the band gets its own series, with mode and
     // direction labels: only where it differs (managed_prefetch h2d), and only while the
     // configuration probes it.
     std::set<Pair> exported;
     for (const core::PairBand& p : health.pair_bands) {
-      expected_.Add(PairBandLabels(gpu, p.mode, p.direction, "lower"))
-          .Set(p.band.lower_bytes_per_s);
-      expected_.Add(PairBandLabels(gpu, p.mode, p.direction, "upper"))
-          .Set(p.band.upper_bytes_per_s);
+      expected.Add(PairBandLabels(gpu, p.mode, p.direction, "lower")).Set(p.band.lower_bytes_per_s);
+      expected.Add(PairBandLabels(gpu, p.mode, p.direction, "upper")).Set(p.band.upper_bytes_per_s);
       exported.emplace(p.mode, p.direction);
     }
     std::lock_guard lock(mutex_);
     for (const auto& [mode, direction] : pair_bands_[health.gpu]) {
       if (exported.contains({mode, direction})) continue;
       for (const char* bound : {"lower", "upper"}) {
-        expected_.Remove(&expected_.Add(PairBandLabels(gpu, mode, direction, bound)));
+        expected.Remove(&expected.Add(PairBandLabels(gpu, mode, direction, bound)));
       }
     }
     pair_bands_[health.gpu] = std::move(exported);
@@ -475,7 +415,7 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
     // On its link: an NVLink-C2C GPU marks the modes it keeps to their baseline, a PCIe
     // GPU pinned_async where its chunks' per-copy cost bounds it (core::HoldOf).
     if (core::BandExempt(s.mode, s.direction, s.size_bytes, health.band)) {
-      band_exempt_
+      Gauge(FamilyId::kBandExempt)
           .Add({{"gpu", gpu},
                 {"mode", Mode(s.mode)},
                 {"direction", Dir(s.direction)},
@@ -485,7 +425,7 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
   }
   for (const SeriesHealth& s : health.series) {
     if (s.baseline_bytes_per_s <= 0) continue;
-    baseline_
+    Gauge(FamilyId::kBaseline)
         .Add({{"gpu", gpu},
               {"mode", Mode(s.mode)},
               {"direction", Dir(s.direction)},
@@ -493,11 +433,13 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
         .Set(s.baseline_bytes_per_s);
   }
   for (const PairVerdict& v : health.verdicts) {
-    degraded_.Add({{"gpu", gpu}, {"mode", Mode(v.mode)}, {"direction", Dir(v.direction)}})
+    Gauge(FamilyId::kDegraded)
+        .Add({{"gpu", gpu}, {"mode", Mode(v.mode)}, {"direction", Dir(v.direction)}})
         .Set(v.degraded ? 1 : 0);
   }
   for (DiagnosisCause cause : kAllDiagnosisCauses) {
-    diagnosis_.Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}})
+    Gauge(FamilyId::kDiagnosis)
+        .Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}})
         .Set(health.Has(cause) ? 1 : 0);
   }
 }
@@ -510,31 +452,24 @@ void Metrics::RecordLinkErrors(const probes::DeviceInfo& device,
 
 void Metrics::RecordCycle(double wall_seconds, CycleResult result) {
   const ChangeMark mark(generation_);
-  cycle_duration_.Add({}).Set(wall_seconds);
-  cycles_.Add({{"result", std::string(ToString(result))}}).Increment();
-  std::map<int, double> device_s;
-  {
-    std::lock_guard lock(mutex_);
-    device_s = cycle_device_s_;
-    for (auto& [gpu, seconds] : cycle_device_s_) seconds = 0;  // a skipped GPU spent none
-  }
-  for (const auto& [gpu, seconds] : device_s) cycle_device_.Add({{"gpu", Gpu(gpu)}}).Set(seconds);
+  Gauge(FamilyId::kCycleDuration).Add({}).Set(wall_seconds);
+  Counter(FamilyId::kCycles).Add({{"result", std::string(ToString(result))}}).Increment();
 }
 
 void Metrics::RecordConfigReload(bool ok, double unix_seconds) {
   const ChangeMark mark(generation_);
-  reload_ok_.Add({}).Set(ok ? 1 : 0);
-  if (ok) reload_timestamp_.Add({}).Set(unix_seconds);
+  Gauge(FamilyId::kReloadOk).Add({}).Set(ok ? 1 : 0);
+  if (ok) Gauge(FamilyId::kReloadTimestamp).Add({}).Set(unix_seconds);
 }
 
 void Metrics::RecordStateWrite(bool ok) {
   const ChangeMark mark(generation_);
-  if (!ok) state_write_errors_.Add({}).Increment();
+  if (!ok) Counter(FamilyId::kStateWriteErrors).Add({}).Increment();
 }
 
 void Metrics::RecordTextfileWrite(bool ok) {
   const ChangeMark mark(generation_);
-  if (!ok) textfile_write_errors_.Add({}).Increment();
+  if (!ok) Counter(FamilyId::kTextfileWriteErrors).Add({}).Increment();
 }
 
 }  // namespace xferd::exporter

@@ -1,5 +1,7 @@
-// The one place that names every metric xferd exports (prefix xferd_, base units). The
-// reference with types, labels and the series budget is docs/metrics.md.
+// What xferd exports, written as the daemon learns it (prefix xferd_, base units): every
+// family is a row of the family table (exporter/families.def, the one place that names them),
+// and what each metrics profile serves of them is exporter/profile.h. The reference with
+// types, labels, profiles and the series budget is docs/metrics.md.
 //
 // Use (the service): Metrics metrics(registry); metrics.SetBuildInfo(); per GPU at start
 // SetDevice(dev); per cycle: RecordLinkPath, RecordSample for each probe (or RecordSkipped),
@@ -26,6 +28,8 @@
 #include "core/health_tracker.h"
 #include "core/host_groups.h"
 #include "core/link_errors.h"
+#include "exporter/families.h"
+#include "exporter/profile.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
 
@@ -50,9 +54,17 @@ std::string_view ToString(CycleResult result);  // "ok", "partial", "skipped_bus
 // devices with similar anchors share `le` values and can be summed.
 std::vector<double> DurationBuckets(double anchor_seconds);
 
+// A bus id as NVML, DCGM and dcgm-exporter write it (pci_bus_id): the domain in 8 hex
+// digits, upper case ("0000:3b:00.0" -> "00000000:3B:00.0"); "" stays "".
+std::string DcgmBusId(std::string_view bus_id);
+
+// The node's name as dcgm-exporter labels its series (Hostname, hostname): $NODE_NAME when
+// set (a Kubernetes pod's node, from the downward API), else the host name.
+std::string NodeName();
+
 class Metrics {
  public:
-  explicit Metrics(prometheus::Registry& registry);
+  explicit Metrics(prometheus::Registry& registry, std::string node_name = NodeName());
   ~Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
@@ -60,14 +72,19 @@ class Metrics {
   // xferd_build_info{version, cuda_version, cuda_backend, build_type} = 1.
   void SetBuildInfo();
 
-  // xferd_device_info = 1 and every per-GPU counter at 0 so rate() works from the start
-  // (the run counters of the modes SetPlan named).
+  // xferd_device_info and xferd_gpu_info = 1 and every per-GPU counter at 0 so rate() works
+  // from the start (the run counters of the modes SetPlan named).
   void SetDevice(const probes::DeviceInfo& device);
 
   // The modes a configuration probes, at the start and after each reload: their run
   // counters start at 0 on every GPU SetDevice named, so rate() works from their first
-  // probe. A mode the configuration never probed has none.
+  // probe. A mode the configuration never probed has none. Also the metrics profile in
+  // force (settings.metrics_profile) and the pairs it keeps.
   void SetPlan(const core::Settings& settings);
+
+  // What /metrics and the textfile render: the registry as the profile SetPlan named
+  // exports it (exporter/profile.h). Valid while this Metrics lives.
+  std::shared_ptr<prometheus::Collectable> Exposition() const { return exposed_; }
 
   // Link generation/width: the GPU's own link (current, max) and the narrowest one's.
   void RecordLinkPath(int gpu, const probes::LinkPath& path);
@@ -101,8 +118,7 @@ class Metrics {
   // (exporter/link_error_metrics.h), after each reading.
   void RecordLinkErrors(const probes::DeviceInfo& device, const core::LinkErrorReading& reading);
 
-  // After each cycle (all GPUs): wall time and outcome; also publishes each GPU's device
-  // time of the cycle (summed from its samples since the previous call).
+  // After each cycle (all GPUs): wall time and outcome.
   void RecordCycle(double wall_seconds, CycleResult result);
 
   void RecordConfigReload(bool ok, double unix_seconds);
@@ -122,36 +138,13 @@ class Metrics {
   // xferd_probe_runs_total of `mode` on GPU `gpu`, every result at 0.
   void AddRunCounters(int gpu, probes::TransferMode mode);
 
-  prometheus::Registry& registry_;
-  prometheus::Family<prometheus::Histogram>& duration_;
-  prometheus::Family<prometheus::Gauge>& bandwidth_;
-  prometheus::Family<prometheus::Gauge>& baseline_;
-  prometheus::Family<prometheus::Gauge>& expected_;
-  prometheus::Family<prometheus::Gauge>& band_exempt_;
-  prometheus::Family<prometheus::Gauge>& degraded_;
-  prometheus::Family<prometheus::Gauge>& diagnosis_;
-  prometheus::Family<prometheus::Gauge>& overlap_;
-  prometheus::Family<prometheus::Gauge>& link_generation_;
-  prometheus::Family<prometheus::Gauge>& link_width_;
-  prometheus::Family<prometheus::Counter>& probe_runs_;
-  prometheus::Family<prometheus::Gauge>& last_success_;
-  prometheus::Family<prometheus::Counter>& device_seconds_;
-  prometheus::Family<prometheus::Gauge>& cycle_device_;
-  prometheus::Family<prometheus::Gauge>& cycle_duration_;
-  prometheus::Family<prometheus::Counter>& cycles_;
-  prometheus::Family<prometheus::Gauge>& reload_ok_;
-  prometheus::Family<prometheus::Gauge>& reload_timestamp_;
-  prometheus::Family<prometheus::Counter>& state_write_errors_;
-  prometheus::Family<prometheus::Counter>& textfile_write_errors_;
-  prometheus::Family<prometheus::Gauge>& foreign_traffic_;
-  prometheus::Family<prometheus::Gauge>& gpu_load_readable_;
-  prometheus::Family<prometheus::Gauge>& device_info_;
-  prometheus::Family<prometheus::Gauge>& host_link_info_;
-  prometheus::Family<prometheus::Gauge>& concurrent_;
-  prometheus::Family<prometheus::Gauge>& aggregate_;
-  prometheus::Family<prometheus::Gauge>& aggregate_expected_;
-  prometheus::Family<prometheus::Gauge>& group_info_;
-  prometheus::Family<prometheus::Gauge>& build_info_;
+  // Every family of the table (exporter/families.h), registered in the registry.
+  Families families_;
+  prometheus::Family<prometheus::Gauge>& Gauge(FamilyId id) { return families_.Gauge(id); }
+  prometheus::Family<prometheus::Counter>& Counter(FamilyId id) { return families_.Counter(id); }
+  // What /metrics and the textfile render: the registry as the profile in force exports it.
+  std::shared_ptr<ProfiledRegistry> exposed_;
+  std::string node_name_;  // Hostname / hostname of xferd_gpu_info
 
   std::unique_ptr<LinkErrorMetrics> link_errors_;
 
@@ -159,7 +152,6 @@ class Metrics {
 
   std::mutex mutex_;  // guards the maps below
   std::map<SeriesKey, prometheus::Histogram*> histograms_;
-  std::map<int, double> cycle_device_s_;  // device time of the cycle in progress, per GPU
   std::map<std::string, prometheus::Gauge*> group_info_by_group_;  // its current labels
   std::vector<int> devices_;                                       // SetDevice's GPUs
   std::vector<probes::TransferMode> modes_;                        // SetPlan's modes

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <string>
@@ -45,6 +46,34 @@ std::string ParseProcDriverVersion(std::string_view text) {
     if (shaped && dots >= 1 && dots <= 2) return token;
   }
   return "";
+}
+
+int ParseDeviceMinor(std::string_view text) {
+  constexpr std::string_view kKey = "Device Minor:";
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    std::string_view line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.substr(0, kKey.size()) != kKey) continue;
+    line.remove_prefix(kKey.size());
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    int minor = 0;
+    std::size_t digits = 0;
+    for (; digits < line.size() && digits < 6 &&
+           std::isdigit(static_cast<unsigned char>(line[digits]));
+         ++digits) {
+      minor = minor * 10 + (line[digits] - '0');
+    }
+    return digits > 0 ? minor : -1;
+  }
+  return -1;
+}
+
+int DeviceMinor(const std::string& pci_bus_id) {
+  if (pci_bus_id.empty()) return -1;
+  const auto text = platform::TryReadFileBounded(
+      "/proc/driver/nvidia/gpus/" + pci_bus_id + "/information", 16384);
+  return text ? ParseDeviceMinor(*text) : -1;
 }
 
 namespace {

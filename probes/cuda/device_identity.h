@@ -17,6 +17,15 @@ std::string NormalizeBusId(std::string_view bus_id);
 // empty when it names none.
 std::string ParseProcDriverVersion(std::string_view text);
 
+// The number of the GPU's device file (/dev/nvidia<N>, what dcgm-exporter's `device` label
+// names) from the text of /proc/driver/nvidia/gpus/<bus id>/information ("Device Minor:
+// 0"); -1 when it names none.
+int ParseDeviceMinor(std::string_view text);
+
+// The same for the GPU at `pci_bus_id` (sysfs form, the driver's directory name); -1 when
+// the file cannot be read (no NVIDIA kernel module's procfs, a container without it).
+int DeviceMinor(const std::string& pci_bus_id);
+
 // The full driver version: from NVML when libnvidia-ml.so.1 loads, else from
 // /proc/driver/nvidia/version, else what the CUDA runtime knows ("CUDA driver API 13.0").
 std::string DriverVersion(int cuda_driver_version);

@@ -30,6 +30,7 @@ DeviceInfo IdentityOf(int index, const cudaDeviceProp& prop, const std::string& 
   char bus[32] = {};
   if (cudaDeviceGetPCIBusId(bus, sizeof(bus), index) == cudaSuccess)
     info.pci_bus_id = NormalizeBusId(bus);
+  info.minor = DeviceMinor(info.pci_bus_id);
   info.cc_major = prop.major;
   info.cc_minor = prop.minor;
   info.driver_version = driver_version;

@@ -265,6 +265,7 @@ std::vector<DeviceInfo> SimBackend::Devices() const {
     info.uuid = Uuid(o.seed, i);
     info.name = "Simulated GPU (xferd sim)";
     info.pci_bus_id = state_->topology.Bdf(i);
+    info.minor = i;
     info.cc_major = o.integrated ? 8 : 9;
     info.cc_minor = o.integrated ? 7 : 0;
     info.driver_version = "sim";

@@ -80,6 +80,21 @@ TEST(CudaHostSide, DriverVersionFromProc) {
   EXPECT_EQ(ParseProcDriverVersion("garbage without a version\n"), "");
 }
 
+TEST(CudaHostSide, DeviceMinorFromProc) {
+  // /proc/driver/nvidia/gpus/0000:3b:00.0/information as driver 580 writes it.
+  EXPECT_EQ(ParseDeviceMinor("Model: \t\t NVIDIA H200\nIRQ:   \t\t 233\n"
+                             "GPU UUID: \t GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52\n"
+                             "Video BIOS: \t 96.00.b9.00.01\nBus Type: \t PCIe\n"
+                             "DMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n"
+                             "Bus Location: \t 0000:3b:00.0\nDevice Minor: \t 3\n"
+                             "GPU Excluded:\t No\n"),
+            3);
+  EXPECT_EQ(ParseDeviceMinor("Device Minor: \t 12\n"), 12);
+  EXPECT_EQ(ParseDeviceMinor("Device Minor: \t none\n"), -1);
+  EXPECT_EQ(ParseDeviceMinor("Model: NVIDIA H200\n"), -1);
+  EXPECT_EQ(DeviceMinor("0000:ff:1f.7-not-a-gpu"), -1);
+}
+
 TEST(CudaHostSide, MemoryPolicyIsSetForTheScopeAndRestored) {
   int mode = -1;
   unsigned long mask[16] = {};

@@ -17,6 +17,8 @@ XFERD_BINARY = pathlib.Path(os.environ.get("XFERD_BINARY", BUILD_DIR / "xferd"))
 UNIT_FILE = SOURCE_DIR / "deploy/systemd/xferd.service"
 RULES_FILE = SOURCE_DIR / "deploy/prometheus/xferd.rules.yml"
 RULES_TEST_FILE = SOURCE_DIR / "deploy/prometheus/xferd.rules.test.yml"
+# The same alerts on what the fleet metrics profile exports ([metrics] profile = "fleet").
+RULES_FLEET_TEST_FILE = SOURCE_DIR / "deploy/prometheus/xferd.rules.fleet.test.yml"
 DASHBOARD_DIR = SOURCE_DIR / "dashboards"
 KUBERNETES_DIR = SOURCE_DIR / "deploy/kubernetes"
 

@@ -18,9 +18,10 @@ from deploy_support import RULES_FILE, free_port, require_binary, require_tool
 TEST_FOR = "4s"
 
 
-def daemon_config(port, state_dir, seed, devices=1, probe="", simulate=""):
+def daemon_config(port, state_dir, seed, devices=1, probe="", simulate="", profile="full"):
     """A fast simulated daemon on 127.0.0.1:port. `probe` and `simulate` are extra TOML
-    lines for those sections (a [[simulate.fault]] block goes in `simulate`)."""
+    lines for those sections (a [[simulate.fault]] block goes in `simulate`); `profile`
+    the metrics profile it exports."""
     return f"""
 [web]
 listen_address = "127.0.0.1:{port}"
@@ -44,6 +45,9 @@ enabled = false
 
 [health]
 consecutive_bad = 2
+
+[metrics]
+profile = "{profile}"
 
 [simulate]
 enabled = true
@@ -95,9 +99,10 @@ class Processes:
         self.tmp = tmp
         self.procs = []  # (name, Popen, log file)
 
-    def start(self, name, argv):
+    def start(self, name, argv, env=None):
         log = open(self.tmp / f"{name}.log", "w")
-        p = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT)
+        p = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT,
+                             env=env)
         self.procs.append((name, p, log))
         return p
 

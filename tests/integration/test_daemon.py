@@ -25,7 +25,11 @@ def test_scrape_passes_promtool_and_fits_the_series_budget(daemon):
     text = d.scrape()
     check = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
                            capture_output=True)
-    assert check.returncode == 0, check.stdout + check.stderr
+    # Its one lint: xferd_gpu_info carries dcgm-exporter's label names (UUID, modelName,
+    # Hostname) on purpose, so that joins with its series need no relabelling.
+    problems = set((check.stdout + check.stderr).strip().splitlines())
+    assert problems <= {"xferd_gpu_info label names should be written in 'snake_case' not "
+                        "'camelCase'"}, problems
     for gpu in ("0", "1"):
         n = len(series_of_gpu(text, gpu))
         assert 50 < n <= 320, f"gpu {gpu}: {n} series"

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from dashboard_queries import DASHBOARDS, load, panels, substitute
+from dashboard_queries import DASHBOARDS, full_profile_panels, load, panels, substitute
 from deploy_support import DASHBOARD_DIR, SOURCE_DIR
 
 DEPRECATED = {"graph", "singlestat", "table-old", "grafana-piechart-panel",
@@ -194,3 +194,52 @@ def test_grafana_provisioning_files():
     assert provider["type"] == "file"
     # Where the .deb puts the dashboards (cmake/Packaging.cmake).
     assert provider["options"]["path"] == "/usr/share/xferd/dashboards"
+
+
+# What the fleet metrics profile does not export (exporter/families.h: kFleetNone), and the
+# pageable gauges of a healthy GPU (it keeps the headline pinned pairs only).
+FLEET_DROPS = ("xferd_transfer_duration_seconds", "xferd_overlap_ratio",
+               "xferd_foreign_traffic_bytes_per_second", "xferd_gpu_load_readable",
+               "xferd_pcie_aer_rootport_errors_total", 'mode="pageable"')
+
+
+@pytest.mark.parametrize("name", DASHBOARDS)
+def test_only_panels_marked_for_the_full_profile_read_what_the_fleet_profile_drops(name):
+    doc = load(name)
+    marked = full_profile_panels(doc)
+    for p in panels(doc):
+        if p["type"] == "row":
+            continue
+        exprs = " ".join(t["expr"] for t in p["targets"])
+        reads = [d for d in FLEET_DROPS if d in exprs]
+        if p["title"] in marked:
+            assert "full metrics profile" in p["description"], p["title"]
+        else:
+            assert not reads, f"{name}: {p['title']!r} reads {reads} outside a full-profile row"
+    if name == "xferd-device.json":
+        assert {"Transfer latency p50 / p99 / p99.9", "Pinned over pageable speedup"} <= marked
+
+
+def test_fleet_dashboard_shows_the_verdict_beside_dcgm_by_uuid():
+    doc = load("xferd-fleet.json")
+    (panel,) = row_contents(doc, "Beside dcgm-exporter")
+    exprs = [t["expr"] for t in panel["targets"]]
+    assert any("UUID:xferd_gpu_degraded:max" in e for e in exprs), exprs
+    for metric in ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_PCIE_LINK_GEN"):
+        (e,) = [e for e in exprs if metric in e]
+        assert "on (UUID)" in e and "max by (UUID)" in e, e
+    joins = [t for t in panel["transformations"] if t["id"] == "joinByField"]
+    assert joins and joins[0]["options"]["byField"] == "UUID"
+
+
+@pytest.mark.parametrize("name", DASHBOARDS)
+def test_no_panel_selects_a_label_the_fleet_profile_folds_away(name):
+    # The fleet profile sums the run counters over modes and the AER counters over the
+    # path's devices, and keeps the newest success of any mode: a selector that asks those
+    # families for a mode or a device by value would find nothing there.
+    folded = re.compile(r'(xferd_probe_runs_total|xferd_probe_last_success_timestamp_seconds)'
+                        r'\{[^}]*mode=~"\$mode"'
+                        r'|xferd_pcie_aer_errors_total\{[^}]*device=')
+    for p in panels(load(name)):
+        for t in p.get("targets", []):
+            assert not folded.search(t["expr"]), f"{name}: {p['title']!r}: {t['expr']}"

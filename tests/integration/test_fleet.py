@@ -1,7 +1,10 @@
 """The fleet, end to end: a dozen simulated xferd daemons on loopback, some with injected
 faults, scraped through file_sd by the real Prometheus from Debian with the shipped rules.
 After a few cycles exactly the faulty daemons alert, each with the alert its fault calls
-for, and every query of every dashboard panel returns data.
+for, and every query of every dashboard panel returns data. All of it twice: with every
+daemon in the full metrics profile, then in the fleet profile ([metrics] profile =
+"fleet"), where the panels of the rows marked for the full profile are the only ones
+allowed to be empty.
 
 The rules are the shipped file with only the `for:` durations shortened (minutes would not
 fit a test); every expression is the shipped one, unchanged.
@@ -48,13 +51,14 @@ HEALTHY["healthy-0"] = {"devices": 2}  # a few hosts with two GPUs
 
 
 class Fleet:
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, profile):
         self.tmp = tmp_path
+        self.profile = profile
         self.procs = Processes(tmp_path)
 
     def start(self, binary, prometheus):
-        hosts = {name: options for name, (options, _) in FAULTS.items()}
-        hosts.update(HEALTHY)
+        hosts = {name: dict(options, profile=self.profile) for name, (options, _) in FAULTS.items()}
+        hosts.update({name: dict(options, profile=self.profile) for name, options in HEALTHY.items()})
         self.targets = start_daemons(self.procs, binary, hosts)
         rules = self.tmp / "xferd.rules.yml"
         shortened_rules(rules)
@@ -81,9 +85,10 @@ class Fleet:
         return self.prom.alerts()
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
-    yield from serve(lambda: Fleet(tmp_path_factory.mktemp("fleet")),
+@pytest.fixture(scope="module", params=["full", "fleet"])
+def fleet(tmp_path_factory, request):
+    yield from serve(lambda: Fleet(tmp_path_factory.mktemp(f"fleet-{request.param}"),
+                                   request.param),
                      lambda f: len(f.query('up{job="xferd"} == 1')), "every target up", ["tsdb"])
 
 
@@ -168,7 +173,7 @@ def test_every_dashboard_query_returns_data(fleet, name):
     values["datasource"] = "prometheus"
     # Wait until the faults have shown (some panels list only what is wrong).
     wait_until("alerts to fire", lambda: firing_by_host(fleet), 120, 1)
-    empty, waiting = query_data_report(fleet.prom, [(name, doc, values)])
+    empty, waiting = query_data_report(fleet.prom, [(name, doc, values)], fleet.profile)
     if waiting:
         print("waiting for series no daemon exports yet:\n" + "\n".join(waiting))
     assert not empty, "panel queries without data:\n" + "\n".join(empty)
@@ -188,14 +193,15 @@ def test_variable_queries_return_values(fleet, name):
 
 
 def test_series_per_gpu_within_budget(fleet):
-    # The figure docs/operations.md sizes a fleet's Prometheus with, over the hosts that
-    # probe every mode ("slow" probes three).
+    # The figure docs/performance.md sizes a fleet's Prometheus with, over the hosts that
+    # probe every mode ("slow" probes three): 300 a GPU at most in the full profile, 60 in
+    # the fleet profile (the faulty hosts' degraded pairs included).
     default = 'job="xferd",instance!="%s"' % fleet.targets["slow"]
     gpus = len(fleet.query("xferd_device_info{%s}" % default))
     series = fleet.query('count({%s,gpu!=""})' % default)
     per_gpu = float(series[0]["value"][1]) / gpus
-    print(f"{gpus} GPUs, {per_gpu:.0f} series per GPU")
-    assert per_gpu <= 300
+    print(f"{fleet.profile} profile: {gpus} GPUs, {per_gpu:.0f} series per GPU")
+    assert per_gpu <= {"full": 300, "fleet": 60}[fleet.profile]
     # And what the rules add (recorded series, fleet-wide ones included), per GPU.
     all_gpus = len(fleet.query("xferd_device_info"))
     recorded = float(fleet.query('count({__name__=~".+:.+"})')[0]["value"][1])

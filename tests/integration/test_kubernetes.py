@@ -55,9 +55,12 @@ def test_daemonset_sees_gpus_without_requesting_one():
     pod = ds["spec"]["template"]["spec"]
     assert pod["runtimeClassName"] == "nvidia"
     (c,) = pod["containers"]
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert "compute" in env["NVIDIA_DRIVER_CAPABILITIES"]
+    # The node's name on xferd_gpu_info (Hostname), as dcgm-exporter's DaemonSet labels its
+    # series: a pod's host name is the pod's.
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     for section in ("requests", "limits"):
         assert not any(k.startswith("nvidia.com/") for k in c["resources"].get(section, {})), \
             "a GPU request would take a GPU out of the device plugin's pool"

@@ -213,6 +213,29 @@ def test_status_and_metrics_agree_when_degraded(daemon):
     check_against_metrics(doc, m)
 
 
+def test_the_fleet_profile_leaves_the_status_document_and_the_health_check_whole(daemon):
+    # [metrics] profile = "fleet": /metrics keeps the headline and the degraded pairs, the
+    # status document every series, and `xferd health` reads the same verdict.
+    d = daemon(sim_config(interval="1s", sizes=BAND, faults=[DEGRADE],
+                          extra='[metrics]\nprofile = "fleet"\n')).start()
+    d.wait_for(lambda: status(d)["verdict"] == "degraded", 30, "the DEGRADED verdict")
+    doc, m = same_moment(d)
+    g = doc["gpus"][0]
+    assert len(g["series"]) == 13, [(s["mode"], s["direction"]) for s in g["series"]]
+    assert len(g["pairs"]) == 13
+    exported = {(dict(ls)["mode"], dict(ls)["direction"]): v
+                for ls, v in series(m, "xferd_bandwidth_degraded", gpu=0).items()}
+    degraded = {(p["mode"], p["direction"]) for p in g["pairs"] if p["degraded"]}
+    assert degraded and {("pinned", "h2d"), ("pinned", "d2h")} <= set(exported)
+    assert {k for k, v in exported.items() if v == 1} == degraded
+    assert set(exported) == degraded | {("pinned", "h2d"), ("pinned", "d2h")}
+    assert not series(m, "xferd_transfer_duration_seconds_bucket")
+    assert not [k for k in series(m, "xferd_probe_runs_total") if "mode" in dict(k)]
+    r = subprocess.run([BINARY, "health", "--web.listen-address", f"127.0.0.1:{d.port}"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and r.stdout.startswith("DEGRADED gpu0"), (r.stdout, r.stderr)
+
+
 def test_status_is_served_with_tls_and_auth_like_the_metrics(daemon, tmp_path):
     import subprocess
     from test_http_tls_auth import HASH, PASSWORD, make_cert, web_config

@@ -67,6 +67,7 @@ TEST(Config, ShippedExampleSpellsOutEveryDefault) {
   EXPECT_EQ(c.band_lower_fraction, d.band_lower_fraction);
   EXPECT_EQ(c.band_upper_fraction, d.band_upper_fraction);
   EXPECT_TRUE(c.bands.empty());
+  EXPECT_EQ(c.metrics_profile, d.metrics_profile);
   EXPECT_EQ(c.simulate, d.simulate);
   EXPECT_EQ(c.sim.devices, d.sim.devices);
   EXPECT_EQ(c.sim.seed, d.sim.seed);

@@ -21,6 +21,7 @@
 #include "core/host_groups.h"
 #include "core/link_errors.h"
 #include "core/plan.h"
+#include "unit/exporter/recorded_host.h"
 #include "xferd/probes/gpu_load.h"
 #include "xferd/probes/link_errors.h"
 #include "xferd/probes/sim_backend.h"
@@ -218,14 +219,8 @@ TEST(Metrics, DefaultConfigStaysWithinSeriesBudget) {
   Metrics metrics(registry);
   metrics.SetBuildInfo();
   // GPUs on a typical path: each behind a PCIe switch (its two ports) below a root port.
-  probes::SimOptions options = FastSim();
-  options.sysfs_root = std::filesystem::path(XFERD_TEST_DATA_DIR) / "sysfs/hgx-8gpu";
-  probes::SimBackend sim(options);
-  for (const auto& dev : sim.Devices()) metrics.SetDevice(dev);
-  metrics.SetPlan(core::Settings{});
-  HealthTracker health{core::Settings{}};
-  LinkErrorTracker errors;
-  for (int i = 0; i < 3; ++i) RunCycle(sim, metrics, health, {}, &errors);
+  recording::RecordedHost host(recording::SimHost(), core::Settings{}, metrics);
+  for (int i = 0; i < 3; ++i) host.Cycle();
   const std::string text = Expose(registry);
   const auto gpu0 = SeriesWith(text, "gpu=\"0\"");
   const auto gpu1 = SeriesWith(text, "gpu=\"1\"");
@@ -249,7 +244,7 @@ TEST(Metrics, DefaultConfigStaysWithinSeriesBudget) {
                            "xferd_probe_runs_total{",
                            "xferd_probe_last_success_timestamp_seconds{",
                            "xferd_probe_device_seconds_total{",
-                           "xferd_cycle_device_seconds{",
+                           "xferd_gpu_info{",
                            "xferd_device_info{",
                            "xferd_host_link_info{",
                            "xferd_build_info{",
@@ -268,22 +263,6 @@ TEST(Metrics, DefaultConfigStaysWithinSeriesBudget) {
   }
 }
 
-// Every group of the host probed at once, as the scheduler does at the group cadence.
-void RunGroups(probes::SimBackend& sim, Metrics& metrics, const core::Settings& settings) {
-  std::vector<probes::LinkPath> paths;
-  for (const auto& dev : sim.Devices()) paths.push_back(sim.ReadLinkPath(dev.index));
-  for (const core::HostGroup& group : core::FindGroups(sim.Devices(), paths)) {
-    for (const probes::ProbeSpec& spec : core::PlanConcurrent(settings)) {
-      core::GroupRun run;
-      run.group = group;
-      run.spec = spec;
-      for (int gpu : group.gpus) run.devices.push_back(sim.Devices().at(gpu));
-      run.samples = sim.RunConcurrent(group.gpus, spec);
-      metrics.RecordConcurrent(run, core::GroupBand(group, settings));
-    }
-  }
-}
-
 std::size_t AllSeries(const std::string& text) {
   return SeriesWith(text, "xferd_").size();
 }
@@ -298,17 +277,11 @@ TEST(Metrics, EightGpuHostStaysWithinItsSeriesBudget) {
     prometheus::Registry registry;
     Metrics metrics(registry);
     metrics.SetBuildInfo();
-    probes::SimOptions options = FastSim();
-    options.sysfs_root = std::filesystem::path(XFERD_TEST_DATA_DIR) / "sysfs/hgx-8gpu";
-    probes::SimBackend sim(options);
-    ASSERT_EQ(sim.Devices().size(), 8u);
-    for (const auto& dev : sim.Devices()) metrics.SetDevice(dev);
-    metrics.SetPlan(settings);
-    HealthTracker health{settings};
-    LinkErrorTracker errors;
+    recording::RecordedHost node(recording::SimHost(), settings, metrics);
+    ASSERT_EQ(node.sim().Devices().size(), 8u);
     for (int i = 0; i < 2; ++i) {
-      RunCycle(sim, metrics, health, settings, &errors);
-      RunGroups(sim, metrics, settings);
+      node.Cycle();
+      node.Groups();
     }
     const std::string text = Expose(registry);
     const bool all = profile == core::Settings::Histograms::kAll;
@@ -488,9 +461,7 @@ TEST(Metrics, ResultsVerdictsAndDiagnosisReachTheExposition) {
   EXPECT_EQ(value("xferd_config_last_reload_successful "), 0);
   EXPECT_EQ(value("xferd_state_write_errors_total "), 1);
   EXPECT_EQ(value("xferd_textfile_write_errors_total "), 1);
-  EXPECT_GT(value("xferd_cycle_device_seconds{gpu=\"0\"}"), 0);
-  EXPECT_GT(value("xferd_probe_device_seconds_total{gpu=\"0\"}"),
-            value("xferd_cycle_device_seconds{gpu=\"0\"}"));
+  EXPECT_GT(value("xferd_probe_device_seconds_total{gpu=\"0\"}"), 0);
 }
 
 // One simulated GPU (Gen4 x16) known to a fresh Metrics.
@@ -524,11 +495,11 @@ TEST_F(OneGpuMetrics, OnlyLinkBoundProbesUnderTheBandsSizeAreMarkedExempt) {
     spec.size_bytes = size;
     metrics.RecordSample(dev, sim.Run(0, spec));
   };
-  run(TransferMode::kPinned, Direction::kH2D, 1 << 20);             // under 4 MiB
-  run(TransferMode::kPinned, Direction::kH2D, 64 << 20);            // held
-  run(TransferMode::kManagedPrefetch, Direction::kH2D, 16 << 20);   // under its 64 MiB
-  run(TransferMode::kManagedPrefetch, Direction::kH2D, 64 << 20);   // held
-  run(TransferMode::kPageable, Direction::kH2D, 1 << 20);           // not link-bound at all
+  run(TransferMode::kPinned, Direction::kH2D, 1 << 20);            // under 4 MiB
+  run(TransferMode::kPinned, Direction::kH2D, 64 << 20);           // held
+  run(TransferMode::kManagedPrefetch, Direction::kH2D, 16 << 20);  // under its 64 MiB
+  run(TransferMode::kManagedPrefetch, Direction::kH2D, 64 << 20);  // held
+  run(TransferMode::kPageable, Direction::kH2D, 1 << 20);          // not link-bound at all
   const auto exempt = SeriesWith(Expose(registry), "xferd_band_exempt{");
   ASSERT_EQ(exempt.size(), 2u) << ::testing::PrintToString(exempt);
   EXPECT_NE(exempt[0].find("mode=\"managed_prefetch\",size=\"16MiB\""), std::string::npos)
@@ -558,8 +529,7 @@ TEST(Metrics, AnNvlinkC2cGpuMarksTheModesItKeepsToTheirBaseline) {
   const auto exempt = SeriesWith(Expose(registry), "xferd_band_exempt{");
   EXPECT_EQ(exempt.size(), 7u) << ::testing::PrintToString(exempt);
   for (const std::string& line : exempt) {
-    EXPECT_EQ(line.find("direction=\"h2d\",gpu=\"0\",mode=\"pinned\""), std::string::npos)
-        << line;
+    EXPECT_EQ(line.find("direction=\"h2d\",gpu=\"0\",mode=\"pinned\""), std::string::npos) << line;
   }
 }
 

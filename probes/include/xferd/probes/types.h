@@ -160,6 +160,7 @@ struct DeviceInfo {
   std::string uuid;        // "GPU-xxxxxxxx-..." ; "SIM-..." for simulated devices
   std::string name;        // "NVIDIA H200"
   std::string pci_bus_id;  // "0000:00:06.0" (lower case, domain included); empty if none
+  int minor = -1;          // /dev/nvidia<minor>, as the driver numbers it; -1 unknown
   int cc_major = 0, cc_minor = 0;
   std::string driver_version;  // "580.159.04"; "sim" for simulated devices
   std::uint64_t memory_bytes = 0;
