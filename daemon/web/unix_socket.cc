@@ -14,10 +14,6 @@
 namespace xferd::web {
 namespace {
 
-std::string Shown(const std::filesystem::path& path) {
-  return platform::PrintablePath(path.string());
-}
-
 constexpr const char* kSocketFix =
     "set [web] health_socket to a path in a directory xferd's user may write (by default "
     "the state directory), or \"\" to serve no health socket";
@@ -33,12 +29,12 @@ UnixAddress::UnixAddress(const std::filesystem::path& path) {
     directory_ = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (directory_ < 0) {
       throw HttpError(
-          "socket " + Shown(path) + ": cannot open its directory: " + std::strerror(errno),
+          "socket " + platform::PrintablePath(path.string()) + ": cannot open its directory: " + std::strerror(errno),
           "check the path");
     }
     name = "/proc/self/fd/" + std::to_string(directory_) + "/" + path.filename().string();
     if (name.size() >= sizeof(address_.sun_path)) {
-      throw HttpError("socket " + Shown(path) +
+      throw HttpError("socket " + platform::PrintablePath(path.string()) +
                           ": its name is longer than a socket's address "
                           "may be (" +
                           std::to_string(sizeof(address_.sun_path) - 1) + " bytes)",
@@ -54,7 +50,7 @@ UnixAddress::~UnixAddress() {
 }
 
 ListenSocket OpenUnixListenSocket(const std::filesystem::path& path, mode_t mode) {
-  const std::string shown = "health socket " + Shown(path);
+  const std::string shown = "health socket " + platform::PrintablePath(path.string());
   const UnixAddress address(path);
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {

@@ -44,7 +44,7 @@ double Value(const std::string& line) {
 
 // The exposed value of the one series starting with `series` (a name and its labels as
 // the exposition writes them, sorted); NaN when there is none.
-double ValueOf(const std::string& text, const std::string& series) {
+double ProfileValueOf(const std::string& text, const std::string& series) {
   const auto lines = Lines(text, series + " ");
   return lines.size() == 1 ? Value(lines[0]) : std::nan("");
 }
@@ -167,7 +167,7 @@ TEST(FleetProfile, ADegradedPairShowsItsGaugesVerdictAndOwnBandUntilItRecovers) 
   const std::string fleet = host.Served();
   // GPU 0 is healthy: its headline pairs only.
   EXPECT_EQ(Lines(fleet, "xferd_bandwidth_degraded{direction=\"h2d\",gpu=\"0\"").size(), 1u);
-  EXPECT_EQ(ValueOf(fleet, "xferd_bandwidth_degraded{direction=\"h2d\",gpu=\"0\",mode=\"pinned\"}"),
+  EXPECT_EQ(ProfileValueOf(fleet, "xferd_bandwidth_degraded{direction=\"h2d\",gpu=\"0\",mode=\"pinned\"}"),
             0);
   // GPU 1: the degraded pairs, each with its bandwidth and verdict 1.
   const auto verdicts = Lines(fleet, "xferd_bandwidth_degraded{");
@@ -180,10 +180,10 @@ TEST(FleetProfile, ADegradedPairShowsItsGaugesVerdictAndOwnBandUntilItRecovers) 
     if (!headline) EXPECT_EQ(Value(v), 1) << v;
   }
   EXPECT_GT(gpu1, 2u) << fleet;
-  EXPECT_EQ(ValueOf(fleet,
+  EXPECT_EQ(ProfileValueOf(fleet,
                     "xferd_bandwidth_bytes_per_second{direction=\"h2d\",gpu=\"1\","
                     "mode=\"pinned_async\",size=\"64MiB\"}"),
-            ValueOf(host.Full(),
+            ProfileValueOf(host.Full(),
                     "xferd_bandwidth_bytes_per_second{direction=\"h2d\",gpu=\"1\","
                     "mode=\"pinned_async\",size=\"64MiB\"}"));
   // managed_prefetch h2d is held to its own share of the band: its own band comes with it.
@@ -216,7 +216,7 @@ TEST(FleetProfile, RunCountersAreSummedOverModesAndLinkErrorsOverThePath) {
   }
   ASSERT_EQ(summed.size(), 6u);  // ok, error, timeout, skipped_busy, contended, unsupported
   for (const auto& [result, sum] : summed) {
-    EXPECT_EQ(ValueOf(fleet, "xferd_probe_runs_total{gpu=\"0\",result=\"" + result + "\"}"), sum)
+    EXPECT_EQ(ProfileValueOf(fleet, "xferd_probe_runs_total{gpu=\"0\",result=\"" + result + "\"}"), sum)
         << result;
   }
   EXPECT_GT(summed["error"], 0);
@@ -225,10 +225,10 @@ TEST(FleetProfile, RunCountersAreSummedOverModesAndLinkErrorsOverThePath) {
   for (const std::string& line :
        Lines(full, "xferd_probe_last_success_timestamp_seconds{gpu=\"0\""))
     newest = std::max(newest, Value(line));
-  EXPECT_EQ(ValueOf(fleet, "xferd_probe_last_success_timestamp_seconds{gpu=\"0\"}"), newest);
+  EXPECT_EQ(ProfileValueOf(fleet, "xferd_probe_last_success_timestamp_seconds{gpu=\"0\"}"), newest);
   // AER: one series per class, the sum over the devices of the path; readable per source,
   // 1 only when every device is.
-  EXPECT_GT(ValueOf(fleet, "xferd_pcie_aer_errors_total{class=\"correctable\",gpu=\"0\"}"), 0)
+  EXPECT_GT(ProfileValueOf(fleet, "xferd_pcie_aer_errors_total{class=\"correctable\",gpu=\"0\"}"), 0)
       << full;
   for (const char* cls : {"correctable", "nonfatal", "fatal"}) {
     double sum = 0;
@@ -237,13 +237,13 @@ TEST(FleetProfile, RunCountersAreSummedOverModesAndLinkErrorsOverThePath) {
       if (line.find("gpu=\"0\"") != std::string::npos) sum += Value(line);
     }
     EXPECT_EQ(
-        ValueOf(fleet, std::string("xferd_pcie_aer_errors_total{class=\"") + cls + "\",gpu=\"0\"}"),
+        ProfileValueOf(fleet, std::string("xferd_pcie_aer_errors_total{class=\"") + cls + "\",gpu=\"0\"}"),
         sum)
         << cls << "\n"
         << fleet;
   }
-  EXPECT_EQ(ValueOf(fleet, "xferd_pcie_error_source_readable{gpu=\"0\",source=\"aer\"}"), 1);
-  EXPECT_EQ(ValueOf(fleet, "xferd_pcie_error_source_readable{gpu=\"0\",source=\"nvml_replay\"}"),
+  EXPECT_EQ(ProfileValueOf(fleet, "xferd_pcie_error_source_readable{gpu=\"0\",source=\"aer\"}"), 1);
+  EXPECT_EQ(ProfileValueOf(fleet, "xferd_pcie_error_source_readable{gpu=\"0\",source=\"nvml_replay\"}"),
             1);
   // A folded family says so in its help.
   EXPECT_NE(fleet.find("# HELP xferd_probe_runs_total Probes by result (bidirectional pinned "
