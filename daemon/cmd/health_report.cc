@@ -46,10 +46,22 @@ std::string GBps(double bytes_per_s) {
   return fmt::format("{:.2f}", bytes_per_s / 1e9);
 }
 
-// A cause worth naming first: one that explains a low reading, not the low reading itself.
-bool Explains(const std::string& cause) {
-  return cause != core::ToString(core::DiagnosisCause::kBelowBand) &&
-         cause != core::ToString(core::DiagnosisCause::kBelowBaseline);
+// The cause to name when the headline does not say (core::LeadingCause's rule on the
+// labels): the highest-ranked cause that is no note; a label this xferd does not know ranks
+// last, a note never.
+std::string Leading(const std::vector<std::string>& causes) {
+  std::string best;
+  int best_rank = 0;
+  for (const std::string& name : causes) {
+    const auto cause = core::ParseDiagnosisCause(name);
+    if (cause && core::IsNote(*cause)) continue;
+    const int rank = cause ? core::CauseRank(*cause) : 1000;
+    if (best.empty() || rank < best_rank) {
+      best = name;
+      best_rank = rank;
+    }
+  }
+  return best;
 }
 
 std::vector<std::string> CausesOf(const json& gpu) {
@@ -79,17 +91,13 @@ std::string Problem(const json& gpu, const std::optional<std::string>& wanted) {
   if (wanted) {
     cause = *wanted;
   } else {
-    for (const std::string& c : causes) {
-      if (Explains(c)) {
-        cause = c;
-        break;
-      }
-    }
+    // The daemon names it (core::LeadingCause); else the same rule on the list.
+    if (headline.is_object()) cause = Str(headline, "cause");
+    if (cause.empty()) cause = Leading(causes);
     if (cause.empty() && headline.is_object()) {
       const std::string below = Str(headline, "below");
       if (!below.empty()) cause = "below_" + below;
     }
-    if (cause.empty() && !causes.empty()) cause = causes.front();
   }
   line += ": " + (cause.empty() ? std::string("cause not visible to xferd") : cause);
   if (headline.is_object()) {
@@ -97,7 +105,9 @@ std::string Problem(const json& gpu, const std::optional<std::string>& wanted) {
     const auto reference = Num(headline, "reference_bytes_per_second");
     const std::string below = Str(headline, "below");
     if (reading && reference && !below.empty()) {
-      line += ", " + GBps(*reading) + " GB/s < " + GBps(*reference) + " " + below;
+      const bool peers = below == "baseline" && Str(headline, "baseline_of") == "peers";
+      line +=
+          ", " + GBps(*reading) + " GB/s < " + GBps(*reference) + " " + (peers ? "peers" : below);
     } else if (reading) {
       line += ", " + GBps(*reading) + " GB/s (recovering)";
     }
@@ -120,7 +130,7 @@ int HealthExitCode(HealthOutcome state, bool nagios) {
 std::string NagiosLine(const HealthReport& report) {
   const char* word = report.state == HealthOutcome::kOk        ? "OK"
                      : report.state == HealthOutcome::kProblem ? "CRITICAL"
-                                                             : "UNKNOWN";
+                                                               : "UNKNOWN";
   return std::string("XFERD ") + word + " - " + report.line;
 }
 
@@ -157,7 +167,7 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
   const json gpus = doc.contains("gpus") ? doc["gpus"] : json(nullptr);
   if (!gpus.is_array()) return Unknown("the status document has no \"gpus\" list");
   if (gpus.empty()) return Unknown("the daemon probes no GPU");
-  std::vector<const json*> degraded, pending;
+  std::vector<const json*> degraded, pending, unmeasured;
   std::size_t degraded_otherwise = 0;  // degraded, but not with options.cause
   for (const json& gpu : gpus) {
     if (!gpu.is_object()) return Unknown("a GPU entry is not an object");
@@ -175,6 +185,8 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
       }
     } else if (verdict == "pending") {
       pending.push_back(&gpu);
+    } else if (verdict == "stale") {
+      unmeasured.push_back(&gpu);
     } else if (verdict != "ok") {
       return Unknown("GPU verdict \"" + platform::Printable(verdict, 40) +
                      "\" is not one this xferd knows");
@@ -189,6 +201,13 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
     const auto index = Num(*pending.front(), "gpu");
     return Unknown(fmt::format("no verdict yet for gpu{} (re-judging after a restart)",
                                index ? fmt::format("{:.0f}", *index) : std::string("?")));
+  } else if (!unmeasured.empty()) {
+    // Not measured recently: neither ok nor degraded (a drain stays, a node is not resumed).
+    const auto index = Num(*unmeasured.front(), "gpu");
+    return Unknown(fmt::format(
+        "gpu{} stale: its probes have no current reading (busy, the cycle budget or failing "
+        "probes; see the daemon's log)",
+        index ? fmt::format("{:.0f}", *index) : std::string("?")));
   } else if (options.cause) {
     report.state = HealthOutcome::kOk;
     report.line = "OK: no GPU degraded with " + *options.cause;

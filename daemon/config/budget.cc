@@ -20,13 +20,14 @@ constexpr std::size_t kHistogram = kHistogramBuckets + 2;  // and _sum, _count
 constexpr std::size_t kGauges = 2;                         // bandwidth, baseline
 constexpr std::size_t kPerModeDirection = 1;               // xferd_bandwidth_degraded
 // Per probed mode: xferd_probe_runs_total of each result but `unsupported` (which comes
-// with the first probe that reports it), and xferd_probe_last_success_timestamp_seconds.
-constexpr std::size_t kPerMode = 5 + 1;
+// with the first probe that reports it).
+constexpr std::size_t kPerMode = 5;
 constexpr std::size_t kOverlap = 1;  // xferd_overlap_ratio, with pinned_async
 constexpr std::size_t kOwnBand = 2;  // a probed pair's own band (core::OwnBandPairs)
 // expected band 2, diagnosis 11, PCIe generation and width 6, device seconds 2, device and
-// host link info 2, foreign traffic 2 and the link's readability 1.
-constexpr std::size_t kFixedPerGpu = 2 + 11 + 6 + 2 + 2 + 2 + 1;
+// host link info 2, foreign traffic 2 and the link's readability 1, the last success 1, the
+// allowance 1, the series held back 1 and stale 1.
+constexpr std::size_t kFixedPerGpu = 2 + 11 + 6 + 2 + 2 + 2 + 1 + 1 + 3;
 // The link's error counters (exporter/link_error_metrics.h): per device of the path its 3
 // AER classes and whether they are readable, the root port's 3 totals, NVML's replay
 // counter and whether it is readable.

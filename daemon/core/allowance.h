@@ -5,6 +5,8 @@
 // up: docs/health.md ("Cadence, allowance and fast confirmation").
 //
 // Who may spend what: the headline probes (pinned h2d and d2h of every size) always run;
+// then the series under watch (degraded, or whose last reading was bad: re-measured every
+// cycle until they clear) while their cost fits in the whole balance, reserve included;
 // the rotating ones (stalest first) only while their cost fits above burst_reserve, and so
 // do concurrent group runs; fast confirmation may spend the reserve too. Not thread-safe:
 // the scheduler guards it.
@@ -14,10 +16,12 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <vector>
 
 #include "core/clock.h"
+#include "core/plan.h"
 #include "core/settings.h"
 #include "xferd/probes/types.h"
 
@@ -37,6 +41,19 @@ inline constexpr double kUnknownLinkBytesPerSecond = 7.9e9;
 double AllowanceCapacity(const Settings& config);
 double InitialAllowance(const Settings& config);
 
+// Why a probe runs in a cycle, and so what it may spend (Allowance::MayRun).
+enum class ProbeClass {
+  kHeadline,  // pinned h2d and d2h: every cycle, whatever the balance
+  kWatched,   // degraded or on a bad streak: every cycle while the whole balance pays
+  kRotating,  // the rest, stalest first, above the reserve, in strict order
+};
+std::string_view ToString(ProbeClass c);  // "headline", "watched", "rotating"
+
+struct OrderedProbe {
+  probes::ProbeSpec spec;
+  ProbeClass cls = ProbeClass::kRotating;
+};
+
 class Allowance {
  public:
   Allowance() = default;  // empty; refills from the steady clock's epoch
@@ -55,6 +72,22 @@ class Allowance {
   // one never run is the stalest, and ties keep plan order.
   std::vector<probes::ProbeSpec> Order(const std::vector<probes::ProbeSpec>& plan,
                                        const Settings& config) const;
+  // The same with the series under watch (`watched`) between the headline and the
+  // rotation, stalest first, each with its class.
+  std::vector<OrderedProbe> Order(const std::vector<probes::ProbeSpec>& plan,
+                                  const Settings& config, const std::set<ProbeKey>& watched) const;
+  // Whether a probe of this class may start now: the headline always, a watched one when
+  // it FitsConfirmation, a rotating one when it FitsRotation.
+  bool MayRun(const OrderedProbe& probe, const Settings& config) const;
+
+  // When each probe of `plan` is expected to run next (in plan order), if cycles start at
+  // `next_cycle` and every `config.interval` after it and the series under watch stay so:
+  // the cycles simulated on a copy of this allowance with the same rules (Order, MayRun,
+  // each probe at its Cost); nullopt for one not within `cycles` cycles.
+  std::vector<std::optional<SteadyTime>> Forecast(const std::vector<probes::ProbeSpec>& plan,
+                                                  const Settings& config,
+                                                  const std::set<ProbeKey>& watched,
+                                                  SteadyTime next_cycle, int cycles) const;
 
   // Whether a rotating probe may start: its cost fits in what lies above the reserve; or,
   // dearer than all of that, the allowance is full (or it would never run at all).
@@ -87,7 +120,6 @@ class Allowance {
     std::optional<SteadyTime> last_run;  // when it last ran (any outcome); never = stalest
     double cost_s = 0;                   // device time it took then
   };
-  using ProbeKey = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
 
   double balance_s_ = 0;
   SteadyTime refilled_at_{};

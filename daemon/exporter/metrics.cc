@@ -168,7 +168,7 @@ Metrics::Metrics(prometheus::Registry& registry)
                            "mode=\"pinned\").")),
       last_success_(Register(prometheus::BuildGauge(), registry,
                              "xferd_probe_last_success_timestamp_seconds",
-                             "Unix time of the last successful probe of the mode.")),
+                             "Unix time of the GPU's last successful probe.")),
       device_seconds_(Register(prometheus::BuildCounter(), registry,
                                "xferd_probe_device_seconds_total",
                                "Device time spent probing; its rate() is the duty cycle.")),
@@ -222,7 +222,17 @@ Metrics::Metrics(prometheus::Registry& registry)
                            "Constant 1; the GPUs of a concurrent group and the narrowest link "
                            "they share (empty: none).")),
       build_info_(Register(prometheus::BuildGauge(), registry, "xferd_build_info",
-                           "Constant 1; labels describe the build.")) {
+                           "Constant 1; labels describe the build.")),
+      allowance_(Register(prometheus::BuildGauge(), registry, "xferd_probe_allowance_seconds",
+                          "Device seconds the GPU's probe allowance holds after the last "
+                          "cycle (refilled at max_duty_cycle; burst_reserve of it is kept for "
+                          "fast confirmation).")),
+      held_back_(Register(prometheus::BuildGauge(), registry, "xferd_series_held_back",
+                          "Planned series the last cycle left for a later one: the allowance "
+                          "was short.")),
+      series_stale_(Register(prometheus::BuildGauge(), registry, "xferd_series_stale",
+                             "Planned series with no current reading: their verdict is not "
+                             "known (xferd_bandwidth_degraded is absent for them).")) {
   link_errors_ = std::make_unique<LinkErrorMetrics>(registry);
   for (CycleResult r : kAllCycleResults) cycles_.Add({{"result", std::string(ToString(r))}});
   state_write_errors_.Add({});
@@ -267,6 +277,8 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
   }
   device_seconds_.Add({{"gpu", gpu}});
   cycle_device_.Add({{"gpu", gpu}});
+  held_back_.Add({{"gpu", gpu}});
+  series_stale_.Add({{"gpu", gpu}});
   std::lock_guard lock(mutex_);
   cycle_device_s_.try_emplace(device.index, 0.0);
   devices_.push_back(device.index);
@@ -392,7 +404,7 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
   if (core::BandExempt(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes)) {
     band_exempt_.Add(series).Set(1);
   }
-  last_success_.Add({{"gpu", gpu}, {"mode", mode}}).Set(UnixNow());
+  last_success_.Add({{"gpu", gpu}}).Set(UnixNow());
 }
 
 void Metrics::RecordConcurrent(const core::GroupRun& run, const core::ExpectedBand& band) {
@@ -484,6 +496,15 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
     }
   }
   for (const SeriesHealth& s : health.series) {
+    // A reading too old to judge by is no longer published as the GPU's bandwidth.
+    if (!s.stale) continue;
+    const Labels labels{{"gpu", gpu},
+                        {"mode", Mode(s.mode)},
+                        {"direction", Dir(s.direction)},
+                        {"size", probes::FormatSize(s.size_bytes)}};
+    if (bandwidth_.Has(labels)) bandwidth_.Remove(&bandwidth_.Add(labels));
+  }
+  for (const SeriesHealth& s : health.series) {
     if (s.baseline_bytes_per_s <= 0) continue;
     baseline_
         .Add({{"gpu", gpu},
@@ -493,13 +514,26 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
         .Set(s.baseline_bytes_per_s);
   }
   for (const PairVerdict& v : health.verdicts) {
-    degraded_.Add({{"gpu", gpu}, {"mode", Mode(v.mode)}, {"direction", Dir(v.direction)}})
-        .Set(v.degraded ? 1 : 0);
+    const Labels labels{{"gpu", gpu}, {"mode", Mode(v.mode)}, {"direction", Dir(v.direction)}};
+    // Stale: not known, so neither 0 (ok) nor 1 on an old reading: absent until measured.
+    if (v.stale) {
+      if (degraded_.Has(labels)) degraded_.Remove(&degraded_.Add(labels));
+      continue;
+    }
+    degraded_.Add(labels).Set(v.degraded ? 1 : 0);
   }
+  series_stale_.Add({{"gpu", gpu}}).Set(health.StaleSeries());
   for (DiagnosisCause cause : kAllDiagnosisCauses) {
     diagnosis_.Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}})
         .Set(health.Has(cause) ? 1 : 0);
   }
+}
+
+void Metrics::RecordSchedule(int gpu_index, double allowance_s, int held_back) {
+  const ChangeMark mark(generation_);
+  const std::string gpu = Gpu(gpu_index);
+  allowance_.Add({{"gpu", gpu}}).Set(allowance_s);
+  held_back_.Add({{"gpu", gpu}}).Set(held_back);
 }
 
 void Metrics::RecordLinkErrors(const probes::DeviceInfo& device,

@@ -97,6 +97,10 @@ class Metrics {
   // own; one no longer probed goes), diagnosis after Observe.
   void RecordHealth(const core::DeviceHealth& health);
 
+  // After each cycle, per GPU: the device-time allowance it left and how many planned
+  // series the allowance held back.
+  void RecordSchedule(int gpu, double allowance_s, int held_back);
+
   // The link's error counters on the GPU's path and whether each source is readable
   // (exporter/link_error_metrics.h), after each reading.
   void RecordLinkErrors(const probes::DeviceInfo& device, const core::LinkErrorReading& reading);
@@ -152,6 +156,9 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& aggregate_expected_;
   prometheus::Family<prometheus::Gauge>& group_info_;
   prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Family<prometheus::Gauge>& allowance_;
+  prometheus::Family<prometheus::Gauge>& held_back_;
+  prometheus::Family<prometheus::Gauge>& series_stale_;
 
   std::unique_ptr<LinkErrorMetrics> link_errors_;
 

@@ -23,9 +23,11 @@
 #include <tuple>
 #include <vector>
 
+#include "core/freshness.h"
 #include "core/health_tracker.h"
 #include "core/incident_log.h"
 #include "core/link_errors.h"
+#include "core/scheduler.h"
 #include "exporter/metrics.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
@@ -40,11 +42,12 @@ inline constexpr int kStatusVersion = 1;
 // replay counter), as the status document lists it. Until the service hands a GPU's reading
 // over (RecordLinkErrors), its "link.errors" says the counters are not read.
 struct LinkErrorCounter {
-  std::string device;   // the PCI address on the path it was read from (the GPU's for replays)
-  std::string counter;  // e.g. "aer_dev_correctable", "aer_rootport_total_err_fatal", "nvml_pcie_replay"
-  std::string source;   // "aer" or "nvml_replay", as xferd_pcie_error_source_readable says
-  std::string aer_class;               // "correctable", "nonfatal", "fatal"; "" for replays
-  bool readable = false;               // the source was read and trusted this cycle
+  std::string device;  // the PCI address on the path it was read from (the GPU's for replays)
+  std::string
+      counter;  // e.g. "aer_dev_correctable", "aer_rootport_total_err_fatal", "nvml_pcie_replay"
+  std::string source;     // "aer" or "nvml_replay", as xferd_pcie_error_source_readable says
+  std::string aer_class;  // "correctable", "nonfatal", "fatal"; "" for replays
+  bool readable = false;  // the source was read and trusted this cycle
   std::optional<std::uint64_t> value;  // the count as read, as the counter series shows it
   std::string reason;                  // why not readable: "no AER counters in sysfs", ...
 };
@@ -59,6 +62,18 @@ struct DaemonStatus {
   double interval_s = 0;
   int consecutive_bad = 0;
   std::string summary;  // HealthTracker::Summary, the STATUS line
+  // The daemon's clock now: what the readings' ages and the series' next runs are counted
+  // on (nullopt: not shown), and how long a reading counts (core/freshness.h).
+  std::optional<core::SteadyTime> now;
+  core::FreshnessBounds freshness;
+};
+
+// One GPU's schedule after a cycle (core::DeviceCycle): its allowance and, per planned
+// series, why it runs, whether the allowance held it back and when it runs next.
+struct GpuSchedule {
+  double allowance_s = 0, capacity_s = 0, reserve_s = 0, duty_cycle = 0;
+  int held_back = 0;
+  std::vector<core::DeviceCycle::Outlook> series;
 };
 
 // Thread-safe: the Record* methods from the probe thread, Render from the HTTP threads.
@@ -74,6 +89,8 @@ class StatusBoard {
   // After each cycle: the GPU's health, its verdict (IncidentLog::Observe) and whether the
   // busy detector skipped it.
   void RecordHealth(const core::DeviceHealth& health, core::DeviceVerdict verdict, bool busy);
+  // After each cycle: the GPU's allowance and the schedule of its series.
+  void RecordSchedule(int gpu, GpuSchedule schedule);
   // The link error counters of one GPU's path as judged this cycle (the reading
   // Metrics::RecordLinkErrors publishes), replacing the last ones.
   void RecordLinkErrors(const probes::DeviceInfo& device, const core::LinkErrorReading& reading);
@@ -103,6 +120,7 @@ class StatusBoard {
     std::optional<probes::ProbeSpec> last_probe;
     probes::ContentionState last_contention = probes::ContentionState::kUnknown;
     std::optional<std::vector<LinkErrorCounter>> link_errors;
+    std::optional<GpuSchedule> schedule;
   };
 
   const core::IncidentLog& incidents_;

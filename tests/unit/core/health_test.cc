@@ -126,7 +126,8 @@ TEST(Baseline, RobustToAnOutlierCycle) {
   HealthTracker h(TestConfig());
   for (int i = 0; i < 9; ++i) h.Observe(PinnedCycle(25.0 + 0.1 * (i % 3)));
   h.Observe(PinnedCycle(250.0));  // one absurd reading (not low, so it is learned)
-  const double base = h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize);
+  const double base =
+      h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize);
   EXPECT_NEAR(base, 25.1e9, 0.15e9);
 }
 
@@ -138,8 +139,8 @@ TEST(Baseline, NotLearnedFromBusyOrFailedOrDriftingCycles) {
   h.Observe(busy);
   h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 0, ProbeStatus::kError)}));
   for (int i = 0; i < 10; ++i) h.Observe(PinnedCycle(12.0));  // below 0.8 x 25: not learned
-  EXPECT_NEAR(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize), 25e9,
-              0.01e9);
+  EXPECT_NEAR(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize),
+              25e9, 0.01e9);
   const auto snap = h.Snapshot();
   EXPECT_EQ(snap.at("GPU-0000-test").at("pinned/h2d/64MiB").size(), 6u);
 }
@@ -214,18 +215,21 @@ TEST(Verdict, ErrorsDoNotCountAsGood) {
   EXPECT_FALSE(PinnedDegraded(h.Observe(PinnedCycle(24.0))));
 }
 
-TEST(Verdict, DriftBelowBaselineCountsOnlyOnceTheBaselineHasFiveCycles) {
+// A baseline judges from its second learned reading (kProvisionalBaselineCycles): a drop
+// in a GPU's first cycles is caught, not learned; a single first reading judges nothing.
+TEST(Verdict, DriftBelowBaselineCountsFromTheSecondLearnedReading) {
   HealthTracker h(TestConfig(1));
   // pageable is not link-bound: only its own history can judge it.
   auto pageable = [](double gbps) {
     return Cycle({Sample(TransferMode::kPageable, Direction::kH2D, gbps)});
   };
-  for (int i = 0; i < 4; ++i) h.Observe(pageable(8.0));
-  DeviceHealth early = h.Observe(pageable(3.0));  // 4 learned cycles: no judgment yet
+  h.Observe(pageable(8.0));
+  DeviceHealth early = h.Observe(pageable(3.0));  // 1 learned reading: no judgment yet
   EXPECT_FALSE(early.Degraded());
-  h.Observe(pageable(8.0));
-  h.Observe(pageable(8.0));
-  DeviceHealth late = h.Observe(pageable(3.0));
+  HealthTracker g(TestConfig(1));
+  g.Observe(pageable(8.0));
+  g.Observe(pageable(8.0));
+  DeviceHealth late = g.Observe(pageable(3.0));
   EXPECT_TRUE(late.Degraded());
   EXPECT_TRUE(late.Has(DiagnosisCause::kBelowBaseline));
   EXPECT_FALSE(late.Has(DiagnosisCause::kBelowBand));  // pageable is not held to the band
@@ -428,8 +432,9 @@ TEST(Restore, RestoredHistoryJudgesTheFirstCycles) {
 
   HealthTracker second(TestConfig(1));
   second.Restore(saved);
-  EXPECT_NEAR(second.Baseline("GPU-0000-test", TransferMode::kManaged, Direction::kH2D, kHealthSize), 4e9,
-              1e6);
+  EXPECT_NEAR(
+      second.Baseline("GPU-0000-test", TransferMode::kManaged, Direction::kH2D, kHealthSize), 4e9,
+      1e6);
   // A drop right after the restart is caught against the old history.
   DeviceHealth r = second.Observe(Cycle({Sample(TransferMode::kManaged, Direction::kH2D, 1.0)}));
   EXPECT_TRUE(r.Degraded());
@@ -532,7 +537,8 @@ TEST(Verdict, ContendedReadingsAreNeitherJudgedNorLearned) {
                          Contended(Sample(TransferMode::kPageable, Direction::kH2D, 1.0), 13.0)}));
   }
   EXPECT_FALSE(r.Degraded());
-  EXPECT_EQ(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize), baseline);
+  EXPECT_EQ(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize),
+            baseline);
   EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBand));
   EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBaseline));
   // Not a 24x pinned/pageable ratio either: the readings say nothing about staging.
