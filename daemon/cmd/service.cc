@@ -141,6 +141,7 @@ std::string Service::StatusDocument() const {
   daemon.consecutive_bad = config->consecutive_bad;
   daemon.summary = health_.Summary();
   daemon.now = seams_.clock->Now();
+  daemon.uptime_s = duration<double>(*daemon.now - started_).count();
   daemon.freshness = FreshnessOf(*config);
   return status_board_.Render(daemon, std::chrono::system_clock::now());
 }

@@ -31,10 +31,17 @@ void Allowance::Refill(const Settings& config, SteadyTime now) {
   balance_s_ = std::min(balance_s_, AllowanceCapacity(config));
 }
 
+bool Allowance::Full(const Settings& config) const {
+  // Full at this cycle's refill: only its headline spent of it since.
+  return balance_s_ + headline_s_ >= AllowanceCapacity(config) - 1e-9;
+}
+
 double Allowance::Cost(const probes::ProbeSpec& spec) const {
   auto it = probes_.find(KeyOf(spec));
   if (it != probes_.end() && it->second.last_run) return it->second.cost_s;
-  const double link = link_bytes_per_s_ > 0 ? link_bytes_per_s_ : kUnknownLinkBytesPerSecond;
+  const double link = pinned_bytes_per_s_ > 0 ? pinned_bytes_per_s_ / kPinnedLinkShare
+                      : link_bytes_per_s_ > 0 ? link_bytes_per_s_
+                                              : kUnknownLinkBytesPerSecond;
   const double bytes = static_cast<double>(spec.size_bytes) *
                        (spec.direction == probes::Direction::kBidirectional ? 2 : 1);
   const double transfer_s = bytes / (link * ProfileOf(spec.mode, spec.direction).cost_fraction);
@@ -126,10 +133,9 @@ std::vector<std::optional<SteadyTime>> Allowance::Forecast(
 }
 
 bool Allowance::FitsRotation(const probes::ProbeSpec& spec, const Settings& config) const {
-  const double cost = Cost(spec);
-  const double capacity = AllowanceCapacity(config);
-  return cost <= balance_s_ - config.burst_reserve_s ||
-         (balance_s_ >= capacity - 1e-9 && cost > capacity - config.burst_reserve_s);
+  // Full at this cycle's refill (the headline may have spent a little since): it will
+  // never hold more, so a probe dearer than what lies above the reserve runs now.
+  return Cost(spec) <= balance_s_ - config.burst_reserve_s || Full(config);
 }
 
 bool Allowance::FitsConfirmation(const probes::ProbeSpec& spec) const {
@@ -137,8 +143,7 @@ bool Allowance::FitsConfirmation(const probes::ProbeSpec& spec) const {
 }
 
 bool Allowance::FitsGroup(std::optional<double> cost_s, const Settings& config) const {
-  return !cost_s || *cost_s <= balance_s_ - config.burst_reserve_s ||
-         balance_s_ >= AllowanceCapacity(config);
+  return !cost_s || *cost_s <= balance_s_ - config.burst_reserve_s || Full(config);
 }
 
 void Allowance::Charge(const probes::ProbeSpec& spec, SteadyTime started, double cost_s,

@@ -33,8 +33,12 @@ namespace xferd::core {
 inline constexpr std::chrono::minutes kAllowanceWindow{10};
 
 // An unmeasured probe's cost is estimated at ProfileOf(mode).cost_fraction of the GPU's
-// narrowest link; before that link was read, of this rate (PCIe Gen3 x8: conservative).
+// link: the rate its pinned h2d reads over kPinnedLinkShare once measured, else its
+// narrowest link's, else this rate (PCIe Gen3 x8: conservative).
 inline constexpr double kUnknownLinkBytesPerSecond = 7.9e9;
+// What pinned copies reach of a healthy link (the H200: 0.87 of Gen5 x16), the share the
+// cost fractions are taken against.
+inline constexpr double kPinnedLinkShare = 0.87;
 
 // The allowance's capacity and where it starts: one interval's refill above the reserve,
 // so the first cycle runs the headline and what that buys, not every probe at once.
@@ -90,7 +94,8 @@ class Allowance {
                                                   SteadyTime next_cycle, int cycles) const;
 
   // Whether a rotating probe may start: its cost fits in what lies above the reserve; or,
-  // dearer than all of that, the allowance is full (or it would never run at all).
+  // dearer than all of that, the allowance was full at this cycle's refill (or it would
+  // never run at all: the headline spends a little of it first every cycle).
   bool FitsRotation(const probes::ProbeSpec& spec, const Settings& config) const;
   // Whether a confirmation may start: the whole balance, reserve included (it is what the
   // reserve is for).
@@ -109,8 +114,12 @@ class Allowance {
   void StartCycle() { headline_s_ = 0; }
   // Device time of the headline probes in this cycle so far (or the last).
   double HeadlineSeconds() const { return headline_s_; }
-  // The narrowest link's current rate, as last read: what unmeasured costs are estimated at.
+  // The narrowest link's current rate, as last read: what unmeasured costs are estimated at
+  // until a pinned h2d probe measured the GPU's own way to host memory.
   void SetLinkRate(double bytes_per_s) { link_bytes_per_s_ = bytes_per_s; }
+  // The last uncontended pinned h2d reading: the link as this GPU uses it (integrated GPUs
+  // and NVLink-C2C included), which unmeasured costs are estimated from once known.
+  void SetPinnedRate(double bytes_per_s) { pinned_bytes_per_s_ = bytes_per_s; }
 
   double Balance() const { return balance_s_; }
 
@@ -121,11 +130,16 @@ class Allowance {
     double cost_s = 0;                   // device time it took then
   };
 
+  // The balance reached the capacity at this cycle's refill and only the headline spent it
+  // since: a probe dearer than all above the reserve may run (it would never run else).
+  bool Full(const Settings& config) const;
+
   double balance_s_ = 0;
   SteadyTime refilled_at_{};
   std::map<ProbeKey, ProbeRecord> probes_;
   double headline_s_ = 0;
   double link_bytes_per_s_ = 0;
+  double pinned_bytes_per_s_ = 0;
 };
 
 }  // namespace xferd::core

@@ -259,7 +259,13 @@ void Scheduler::Book(Round& round, DeviceCycle& dc, const Measured& measured, bo
   round.report.device_s += measured.cost_s;
   {
     std::lock_guard lock(mutex_);
-    allowances_[gpu].Charge(spec, measured.started, measured.cost_s, headline);
+    core::Allowance& allowance = allowances_[gpu];
+    allowance.Charge(spec, measured.started, measured.cost_s, headline);
+    if (spec.mode == probes::TransferMode::kPinned && spec.direction == probes::Direction::kH2D &&
+        sample.status == probes::ProbeStatus::kOk && !sample.Contended() &&
+        sample.MedianBandwidth() > 0) {
+      allowance.SetPinnedRate(sample.MedianBandwidth());
+    }
   }
   switch (sample.status) {
     case probes::ProbeStatus::kOk:
@@ -317,9 +323,14 @@ void Scheduler::ReadLink(DeviceCycle& dc) {
 void Scheduler::BookLink(DeviceCycle& dc, probes::LinkPath path) {
   dc.link_path = std::move(path);
   dc.link_read = true;
-  if (const probes::PcieLink* narrowest = dc.link_path.Narrowest()) {
+  // What unmeasured costs are estimated at: the link as it runs now (NVLink-C2C's rate).
+  const probes::PcieLink* narrowest = dc.link_path.Narrowest();
+  const double rate = dc.link_path.c2c ? probes::kC2cBytesPerSecond
+                      : narrowest     ? narrowest->CurrentBytesPerSecond()
+                                      : 0.0;
+  if (rate > 0) {
     std::lock_guard lock(mutex_);
-    allowances_[dc.device.index].SetLinkRate(narrowest->CurrentBytesPerSecond());
+    allowances_[dc.device.index].SetLinkRate(rate);
   }
   if (callbacks_.on_link_path) callbacks_.on_link_path(dc.device, dc.link_path);
 }

@@ -350,6 +350,7 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
                {{"healthy", daemon.healthy},
                 {"reason", Text(daemon.reason)},
                 {"cycles", daemon.cycles},
+                {"uptime_seconds", daemon.uptime_s},
                 {"last_cycle_age_seconds",
                  daemon.last_cycle_age_s ? json(*daemon.last_cycle_age_s) : json(nullptr)},
                 {"stale_after_seconds", daemon.stale_after_s},

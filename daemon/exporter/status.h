@@ -58,6 +58,7 @@ struct DaemonStatus {
   std::string reason;  // as /healthz says it
   std::uint64_t cycles = 0;
   std::optional<double> last_cycle_age_s;  // nullopt before the first cycle ended
+  double uptime_s = 0;                     // since the service started, on its clock
   double stale_after_s = 0;                // /healthz calls the loop stale past this age
   double interval_s = 0;
   int consecutive_bad = 0;

@@ -637,6 +637,7 @@ TEST(SchedulerConcurrent, EachMemberPaysItsOwnDeviceTime) {
   Harness h;
   h.stop_after = 1;
   h.backend.device_time_s = 0.01;
+  h.backend.bandwidth = 50e9;  // what unmeasured costs are estimated from: all five fit
   Settings c = ConcurrentConfig();
   c.max_duty_cycle = 0.01;  // holds 6 s
   std::optional<double> after;
