@@ -41,10 +41,18 @@ LINKS = {
 LINK_NAMES = {"gen3x4": "PCIe Gen3 x4", "gen3x16": "PCIe Gen3 x16", "gen4x8": "PCIe Gen4 x8",
               "gen4x16": "PCIe Gen4 x16", "gen5x16": "PCIe Gen5 x16", "c2c": "NVLink-C2C",
               "integrated": "integrated"}
-FAULTS = {
-    "downtrain": {"kind": "downtrain", "gen": 4, "width": 8},
-    "degrade": {"kind": "degrade", "factor": 0.5},
-}
+LINK_WIDTH = {"gen3x4": 4, "gen3x16": 16, "gen4x8": 8, "gen4x16": 16, "gen5x16": 16}
+
+
+def fault_on(name, link):
+    """The link trained down to half its width (as a reseat gone wrong), or every copy at
+    half its bandwidth (a throttled GPU, a host under pressure)."""
+    if name == "downtrain":
+        return {"kind": "downtrain", "width": LINK_WIDTH[link] // 2}
+    return {"kind": "degrade", "factor": 0.5}
+
+
+FAULTS = ("downtrain", "degrade")
 
 
 class Daemon:
@@ -119,6 +127,20 @@ def wait_uptime(d, seconds, each=None):
         time.sleep(0.1)
 
 
+def reloaded(d, faults):
+    """Applies `faults` by SIGHUP; returns the daemon's uptime once it says it applied them
+    (a moment later than they took effect on the device: the measure is not flattered)."""
+    seen = len(d.log.read_text(errors="replace").splitlines())
+    d.reload(faults)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        lines = d.log.read_text(errors="replace").splitlines()[seen:]
+        if any("reload: configuration" in l and "applied" in l for l in lines):
+            return uptime(d.status())
+        time.sleep(0.01)
+    raise RuntimeError("the reload was not applied")
+
+
 def coverage(xferd, link, minutes, speedup, workdir):
     """First time every planned series had a reading, and the longest wait for a reading."""
     d = Daemon(xferd, workdir, link, speedup)
@@ -157,8 +179,7 @@ def recovery(xferd, link, fault, speedup, workdir, learn_min=30, hold_min=10, li
     out = {"link": link, "fault": fault}
     try:
         wait_uptime(d, learn_min * 60)
-        t_on = uptime(d.status())
-        d.reload([FAULTS[fault]])
+        t_on = reloaded(d, [fault_on(fault, link)])
         seen = {}
         while uptime(doc := d.status()) - t_on < limit_min * 60:
             t = uptime(doc) - t_on
@@ -167,15 +188,14 @@ def recovery(xferd, link, fault, speedup, workdir, learn_min=30, hold_min=10, li
             if "metrics" not in seen and d.degraded_metric() == 1:
                 seen["metrics"] = t
             if "health" not in seen and d.health()[0] == 1:
-                seen["health"] = t
+                seen["health"] = uptime(d.status()) - t_on  # when it had answered
             if len(seen) == 3:
                 break
             time.sleep(0.1)
         out["degraded_after_s"] = seen
         out["health_line"] = d.health()[1]
         wait_uptime(d, t_on + hold_min * 60)
-        t_off = uptime(d.status())
-        d.reload([])
+        t_off = reloaded(d, [])
         back = {}
         while uptime(doc := d.status()) - t_off < limit_min * 60:
             t = uptime(doc) - t_off
@@ -184,7 +204,7 @@ def recovery(xferd, link, fault, speedup, workdir, learn_min=30, hold_min=10, li
             if "metrics" not in back and d.degraded_metric() == 0:
                 back["metrics"] = t
             if "health" not in back and d.health()[0] == 0:
-                back["health"] = t
+                back["health"] = uptime(d.status()) - t_off  # when it had answered
             if len(back) == 3:
                 break
             time.sleep(0.1)
@@ -201,7 +221,7 @@ def main():
     ap.add_argument("--xferd", required=True)
     ap.add_argument("--links", default=",".join(LINKS))
     ap.add_argument("--minutes", type=float, default=45, help="simulated minutes per coverage run")
-    ap.add_argument("--faults", default="downtrain,degrade")
+    ap.add_argument("--faults", default=",".join(FAULTS))
     ap.add_argument("--recovery-links", default="gen3x4,gen4x16,gen5x16")
     ap.add_argument("--speedup", type=float, default=120)
     ap.add_argument("--json", action="store_true")

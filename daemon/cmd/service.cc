@@ -195,6 +195,7 @@ void Service::OnCycle(const CycleReport& report) {
     metrics_.RecordConcurrent(run, GroupBand(run.group, *config));
     LogConcurrent(run, *config);
   }
+  std::unique_lock verdicts(verdict_mutex_);  // against ExpireVerdicts on the main thread
   for (const DeviceCycle& dc : report.devices) {
     CycleObservation obs;
     obs.device = dc.device;
@@ -220,6 +221,7 @@ void Service::OnCycle(const CycleReport& report) {
     LogVerdictChanges(health);
     LogStaleChange(health, verdict == DeviceVerdict::kStale);
   }
+  verdicts.unlock();
   // A confirmation round is no cycle: the cycle counters and timings stay the cycles'.
   if (!report.confirmation) metrics_.RecordCycle(report.wall_s, ResultOfCycle(report));
 
@@ -285,6 +287,24 @@ void Service::OnCycle(const CycleReport& report) {
       report.wall_s, report.device_s, duty, report.next_in.count() / 1e3, summary);
   std::lock_guard lock(status_mutex_);
   status_ = fmt::format("cycle {}: {}", report.number, summary);
+}
+
+// Between cycles (the main thread): verdicts whose readings grew too old since the last
+// cycle, published when their bound says (core::HealthTracker::Expire), on every surface.
+void Service::ExpireVerdicts() {
+  const auto next = health_.NextExpiry();
+  if (!next || seams_.clock->Now() < *next) return;
+  const auto config = CurrentConfig();
+  std::lock_guard verdicts(verdict_mutex_);
+  for (const DeviceHealth& health : health_.Expire(seams_.clock->Now())) {
+    metrics_.RecordHealth(health);
+    // Nothing was judged, time passed: it counts as no judgement (as a busy cycle).
+    const DeviceVerdict verdict = incidents_.Observe(health, /*busy=*/true, config->consecutive_bad,
+                                                     std::chrono::system_clock::now());
+    status_board_.RecordHealth(health, verdict, false);
+    LogVerdictChanges(health);
+    LogStaleChange(health, verdict == DeviceVerdict::kStale);
+  }
 }
 
 // A GPU whose verdict went stale (its headline series unmeasured past their bound) and back.
@@ -659,6 +679,7 @@ int Service::Supervise(ProbeThread& probe) {
       seams_.notifier->Status(status_);
     }
     CheckStall();
+    ExpireVerdicts();
     const auto now = std::chrono::steady_clock::now();
     if (watchdog && now >= next_ping) {
       // A probe stuck in a device call starves systemd of pings: it restarts the service.

@@ -78,9 +78,10 @@ class Service {
 
  private:
   std::shared_ptr<const config::Config> CurrentConfig() const;
-  void OnCycle(const core::CycleReport& report);                                // probe thread
-  void LogVerdictChanges(const core::DeviceHealth& health);                     // probe thread
-  void LogStaleChange(const core::DeviceHealth& health, bool stale);            // probe thread
+  void OnCycle(const core::CycleReport& report);                      // probe thread
+  void LogVerdictChanges(const core::DeviceHealth& health);           // verdict_mutex_ held
+  void LogStaleChange(const core::DeviceHealth& health, bool stale);  // verdict_mutex_ held
+  void ExpireVerdicts();                                              // main thread
   void LogConcurrent(const core::GroupRun& run, const config::Config& config);  // probe thread
   void WriteTextfile(const config::Config& config);                             // probe thread
   core::LinkErrorGrowth ReadLinkErrors(const core::DeviceCycle& cycle);         // probe thread
@@ -118,7 +119,10 @@ class Service {
   mutable std::mutex status_mutex_;
   std::string status_;  // the STATUS line of the last cycle
   bool state_write_failing_ = false, textfile_failing_ = false;  // probe thread only
-  std::map<int, bool> stale_said_;        // per GPU: its verdict was logged stale (probe thread)
+  // Held while a GPU's health is judged and published (the probe thread after each cycle,
+  // the main thread as readings grow old), so an older judgement never overwrites a newer.
+  std::mutex verdict_mutex_;
+  std::map<int, bool> stale_said_;        // per GPU: its verdict was logged stale (verdict_mutex_)
   std::filesystem::path textfile_swept_;  // probe thread: leftovers removed beside this one
 
   // A reload reads its files on a thread of its own, so that a file on a hung file system

@@ -95,7 +95,9 @@ std::vector<OrderedProbe> Allowance::Order(const std::vector<probes::ProbeSpec>&
 bool Allowance::MayRun(const OrderedProbe& probe, const Settings& config) const {
   switch (probe.cls) {
     case ProbeClass::kHeadline: return true;
-    case ProbeClass::kWatched: return FitsConfirmation(probe.spec);
+    // Half the reserve: the other half stays for the confirmation rounds that flip a
+    // verdict, back to ok above all, however long a fault lasts.
+    case ProbeClass::kWatched: return Cost(probe.spec) <= balance_s_ - config.burst_reserve_s / 2;
     case ProbeClass::kRotating: return FitsRotation(probe.spec, config);
   }
   return false;

@@ -6,7 +6,7 @@
 //
 // Who may spend what: the headline probes (pinned h2d and d2h of every size) always run;
 // then the series under watch (degraded, or whose last reading was bad: re-measured every
-// cycle until they clear) while their cost fits in the whole balance, reserve included;
+// cycle until they clear) while their cost fits above half the reserve;
 // the rotating ones (stalest first) only while their cost fits above burst_reserve, and so
 // do concurrent group runs; fast confirmation may spend the reserve too. Not thread-safe:
 // the scheduler guards it.
@@ -48,7 +48,7 @@ double InitialAllowance(const Settings& config);
 // Why a probe runs in a cycle, and so what it may spend (Allowance::MayRun).
 enum class ProbeClass {
   kHeadline,  // pinned h2d and d2h: every cycle, whatever the balance
-  kWatched,   // degraded or on a bad streak: every cycle while the whole balance pays
+  kWatched,   // degraded or on a bad streak: every cycle while it fits above half the reserve
   kRotating,  // the rest, stalest first, above the reserve, in strict order
 };
 std::string_view ToString(ProbeClass c);  // "headline", "watched", "rotating"
@@ -81,7 +81,7 @@ class Allowance {
   std::vector<OrderedProbe> Order(const std::vector<probes::ProbeSpec>& plan,
                                   const Settings& config, const std::set<ProbeKey>& watched) const;
   // Whether a probe of this class may start now: the headline always, a watched one when
-  // it FitsConfirmation, a rotating one when it FitsRotation.
+  // it fits above half the reserve, a rotating one when it FitsRotation.
   bool MayRun(const OrderedProbe& probe, const Settings& config) const;
 
   // When each probe of `plan` is expected to run next (in plan order), if cycles start at

@@ -329,8 +329,56 @@ void HealthTracker::Learn(SeriesState& state, double median) const {
   while (state.medians.size() > window) state.medians.pop_front();
 }
 
+std::vector<DeviceHealth> HealthTracker::Expire(SteadyTime now) {
+  std::lock_guard lock(mutex_);
+  std::vector<DeviceHealth> changed;
+  for (auto& [uuid, device] : devices_) {
+    if (!device.judged_at || now <= *device.judged_at) continue;  // no clock, or current
+    std::vector<std::pair<bool, bool>> before;
+    for (const auto& [key, state] : device.series) {
+      before.emplace_back(state.health.degraded, state.health.stale);
+    }
+    Refresh(device, now);
+    std::vector<std::pair<bool, bool>> after;
+    for (const auto& [key, state] : device.series) {
+      after.emplace_back(state.health.degraded, state.health.stale);
+    }
+    if (after == before) continue;
+    Publish(device);
+    changed.push_back(device.last);
+  }
+  return changed;
+}
+
+std::optional<SteadyTime> HealthTracker::NextExpiry() const {
+  std::lock_guard lock(mutex_);
+  const FreshnessBounds bounds = FreshnessOf(config_);
+  const auto after = [](const std::optional<SteadyTime>& t, double s) {
+    return *t + std::chrono::duration_cast<SteadyTime::duration>(std::chrono::duration<double>(s));
+  };
+  std::optional<SteadyTime> next;
+  for (const auto& [uuid, device] : devices_) {
+    if (!device.judged_at) continue;
+    for (const auto& [key, state] : device.series) {
+      const SeriesHealth& h = state.health;
+      if (h.status == ProbeStatus::kUnsupported) continue;
+      std::optional<SteadyTime> at;
+      if (state.degraded && state.last_bad && !h.stale) {
+        at = after(state.last_bad, bounds.degraded_s);
+      } else if (!h.stale) {
+        const std::optional<SteadyTime>& from = h.measured_at ? h.measured_at : state.since;
+        if (from) at = after(from, h.headline ? bounds.headline_s : bounds.rotating_s);
+      }
+      // Only what lies ahead of the last judgement (a lapse already judged is no news).
+      if (at && *at > *device.judged_at && (!next || *at < *next)) next = at;
+    }
+  }
+  return next;
+}
+
 void HealthTracker::Refresh(DeviceState& device, const std::optional<SteadyTime>& at) {
   const FreshnessBounds bounds = FreshnessOf(config_);
+  if (at) device.judged_at = at;
   const auto age = [&](const std::optional<SteadyTime>& t) {
     return std::chrono::duration<double>(*at - *t).count();
   };
@@ -345,7 +393,7 @@ void HealthTracker::Refresh(DeviceState& device, const std::optional<SteadyTime>
       continue;
     }
     if (state.degraded) {
-      if (state.last_bad && age(state.last_bad) <= bounds.degraded_s) {
+      if (state.last_bad && age(state.last_bad) < bounds.degraded_s) {
         h.degraded = true;
         h.stale = false;
         continue;
@@ -363,7 +411,7 @@ void HealthTracker::Refresh(DeviceState& device, const std::optional<SteadyTime>
     }
     h.degraded = false;
     const std::optional<SteadyTime>& from = h.measured_at ? h.measured_at : state.since;
-    h.stale = from && age(from) > (h.headline ? bounds.headline_s : bounds.rotating_s);
+    h.stale = from && age(from) >= (h.headline ? bounds.headline_s : bounds.rotating_s);
   }
 }
 

@@ -100,6 +100,14 @@ class HealthTracker {
   // Fold one cycle of one GPU in; returns that GPU's health after it.
   DeviceHealth Observe(const CycleObservation& observation);
 
+  // Time passing between cycles: each GPU's readings judged again at `now` (a DEGRADED
+  // verdict whose bad reading grew too old, a reading past its bound: core/freshness.h),
+  // so a cleared fault reads ok, and an unmeasured GPU stale, when the bound says, not at
+  // the next cycle. Returns the GPUs whose verdict changed. NextExpiry: the earliest moment
+  // one of them would (nullopt: none pending).
+  std::vector<DeviceHealth> Expire(SteadyTime now);
+  std::optional<SteadyTime> NextExpiry() const;
+
   // Fold a concurrent run in: the shared_uplink causes it shows hold for its members
   // (alongside what Observe finds) until the next run of that group and direction.
   void ObserveConcurrent(const GroupRun& run);
@@ -148,8 +156,9 @@ class HealthTracker {
   };
   struct DeviceState {
     DeviceHealth last;
-    std::string name;      // the GPU model: who its peers are
-    double link_rate = 0;  // and on which link (HostLinkRate)
+    std::string name;                     // the GPU model: who its peers are
+    double link_rate = 0;                 // and on which link (HostLinkRate)
+    std::optional<SteadyTime> judged_at;  // when freshness was last judged (Refresh)
     std::map<Key, SeriesState> series;
     // Causes from concurrent runs, per (group, direction); nullopt: the last run showed none.
     std::map<std::pair<std::string, probes::Direction>, std::optional<Diagnosis>> concurrent;
