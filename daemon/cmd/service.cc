@@ -182,8 +182,11 @@ void Service::LogVerdictChanges(const DeviceHealth& health) {
     }
     spdlog::log(v.degraded ? spdlog::level::warn : spdlog::level::info,
                 "gpu {} {} {}: verdict {} ({}){}", health.gpu, probes::ToString(v.mode),
-                probes::ToString(v.direction), v.degraded ? "DEGRADED" : "back to ok", figures,
-                causes);
+                probes::ToString(v.direction),
+                v.degraded ? "DEGRADED"
+                : v.stale  ? "stale (its DEGRADED rested on a reading too old; not measured since)"
+                           : "back to ok",
+                figures, causes);
   }
 }
 
@@ -195,7 +198,6 @@ void Service::OnCycle(const CycleReport& report) {
     metrics_.RecordConcurrent(run, GroupBand(run.group, *config));
     LogConcurrent(run, *config);
   }
-  std::unique_lock verdicts(verdict_mutex_);  // against ExpireVerdicts on the main thread
   for (const DeviceCycle& dc : report.devices) {
     CycleObservation obs;
     obs.device = dc.device;
@@ -221,7 +223,6 @@ void Service::OnCycle(const CycleReport& report) {
     LogVerdictChanges(health);
     LogStaleChange(health, verdict == DeviceVerdict::kStale);
   }
-  verdicts.unlock();
   // A confirmation round is no cycle: the cycle counters and timings stay the cycles'.
   if (!report.confirmation) metrics_.RecordCycle(report.wall_s, ResultOfCycle(report));
 
@@ -289,13 +290,11 @@ void Service::OnCycle(const CycleReport& report) {
   status_ = fmt::format("cycle {}: {}", report.number, summary);
 }
 
-// Between cycles (the main thread): verdicts whose readings grew too old since the last
-// cycle, published when their bound says (core::HealthTracker::Expire), on every surface.
+// Between cycles (the probe thread wakes for it): verdicts whose readings grew too old
+// since the last cycle, published when their bound says (HealthTracker::Expire), on every
+// surface.
 void Service::ExpireVerdicts() {
-  const auto next = health_.NextExpiry();
-  if (!next || seams_.clock->Now() < *next) return;
   const auto config = CurrentConfig();
-  std::lock_guard verdicts(verdict_mutex_);
   for (const DeviceHealth& health : health_.Expire(seams_.clock->Now())) {
     metrics_.RecordHealth(health);
     // Nothing was judged, time passed: it counts as no judgement (as a busy cycle).
@@ -592,6 +591,8 @@ void Service::Prepare(const Config& config) {
     status_board_.RecordLinkPath(d.index, p);
   };
   callbacks.on_cycle = [this](const CycleReport& r) { OnCycle(r); };
+  callbacks.next_expiry = [this] { return health_.NextExpiry(); };
+  callbacks.on_expiry = [this] { ExpireVerdicts(); };
   callbacks.flip_ahead = [this](const probes::DeviceInfo& d, const probes::LinkPath& path,
                                 const probes::ProbeSample& s) {
     return health_.ReadingsToFlip(d, path, s);
@@ -679,7 +680,6 @@ int Service::Supervise(ProbeThread& probe) {
       seams_.notifier->Status(status_);
     }
     CheckStall();
-    ExpireVerdicts();
     const auto now = std::chrono::steady_clock::now();
     if (watchdog && now >= next_ping) {
       // A probe stuck in a device call starves systemd of pings: it restarts the service.

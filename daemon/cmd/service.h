@@ -75,6 +75,8 @@ class Service {
 
   // What /metrics serves besides the process metrics: for tests and the textfile.
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+  // The status document (/api/v1/status) as it would be served now. Thread-safe.
+  std::string StatusDocument() const;
 
  private:
   std::shared_ptr<const config::Config> CurrentConfig() const;
@@ -89,7 +91,6 @@ class Service {
   bool ReloadReady() const;                                                     // main thread
   void FinishReload();                                                          // main thread
   exporter::HealthState Healthz() const;                                        // HTTP threads
-  std::string StatusDocument() const;                                           // HTTP threads
   void CheckStall();                                                            // main thread
   void StartServing(const config::Config& config);                              // main thread
   void Prepare(const config::Config& config);  // main thread, first

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/band.h"
+#include "core/freshness.h"
 #include "core/plan.h"
 
 namespace xferd::core {
@@ -21,7 +22,7 @@ double InitialAllowance(const Settings& config) {
 }
 
 Allowance::Allowance(const Settings& config, SteadyTime now)
-    : balance_s_(InitialAllowance(config)), refilled_at_(now) {}
+    : balance_s_(InitialAllowance(config)), refilled_at_(now), created_at_(now) {}
 
 void Allowance::Refill(const Settings& config, SteadyTime now) {
   if (now > refilled_at_) {
@@ -52,6 +53,7 @@ double Allowance::Cost(const probes::ProbeSpec& spec) const {
 std::string_view ToString(ProbeClass c) {
   switch (c) {
     case ProbeClass::kHeadline: return "headline";
+    case ProbeClass::kOverdue: return "overdue";
     case ProbeClass::kWatched: return "watched";
     case ProbeClass::kRotating: return "rotating";
   }
@@ -61,15 +63,19 @@ std::string_view ToString(ProbeClass c) {
 std::vector<probes::ProbeSpec> Allowance::Order(const std::vector<probes::ProbeSpec>& plan,
                                                 const Settings& config) const {
   std::vector<probes::ProbeSpec> ordered;
-  for (OrderedProbe& p : Order(plan, config, {})) ordered.push_back(std::move(p.spec));
+  for (OrderedProbe& p : Order(plan, config, {}, refilled_at_))
+    ordered.push_back(std::move(p.spec));
   return ordered;
 }
 
 std::vector<OrderedProbe> Allowance::Order(const std::vector<probes::ProbeSpec>& plan,
                                            const Settings& config,
-                                           const std::set<ProbeKey>& watched) const {
+                                           const std::set<ProbeKey>& watched,
+                                           SteadyTime now) const {
+  const auto overdue_after = std::chrono::duration_cast<SteadyTime::duration>(
+      duration<double>(FreshnessOf(config).rotating_s / 2));
   std::vector<OrderedProbe> ordered;
-  std::vector<std::pair<std::optional<SteadyTime>, OrderedProbe>> watch, rotating;
+  std::vector<std::pair<std::optional<SteadyTime>, OrderedProbe>> overdue, watch, rotating;
   for (const auto& spec : plan) {
     if (IsHeadline(spec, config)) {
       ordered.push_back({spec, ProbeClass::kHeadline});
@@ -77,7 +83,9 @@ std::vector<OrderedProbe> Allowance::Order(const std::vector<probes::ProbeSpec>&
     }
     auto it = probes_.find(KeyOf(spec));
     const std::optional<SteadyTime> last = it == probes_.end() ? std::nullopt : it->second.last_run;
-    if (watched.contains(KeyOf(spec))) {
+    if (now - last.value_or(created_at_) >= overdue_after) {
+      overdue.emplace_back(last, OrderedProbe{spec, ProbeClass::kOverdue});
+    } else if (watched.contains(KeyOf(spec))) {
       watch.emplace_back(last, OrderedProbe{spec, ProbeClass::kWatched});
     } else {
       rotating.emplace_back(last, OrderedProbe{spec, ProbeClass::kRotating});
@@ -85,8 +93,10 @@ std::vector<OrderedProbe> Allowance::Order(const std::vector<probes::ProbeSpec>&
   }
   // Stalest first; never run sorts before any time (nullopt < value); ties keep plan order.
   const auto stalest = [](const auto& a, const auto& b) { return a.first < b.first; };
+  std::stable_sort(overdue.begin(), overdue.end(), stalest);
   std::stable_sort(watch.begin(), watch.end(), stalest);
   std::stable_sort(rotating.begin(), rotating.end(), stalest);
+  for (auto& [_, p] : overdue) ordered.push_back(std::move(p));
   for (auto& [_, p] : watch) ordered.push_back(std::move(p));
   for (auto& [_, p] : rotating) ordered.push_back(std::move(p));
   return ordered;
@@ -96,7 +106,8 @@ bool Allowance::MayRun(const OrderedProbe& probe, const Settings& config) const 
   switch (probe.cls) {
     case ProbeClass::kHeadline: return true;
     // Half the reserve: the other half stays for the confirmation rounds that flip a
-    // verdict, back to ok above all, however long a fault lasts.
+    // verdict, however long a fault lasts.
+    case ProbeClass::kOverdue:
     case ProbeClass::kWatched: return Cost(probe.spec) <= balance_s_ - config.burst_reserve_s / 2;
     case ProbeClass::kRotating: return FitsRotation(probe.spec, config);
   }
@@ -117,9 +128,10 @@ std::vector<std::optional<SteadyTime>> Allowance::Forecast(
   for (int k = 0; k < cycles && known < plan.size(); ++k) {
     const SteadyTime at = next_cycle + k * interval;
     copy.Refill(config, at);
-    for (const OrderedProbe& p : copy.Order(plan, config, watched)) {
+    for (const OrderedProbe& p : copy.Order(plan, config, watched, at)) {
       if (!copy.MayRun(p, config)) {
-        if (p.cls == ProbeClass::kRotating) break;  // strict order, as the scheduler
+        // Strict order from the overdue on, as the scheduler.
+        if (p.cls == ProbeClass::kRotating || p.cls == ProbeClass::kOverdue) break;
         continue;
       }
       const double cost = copy.Cost(p.spec);

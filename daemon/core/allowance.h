@@ -48,10 +48,13 @@ double InitialAllowance(const Settings& config);
 // Why a probe runs in a cycle, and so what it may spend (Allowance::MayRun).
 enum class ProbeClass {
   kHeadline,  // pinned h2d and d2h: every cycle, whatever the balance
+  // A rotating series that waited half its bound (FreshnessBounds::rotating_s / 2): ahead
+  // of the watched ones and on their terms, so none goes stale while a fault lasts.
+  kOverdue,
   kWatched,   // degraded or on a bad streak: every cycle while it fits above half the reserve
   kRotating,  // the rest, stalest first, above the reserve, in strict order
 };
-std::string_view ToString(ProbeClass c);  // "headline", "watched", "rotating"
+std::string_view ToString(ProbeClass c);  // "headline", "overdue", "watched", "rotating"
 
 struct OrderedProbe {
   probes::ProbeSpec spec;
@@ -76,12 +79,13 @@ class Allowance {
   // one never run is the stalest, and ties keep plan order.
   std::vector<probes::ProbeSpec> Order(const std::vector<probes::ProbeSpec>& plan,
                                        const Settings& config) const;
-  // The same with the series under watch (`watched`) between the headline and the
-  // rotation, stalest first, each with its class.
+  // The same at `now` with each probe's class: the headline, then the overdue, the series
+  // under watch (`watched`) and the rest, each stalest first.
   std::vector<OrderedProbe> Order(const std::vector<probes::ProbeSpec>& plan,
-                                  const Settings& config, const std::set<ProbeKey>& watched) const;
-  // Whether a probe of this class may start now: the headline always, a watched one when
-  // it fits above half the reserve, a rotating one when it FitsRotation.
+                                  const Settings& config, const std::set<ProbeKey>& watched,
+                                  SteadyTime now) const;
+  // Whether a probe of this class may start now: the headline always, an overdue or a
+  // watched one when it fits above half the reserve, a rotating one when it FitsRotation.
   bool MayRun(const OrderedProbe& probe, const Settings& config) const;
 
   // When each probe of `plan` is expected to run next (in plan order), if cycles start at
@@ -136,6 +140,7 @@ class Allowance {
 
   double balance_s_ = 0;
   SteadyTime refilled_at_{};
+  SteadyTime created_at_{};  // a probe never run has waited since
   std::map<ProbeKey, ProbeRecord> probes_;
   double headline_s_ = 0;
   double link_bytes_per_s_ = 0;

@@ -103,6 +103,16 @@ SteadyTime Scheduler::ConfirmationDue(const Settings& config, SteadyTime now) {
 void Scheduler::Run(std::stop_token stop) {
   SteadyTime next = clock_.Now();
   while (!stop.stop_requested()) {
+    // A verdict that lapses before anything else is due is published when it does.
+    if (callbacks_.next_expiry && callbacks_.on_expiry) {
+      const auto expiry = callbacks_.next_expiry();
+      const auto due = NextConfirmation();
+      if (expiry && *expiry < next && (!due || *expiry < *due)) {
+        if (!clock_.SleepUntil(*expiry, stop)) break;
+        callbacks_.on_expiry();
+        continue;
+      }
+    }
     // A confirmation due before the next cycle runs first, as a round of its own.
     if (const auto due = NextConfirmation(); due && *due < next) {
       if (!clock_.SleepUntil(*due, stop)) break;
@@ -326,8 +336,8 @@ void Scheduler::BookLink(DeviceCycle& dc, probes::LinkPath path) {
   // What unmeasured costs are estimated at: the link as it runs now (NVLink-C2C's rate).
   const probes::PcieLink* narrowest = dc.link_path.Narrowest();
   const double rate = dc.link_path.c2c ? probes::kC2cBytesPerSecond
-                      : narrowest     ? narrowest->CurrentBytesPerSecond()
-                                      : 0.0;
+                      : narrowest      ? narrowest->CurrentBytesPerSecond()
+                                       : 0.0;
   if (rate > 0) {
     std::lock_guard lock(mutex_);
     allowances_[dc.device.index].SetLinkRate(rate);
@@ -396,7 +406,7 @@ void Scheduler::RunDevice(Round& round, DeviceCycle& dc,
     core::Allowance& allowance = allowances_[index];
     allowance.Refill(round.config, clock_.Now());
     allowance.StartCycle();
-    ordered = allowance.Order(plan, round.config, watched);
+    ordered = allowance.Order(plan, round.config, watched, clock_.Now());
   }
   std::set<ProbeKey> held;
   for (std::size_t i = 0; i < ordered.size(); ++i) {
@@ -410,7 +420,7 @@ void Scheduler::RunDevice(Round& round, DeviceCycle& dc,
       may = allowance.MayRun(probe, round.config);
     }
     if (!may) {
-      if (probe.cls == ProbeClass::kRotating) {
+      if (probe.cls == ProbeClass::kRotating || probe.cls == ProbeClass::kOverdue) {
         // Strict order: the stalest saves up instead of being starved by cheaper ones.
         for (std::size_t j = i; j < ordered.size(); ++j) held.insert(KeyOf(ordered[j].spec));
         break;
@@ -501,7 +511,12 @@ std::vector<probes::ProbeSpec> Scheduler::DueConfirmations(
       if (w.degraded) add(planned(std::get<0>(key), std::get<1>(key), std::get<2>(key)));
     }
   }
+  // The probes that name a cause, for the round that can turn a GPU DEGRADED: once it is,
+  // its causes are named already, and its allowance goes to re-measuring.
+  const bool gpu_degraded = std::any_of(watch_[device.index].begin(), watch_[device.index].end(),
+                                        [](const auto& entry) { return entry.second.degraded; });
   for (const auto& [key, p] : pending) {
+    if (gpu_degraded) break;
     if (p.due > now || !p.flip.to_degraded || p.flip.readings != 1) continue;
     for (const auto& pair :
          {std::pair{probes::TransferMode::kPinned, probes::Direction::kH2D},

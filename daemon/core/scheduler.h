@@ -112,6 +112,11 @@ struct SchedulerCallbacks {
   std::function<FlipAhead(const probes::DeviceInfo&, const probes::LinkPath&,
                           const probes::ProbeSample&)>
       flip_ahead;
+  // When a verdict next lapses as its readings grow old (HealthTracker::NextExpiry), and
+  // what to do then: the loop wakes for it between cycles, so a cleared fault or an
+  // unmeasured GPU shows when its bound says. Unset: only at cycles.
+  std::function<std::optional<SteadyTime>()> next_expiry;
+  std::function<void()> on_expiry;
 };
 
 // How many cycles ahead the outlook looks for a series' next run.
