@@ -586,15 +586,26 @@ TEST(Scheduler, ConfirmationsSpendTheReserveTheRotationDoesNot) {
     if (!r.confirmation && r.number == 30) w.SetBandwidth(0.5);
   };
   w.Run(40 * 60s);
-  // Before the fault the rotation never dipped into the reserve.
+  // Before the fault the rotation never dipped into the reserve, save for series overdue
+  // (waited half their bound: the H200's 22-transfer probes rotate in about 17 minutes),
+  // which may spend half of it; the other half stays for confirmation.
+  bool dipped = false;
   for (const auto& r : w.reports) {
     if (r.number >= 30) break;
-    EXPECT_GE(r.devices.at(0).allowance_s, w.config.burst_reserve_s - 1e-9) << r.number;
+    bool overdue = false;
+    for (const auto& o : r.devices.at(0).outlook)
+      overdue = overdue || o.cls == ProbeClass::kOverdue;
+    EXPECT_GE(r.devices.at(0).allowance_s, w.config.burst_reserve_s / 2 - 1e-9) << r.number;
+    if (r.devices.at(0).allowance_s < w.config.burst_reserve_s - 1e-9) {
+      EXPECT_TRUE(overdue || dipped) << r.number << ": into the reserve with nothing overdue";
+      dipped = true;
+    }
   }
-  // The confirmation rounds did.
+  // The confirmation rounds spent below half of it.
   bool below = false;
-  for (const auto& r : w.reports)
-    below = below || (r.confirmation && r.devices.at(0).allowance_s < w.config.burst_reserve_s);
+  for (const auto& r : w.reports) {
+    below = below || (r.confirmation && r.devices.at(0).allowance_s < w.config.burst_reserve_s / 2);
+  }
   EXPECT_TRUE(below);
 }
 
