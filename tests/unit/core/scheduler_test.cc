@@ -714,6 +714,27 @@ TEST(SchedulerConcurrent, OneGpuHasNoGroup) {
   EXPECT_EQ(backend.runs, 5);
 }
 
+// Simulated time ([simulate] speedup): a wait passes `speedup` times faster than real
+// time, a probe moves the clock by exactly its simulated time, and a stop ends a wait.
+TEST(SimulatedClock, RunsFasterWhileWaitingAndMovesByWhatProbesTake) {
+  SimulatedClock clock(1000);
+  const SteadyTime t0 = clock.Now();
+  clock.Advance(2s);
+  EXPECT_EQ(clock.Now() - t0, std::chrono::duration_cast<SteadyTime::duration>(2s));
+  const auto real0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(clock.SleepUntil(t0 + 12s, std::stop_token{}));  // 10 s at 1000x: 10 ms
+  EXPECT_EQ(clock.Now(), t0 + std::chrono::duration_cast<SteadyTime::duration>(12s));
+  EXPECT_LT(std::chrono::steady_clock::now() - real0, 5s);
+  std::stop_source stop;
+  std::thread t([&] {
+    std::this_thread::sleep_for(20ms);
+    stop.request_stop();
+  });
+  EXPECT_FALSE(clock.SleepUntil(clock.Now() + 1000h, stop.get_token()));
+  t.join();
+  EXPECT_LT(clock.Now(), t0 + 1000h);
+}
+
 TEST(SteadyClock, SleepEndsEarlyOnStop) {
   SteadyClock clock;
   std::stop_source stop;
