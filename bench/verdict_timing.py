@@ -224,6 +224,9 @@ def main():
     ap.add_argument("--faults", default=",".join(FAULTS))
     ap.add_argument("--recovery-links", default="gen3x4,gen4x16,gen5x16")
     ap.add_argument("--speedup", type=float, default=120)
+    ap.add_argument("--learn-minutes", type=float, default=30,
+                    help="healthy minutes before the fault")
+    ap.add_argument("--hold-minutes", type=float, default=10, help="minutes the fault lasts")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     results = {"coverage": [], "recovery": []}
@@ -239,7 +242,8 @@ def main():
                 n += 1
                 w = Path(tmp) / f"r{n}"
                 w.mkdir()
-                results["recovery"].append(recovery(a.xferd, link, fault, a.speedup, w))
+                results["recovery"].append(recovery(a.xferd, link, fault, a.speedup, w,
+                                                    a.learn_minutes, a.hold_minutes))
     if a.json:
         print(json.dumps(results, indent=2))
         return 0
@@ -254,7 +258,8 @@ def main():
                   f"{fmt(r['longest_wait_s'])} | {duty} |")
     if results["recovery"]:
         s = lambda v: "-" if v is None else f"{v:.0f} s"
-        print("\nA fault for 10 minutes after 30 healthy ones, defaults (simulated seconds):\n")
+        print(f"\nA fault for {a.hold_minutes:g} minutes after {a.learn_minutes:g} healthy ones, "
+              "defaults (simulated seconds):\n")
         print("| link | fault | DEGRADED after: metrics / status / health | ok after removal: "
               "metrics / status / health | bound |")
         print("| --- | --- | --- | --- | ---: |")
