@@ -193,6 +193,19 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
     }
   }
   HealthReport report;
+  if (options.cause) {
+    // A note (capability_mismatch, ...) is not a fault: never a problem, whatever else is.
+    const auto cause = core::ParseDiagnosisCause(*options.cause);
+    if (cause && core::IsNote(*cause)) {
+      report.state = HealthOutcome::kOk;
+      report.line = "OK: " + *options.cause + " is not a fault";
+      if (!degraded.empty() || degraded_otherwise > 0) {
+        report.line += fmt::format(" ({} GPU degraded for other causes)",
+                                   degraded.size() + degraded_otherwise);
+      }
+      return report;
+    }
+  }
   if (!degraded.empty()) {
     report.state = HealthOutcome::kProblem;
     report.line = "DEGRADED " + Problem(*degraded.front(), options.cause);

@@ -89,6 +89,19 @@ TEST(HealthReport, ANoteNeverNamesTheFault) {
             "DEGRADED gpu0 pinned h2d: link_downtrained, 5.10 GB/s < 19.85 band");
 }
 
+// `--cause` of a note: never a problem (no NPD event, no drain for what is not a fault).
+TEST(HealthReport, ANoteAskedForIsNeverAProblem) {
+  const json causes = {{{"cause", "below_band"}, {"detail", "x"}},
+                       {{"cause", "capability_mismatch"}, {"detail", "GPU can do Gen5 x16"}}};
+  HealthJudgeOptions options;
+  options.cause = "capability_mismatch";
+  const HealthReport r = Judge(Doc({Degraded(0, causes, BelowBand())}), options);
+  EXPECT_EQ(r.state, HealthOutcome::kOk);
+  EXPECT_EQ(r.line, "OK: capability_mismatch is not a fault (1 GPU degraded for other causes)");
+  options.cause = "below_band";
+  EXPECT_EQ(Judge(Doc({Degraded(0, causes, BelowBand())}), options).state, HealthOutcome::kProblem);
+}
+
 // A GPU whose verdict is stale (not measured recently) is unknown: neither a drain nor a
 // resume; a degraded GPU elsewhere still is a problem.
 TEST(HealthReport, AStaleGpuIsUnknownNeverOk) {

@@ -215,6 +215,39 @@ TEST(Scheduler, HeadlineEveryIntervalFromTheStartAndEveryModeLearnedInBoundedTim
             CyclesThatRan(h, M::kZeroCopy, D::kH2D).size() - 1);
 }
 
+// The H200's measured per-transfer costs (a 22-transfer probe's device time / 22) with the
+// default device-time target (25 ms, at least 5 timed transfers): the cheap probes keep
+// their ~20 transfers, the dear ones (pageable, managed) drop to the floor, and every
+// series is measured within 15 minutes, again and again, at the default duty cycle.
+TEST(Scheduler, WithTheDeviceTimeTargetEverySeriesOfAnH200IsMeasuredWithinFifteenMinutes) {
+  Harness h;
+  SetH200sOnGen5x16(h.backend);
+  h.stop_after = 60;
+  Settings c = H200Config();
+  c.probe_time = Settings{}.probe_time;
+  h.Run(c);
+  using M = probes::TransferMode;
+  using D = probes::Direction;
+  int longest = 0;
+  for (const auto& [mode, direction] : probes::AllModeDirections()) {
+    const auto cycles = CyclesThatRan(h, mode, direction);
+    SCOPED_TRACE(std::string(probes::ToString(mode)) + " " +
+                 std::string(probes::ToString(direction)));
+    ASSERT_FALSE(cycles.empty());
+    longest = std::max(longest, cycles.front() + 1);
+    for (std::size_t i = 1; i < cycles.size(); ++i) {
+      longest = std::max(longest, cycles[i] - cycles[i - 1]);
+    }
+    longest = std::max(longest, 59 - cycles.back());
+  }
+  std::printf("H200 costs, 25 ms target: every series at least every %d cycles (60 s)\n", longest);
+  EXPECT_LE(longest, 15);
+  EXPECT_EQ(CyclesThatRan(h, M::kPinned, D::kH2D).size(), 60u);
+  // And within the cap over the hour: the refill plus what the allowance started with.
+  const double span = 60 * 60.0;
+  EXPECT_LE(TotalDevice(h) / 2, c.max_duty_cycle * span + InitialAllowance(c) + 0.5);
+}
+
 TEST(Scheduler, UnmeasuredProbeCostIsEstimatedFromItsBytesAtTheLink) {
   Harness h;
   SetH200sOnGen5x16(h.backend);
