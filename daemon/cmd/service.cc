@@ -246,12 +246,12 @@ void Service::OnCycle(const CycleReport& report) {
     std::string ran;
     for (const DeviceCycle& dc : report.devices) {
       for (const probes::ProbeSample& s : dc.samples) {
-        ran += fmt::format("{}gpu{} {} {} {:.2f} GB/s{}{}", ran.empty() ? "" : ", ",
-                           dc.device.index, probes::ToString(s.spec.mode),
-                           probes::ToString(s.spec.direction), s.MedianBandwidth() / 1e9,
-                           s.spec.direction == probes::Direction::kBidirectional ? " both ways"
-                                                                                 : "",
-                           s.Contended() ? " (contended)" : "");
+        ran +=
+            fmt::format("{}gpu{} {} {} {:.2f} GB/s{}{}", ran.empty() ? "" : ", ", dc.device.index,
+                        probes::ToString(s.spec.mode), probes::ToString(s.spec.direction),
+                        s.MedianBandwidth() / 1e9,
+                        s.spec.direction == probes::Direction::kBidirectional ? " both ways" : "",
+                        s.Contended() ? " (contended)" : "");
       }
     }
     spdlog::info("cycle {} confirmation: {} ({:.3f} s device); {}", report.number,
