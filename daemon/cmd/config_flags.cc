@@ -79,8 +79,15 @@ void ApplyProbeFlags(const ConfigFlags& flags, config::Config& config) {
       }
       config.sizes.push_back(*size);
     }
+    // A size asked for on the command line is the size measured, on every link.
+    config.sizes_follow_link = false;
   }
-  if (flags.iterations) config.iterations = *flags.iterations;
+  if (flags.iterations) {
+    // So is a count: exactly that many timed transfers, no device-time target.
+    config.iterations = *flags.iterations;
+    config.probe_time = std::chrono::milliseconds(0);
+    config.min_iterations = std::min(config.min_iterations, config.iterations);
+  }
   if (flags.warmup) config.warmup = *flags.warmup;
   if (flags.seed) config.sim.seed = *flags.seed;
 }

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cmd/commands.h"
 #include "cmd/health_report.h"
@@ -112,15 +114,20 @@ void ReadJudgeFlags(const HealthCommandOptions& options, HealthJudgeOptions& jud
     judge.stale_after_s = std::chrono::duration<double>(*stale).count();
   }
   if (options.cause) {
-    bool known = false;
-    std::string names;
-    for (core::DiagnosisCause c : core::kAllDiagnosisCauses) {
-      known = known || *options.cause == core::ToString(c);
-      names += (names.empty() ? "" : ", ") + std::string(core::ToString(c));
+    // In the order they lead (core::CauseRank); the notes apart: they name no fault.
+    std::vector<core::DiagnosisCause> ranked(core::kAllDiagnosisCauses.begin(),
+                                             core::kAllDiagnosisCauses.end());
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](auto a, auto b) { return core::CauseRank(a) < core::CauseRank(b); });
+    std::string faults, notes;
+    for (core::DiagnosisCause c : ranked) {
+      std::string& list = core::IsNote(c) ? notes : faults;
+      list += (list.empty() ? "" : ", ") + std::string(core::ToString(c));
     }
-    if (!known) {
+    if (!core::ParseDiagnosisCause(*options.cause)) {
       throw UsageError("--cause \"" + platform::Printable(*options.cause, 40) +
-                       "\": not a cause xferd names; use one of " + names);
+                       "\": not a cause xferd names; use one of " + faults +
+                       "; notes (not a fault, never a problem): " + notes);
     }
     judge.cause = *options.cause;
   }

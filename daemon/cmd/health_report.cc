@@ -159,7 +159,7 @@ std::string ShapeProblem(const json& doc) {
   if (gpus == nullptr || !gpus->is_array()) return bad("gpus", gpus, "a list");
   if (gpus->empty()) return "gpus is empty: the daemon probes no GPU";
   std::set<long long> indices;
-  bool any_degraded = false, any_pending = false;
+  bool any_degraded = false, any_pending = false, any_stale = false;
   for (std::size_t i = 0; i < gpus->size(); ++i) {
     const json& gpu = (*gpus)[i];
     const std::string at = fmt::format("gpus[{}]", i);
@@ -174,10 +174,11 @@ std::string ShapeProblem(const json& doc) {
     const json* verdict = field(gpu, "verdict");
     if (verdict == nullptr || !verdict->is_string() ||
         !core::ParseDeviceVerdict(verdict->get<std::string>())) {
-      return bad(at + ".verdict", verdict, "\"ok\", \"degraded\" or \"pending\"");
+      return bad(at + ".verdict", verdict, "\"ok\", \"degraded\", \"pending\" or \"stale\"");
     }
     any_degraded = any_degraded || *verdict == "degraded";
     any_pending = any_pending || *verdict == "pending";
+    any_stale = any_stale || *verdict == "stale";
     const json* causes = field(gpu, "causes");
     if (causes == nullptr || !causes->is_array()) return bad(at + ".causes", causes, "a list");
     for (std::size_t c = 0; c < causes->size(); ++c) {
@@ -213,7 +214,10 @@ std::string ShapeProblem(const json& doc) {
     }
   }
   const json* verdict = field(doc, "verdict");
-  const char* follows = any_degraded ? "degraded" : any_pending ? "pending" : "ok";
+  const char* follows = any_degraded  ? "degraded"
+                        : any_pending ? "pending"
+                        : any_stale   ? "stale"
+                                      : "ok";
   if (verdict == nullptr || !verdict->is_string() || *verdict != follows) {
     return bad("verdict", verdict,
                fmt::format("\"{}\", which its GPUs' verdicts give", follows).c_str());
@@ -221,10 +225,22 @@ std::string ShapeProblem(const json& doc) {
   return "";
 }
 
-// A cause worth naming first: one that explains a low reading, not the low reading itself.
-bool Explains(const std::string& cause) {
-  return cause != core::ToString(core::DiagnosisCause::kBelowBand) &&
-         cause != core::ToString(core::DiagnosisCause::kBelowBaseline);
+// The cause to name when the headline does not say (core::LeadingCause's rule on the
+// labels): the highest-ranked cause that is no note; a label this xferd does not know ranks
+// last, a note never.
+std::string Leading(const std::vector<std::string>& causes) {
+  std::string best;
+  int best_rank = 0;
+  for (const std::string& name : causes) {
+    const auto cause = core::ParseDiagnosisCause(name);
+    if (cause && core::IsNote(*cause)) continue;
+    const int rank = cause ? core::CauseRank(*cause) : 1000;
+    if (best.empty() || rank < best_rank) {
+      best = name;
+      best_rank = rank;
+    }
+  }
+  return best;
 }
 
 std::vector<std::string> CausesOf(const json& gpu) {
@@ -254,17 +270,13 @@ std::string Problem(const json& gpu, const std::optional<std::string>& wanted) {
   if (wanted) {
     cause = *wanted;
   } else {
-    for (const std::string& c : causes) {
-      if (Explains(c)) {
-        cause = c;
-        break;
-      }
-    }
+    // The daemon names it (core::LeadingCause); else the same rule on the list.
+    if (headline.is_object()) cause = Str(headline, "cause");
+    if (cause.empty()) cause = Leading(causes);
     if (cause.empty() && headline.is_object()) {
       const std::string below = Str(headline, "below");
       if (!below.empty()) cause = "below_" + below;
     }
-    if (cause.empty() && !causes.empty()) cause = causes.front();
   }
   line += ": " + (cause.empty() ? std::string("cause not visible to xferd") : cause);
   if (headline.is_object()) {
@@ -272,7 +284,9 @@ std::string Problem(const json& gpu, const std::optional<std::string>& wanted) {
     const auto reference = Num(headline, "reference_bytes_per_second");
     const std::string below = Str(headline, "below");
     if (reading && reference && !below.empty()) {
-      line += ", " + GBps(*reading) + " GB/s < " + GBps(*reference) + " " + below;
+      const bool peers = below == "baseline" && Str(headline, "baseline_of") == "peers";
+      line +=
+          ", " + GBps(*reading) + " GB/s < " + GBps(*reference) + " " + (peers ? "peers" : below);
     } else if (reading) {
       line += ", " + GBps(*reading) + " GB/s (recovering)";
     }
@@ -334,7 +348,7 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
   }
 
   const json& gpus = doc["gpus"];
-  std::vector<const json*> degraded, pending;
+  std::vector<const json*> degraded, pending, unmeasured;
   std::size_t degraded_otherwise = 0;  // degraded, but not with options.cause
   for (const json& gpu : gpus) {
     const std::string verdict = gpu["verdict"].get<std::string>();
@@ -351,9 +365,24 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
       }
     } else if (verdict == "pending") {
       pending.push_back(&gpu);
+    } else if (verdict == "stale") {
+      unmeasured.push_back(&gpu);
     }
   }
   HealthReport report;
+  if (options.cause) {
+    // A note (capability_mismatch, ...) is not a fault: never a problem, whatever else is.
+    const auto cause = core::ParseDiagnosisCause(*options.cause);
+    if (cause && core::IsNote(*cause)) {
+      report.state = HealthOutcome::kOk;
+      report.line = "OK: " + *options.cause + " is not a fault";
+      if (!degraded.empty() || degraded_otherwise > 0) {
+        report.line += fmt::format(" ({} GPU degraded for other causes)",
+                                   degraded.size() + degraded_otherwise);
+      }
+      return report;
+    }
+  }
   if (!degraded.empty()) {
     report.state = HealthOutcome::kProblem;
     report.line = "DEGRADED " + Problem(*degraded.front(), options.cause);
@@ -361,6 +390,12 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
   } else if (!pending.empty()) {
     return Unknown(fmt::format("no verdict yet for gpu{} (re-judging after a restart)",
                                (*pending.front())["gpu"].get<long long>()));
+  } else if (!unmeasured.empty()) {
+    // Not measured recently: neither ok nor degraded (a drain stays, a node is not resumed).
+    return Unknown(fmt::format(
+        "gpu{} stale: its probes have no current reading (busy, the cycle budget or failing "
+        "probes; see the daemon's log)",
+        (*unmeasured.front())["gpu"].get<long long>()));
   } else if (options.cause) {
     report.state = HealthOutcome::kOk;
     report.line = "OK: no GPU degraded with " + *options.cause;

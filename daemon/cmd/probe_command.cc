@@ -383,8 +383,7 @@ constexpr const char* kNoDeviceHint =
 
 int RunProbeCommand(const ProbeCommandOptions& options) {
   const Config config = ConfigWithFlags(options.flags);
-  const std::vector<ProbeSpec> plan = PlanProbes(config, Deadlines::kStretchedToSize);
-  if (plan.empty()) throw UsageError("no probe selected (check --mode)");
+  if (PlanProbes(config).empty()) throw UsageError("no probe selected (check --mode)");
 
   const Backend made = MakeBackend(config, "probe", options.flags.sysfs_root.value_or("/sys"));
   probes::TransferBackend& backend = *made.backend;
@@ -416,6 +415,9 @@ int RunProbeCommand(const ProbeCommandOptions& options) {
   ProbeRunner runner(backend, clock, HangWatch::kCancel);
   std::vector<DeviceReport> reports;
   for (const auto& info : selected) {
+    // The daemon's plan for this GPU: sizes follow its link (core::PlannedSize).
+    const std::vector<ProbeSpec> plan = PlanProbes(config, Deadlines::kStretchedToSize,
+                                                   HostLinkRate(backend.ReadLinkPath(info.index)));
     reports.push_back(ProbeDevice(runner, backend, info, plan, config, *load, errors));
   }
   if (options.json) {

@@ -11,6 +11,7 @@
 #include "cmd/commands.h"
 #include "cmd/service.h"
 #include "config/config.h"
+#include "core/clock.h"
 #include "platform/abandonable_call.h"
 #include "platform/build_info.h"
 #include "platform/files.h"
@@ -35,6 +36,15 @@ std::uint64_t JitterSeed() {
   return seed;
 }
 
+// The simulated device on simulated time: its timeline follows `clock`, and each probe
+// moves the clock by the time it takes instead of taking it in real time.
+void OnSimulatedTime(Config& config, core::SimulatedClock* clock) {
+  if (clock == nullptr) return;
+  config.sim.time_scale = 0;
+  config.sim.clock = [clock] { return clock->Now(); };
+  config.sim.advance = [clock](std::chrono::nanoseconds d) { clock->Advance(d); };
+}
+
 }  // namespace
 
 int RunDaemonCommand(const RunCommandOptions& options) {
@@ -56,6 +66,12 @@ int RunDaemonCommand(const RunCommandOptions& options) {
     std::fflush(nullptr);
     _exit(kExitOk);
   }
+  // [simulate] speedup: the daemon and the simulated device on simulated time.
+  std::unique_ptr<core::SimulatedClock> simulated;
+  if (config.simulate && config.sim_speedup > 0) {
+    simulated = std::make_unique<core::SimulatedClock>(config.sim_speedup);
+  }
+  OnSimulatedTime(config, simulated.get());
   const LogTarget target = SetUpLogging(config.log_level);
   const std::string& file = options.flags.config_file;
   const std::string config_name = file.empty() ? "(defaults)" : file;
@@ -73,13 +89,24 @@ int RunDaemonCommand(const RunCommandOptions& options) {
                  d.simulated ? " (SIMULATED device: not real hardware)" : "");
   }
 
-  core::SteadyClock clock;
+  if (simulated) {
+    spdlog::info(
+        "simulated time: the clock runs {:g}x real time, and each probe takes its "
+        "simulated time on it ([simulate] speedup)",
+        config.sim_speedup);
+  }
+  core::SteadyClock steady;
+  core::Clock& clock = simulated ? static_cast<core::Clock&>(*simulated) : steady;
   const std::unique_ptr<Notifier> notifier = MakeSystemdNotifier();
   ServiceSeams seams;
   seams.clock = &clock;
   seams.notifier = notifier.get();
   seams.signals = signals.get();
-  seams.reload = [&options] { return ConfigWithFlags(options.flags); };
+  seams.reload = [&options, clock = simulated.get()] {
+    Config next = ConfigWithFlags(options.flags);
+    OnSimulatedTime(next, clock);  // as the running device is: a reload does not change it
+    return next;
+  };
   seams.make_busy = [sim = made.sim](const Config& c) { return MakeBusyDetector(c, sim); };
   seams.on_reload = [sim = made.sim](const Config& c) {
     if (sim != nullptr) sim->SetFaults(c.sim.faults);

@@ -80,8 +80,10 @@ void WarnRestartOnly(const Config& running, const Config& next) {
        running.sim.gpus_per_switch != next.sim.gpus_per_switch ||
        running.sim.uplink_gen != next.sim.uplink_gen ||
        running.sim.uplink_width != next.sim.uplink_width ||
-       running.sim.numa_nodes != next.sim.numa_nodes)) {
-    warn("the simulated device (devices, seed, link, time_scale, integrated, its topology)");
+       running.sim.numa_nodes != next.sim.numa_nodes || running.sim_speedup != next.sim_speedup)) {
+    warn(
+        "the simulated device (devices, seed, link, time_scale, speedup, integrated, its "
+        "topology)");
   }
 }
 
@@ -143,6 +145,9 @@ std::string Service::StatusDocument() const {
   daemon.interval_s = duration<double>(config->interval).count();
   daemon.consecutive_bad = config->consecutive_bad;
   daemon.summary = health_.Summary();
+  daemon.now = seams_.clock->Now();
+  daemon.uptime_s = duration<double>(*daemon.now - started_).count();
+  daemon.freshness = FreshnessOf(*config);
   return status_board_.Render(daemon, std::chrono::system_clock::now());
 }
 
@@ -152,20 +157,29 @@ void Service::LogVerdictChanges(const DeviceHealth& health) {
   for (const PairVerdict& v : health.verdicts) {
     if (!v.changed) continue;
     ScopedLogFields fields(std::to_string(health.gpu), std::string(probes::ToString(v.mode)));
+    // Each size's reading as the band sees it: per direction (both ways at once: half the
+    // total, the total beside it), against the band of its own mode, where one holds it.
+    const bool both = v.direction == probes::Direction::kBidirectional;
     std::string figures;
+    bool held = false;
     for (const SeriesHealth& s : health.series) {
       if (s.mode != v.mode || s.direction != v.direction) continue;
-      figures += fmt::format("{}{} {:.2f} GB/s{}{}", figures.empty() ? "" : ", ",
-                             probes::FormatSize(s.size_bytes), s.median_bytes_per_s / 1e9,
-                             s.baseline_bytes_per_s > 0
-                                 ? fmt::format(" (baseline {:.2f})", s.baseline_bytes_per_s / 1e9)
-                                 : "",
-                             s.Bad() ? " low" : "");
+      held = held || HeldToBand(s.mode, s.direction, s.size_bytes, health.band);
+      figures += fmt::format(
+          "{}{} {:.2f} GB/s{}{}{}{}", figures.empty() ? "" : ", ", probes::FormatSize(s.size_bytes),
+          PerDirection(s.direction, s.median_bytes_per_s) / 1e9,
+          both ? fmt::format(" per direction ({:.2f} both ways)", s.median_bytes_per_s / 1e9) : "",
+          s.BaselineReference() > 0
+              ? fmt::format(" ({}baseline {:.2f}{})",
+                            s.peer_baseline_bytes_per_s > 0 ? "peers' " : "",
+                            s.BaselineReference() / 1e9, both ? " both ways" : "")
+              : "",
+          s.Bad() ? " low" : "", s.stale ? " stale" : "");
     }
-    if (health.band.Known()) {
-      figures +=
-          fmt::format("; band {:.2f}-{:.2f} GB/s per direction",
-                      health.band.lower_bytes_per_s / 1e9, health.band.upper_bytes_per_s / 1e9);
+    if (health.band.Known() && held) {
+      const ExpectedBand band = ModeBand(health.band, v.mode, v.direction);
+      figures += fmt::format("; band {:.2f}-{:.2f} GB/s per direction",
+                             band.lower_bytes_per_s / 1e9, band.upper_bytes_per_s / 1e9);
     }
     std::string causes;
     for (const Diagnosis& d : health.diagnoses) {
@@ -173,8 +187,11 @@ void Service::LogVerdictChanges(const DeviceHealth& health) {
     }
     spdlog::log(v.degraded ? spdlog::level::warn : spdlog::level::info,
                 "gpu {} {} {}: verdict {} ({}){}", health.gpu, probes::ToString(v.mode),
-                probes::ToString(v.direction), v.degraded ? "DEGRADED" : "back to ok", figures,
-                causes);
+                probes::ToString(v.direction),
+                v.degraded ? "DEGRADED"
+                : v.stale  ? "stale (its DEGRADED rested on a reading too old; not measured since)"
+                           : "back to ok",
+                figures, causes);
   }
 }
 
@@ -193,13 +210,23 @@ void Service::OnCycle(const CycleReport& report) {
     obs.samples = dc.samples;
     obs.busy = dc.skipped_busy;
     obs.link_errors = ReadLinkErrors(dc);
+    obs.at = seams_.clock->Now();
+    obs.at_wall = std::chrono::system_clock::now();
+    obs.confirmation = report.confirmation;
+    for (const DeviceCycle::Outlook& o : dc.outlook) obs.planned.push_back(o.spec);
     const DeviceHealth health = health_.Observe(obs);
     metrics_.RecordHealth(health);
-    status_board_.RecordHealth(health,
-                               incidents_.Observe(health, obs.busy, config->consecutive_bad,
-                                                  std::chrono::system_clock::now()),
-                               obs.busy);
+    const DeviceVerdict verdict =
+        incidents_.Observe(health, obs.busy, config->consecutive_bad, obs.at_wall);
+    status_board_.RecordHealth(health, verdict, obs.busy);
+    if (!report.confirmation) {
+      metrics_.RecordSchedule(dc.device.index, dc.allowance_s, dc.held_back);
+      status_board_.RecordSchedule(
+          dc.device.index, {dc.allowance_s, AllowanceCapacity(*config), config->burst_reserve_s,
+                            config->max_duty_cycle, dc.held_back, dc.outlook});
+    }
     LogVerdictChanges(health);
+    LogStaleChange(health, verdict == DeviceVerdict::kStale);
   }
   // A confirmation round is no cycle: the cycle counters and timings stay the cycles'.
   if (!report.confirmation) metrics_.RecordCycle(report.wall_s, ResultOfCycle(report));
@@ -224,9 +251,12 @@ void Service::OnCycle(const CycleReport& report) {
     std::string ran;
     for (const DeviceCycle& dc : report.devices) {
       for (const probes::ProbeSample& s : dc.samples) {
-        ran += fmt::format("{}gpu{} {} {} {:.2f} GB/s{}", ran.empty() ? "" : ", ", dc.device.index,
-                           probes::ToString(s.spec.mode), probes::ToString(s.spec.direction),
-                           s.MedianBandwidth() / 1e9, s.Contended() ? " (contended)" : "");
+        ran +=
+            fmt::format("{}gpu{} {} {} {:.2f} GB/s{}{}", ran.empty() ? "" : ", ", dc.device.index,
+                        probes::ToString(s.spec.mode), probes::ToString(s.spec.direction),
+                        s.MedianBandwidth() / 1e9,
+                        s.spec.direction == probes::Direction::kBidirectional ? " both ways" : "",
+                        s.Contended() ? " (contended)" : "");
       }
     }
     spdlog::info("cycle {} confirmation: {} ({:.3f} s device); {}", report.number,
@@ -238,15 +268,70 @@ void Service::OnCycle(const CycleReport& report) {
   const double duty = report.wall_s + report.next_in.count() / 1e3 > 0
                           ? report.device_s / (report.wall_s + report.next_in.count() / 1e3)
                           : 0;
+  // What the allowance held back, and when the stalest of it is due, per GPU.
+  std::string held;
+  for (const DeviceCycle& dc : report.devices) {
+    if (dc.held_back == 0) continue;
+    std::optional<SteadyTime> latest;
+    bool never = false;
+    for (const DeviceCycle::Outlook& o : dc.outlook) {
+      if (!o.held_back) continue;
+      if (!o.next_run) never = true;
+      if (o.next_run && (!latest || *o.next_run > *latest)) latest = o.next_run;
+    }
+    held += fmt::format(
+        "{}gpu {}: {}{}", held.empty() ? "; " : ", ", dc.device.index, dc.held_back,
+        never ? ", some not within 2 h"
+        : latest
+            ? fmt::format(", all by {}",
+                          FormatSeconds(duration<double>(*latest - seams_.clock->Now()).count(), 0))
+            : "");
+  }
   spdlog::info(
       "cycle {}: {} ok, {} contended, {} error, {} timeout, {} unsupported, {} skipped busy, "
-      "{} over budget, {} held back (allowance); {:.3f} s wall, {:.3f} s device, duty {:.4f}; "
+      "{} over budget, {} held back (allowance{}); {:.3f} s wall, {:.3f} s device, duty {:.4f}; "
       "next in {:.1f} s; {}",
       report.number, report.ok - report.contended, report.contended, report.errors, report.timeouts,
-      report.unsupported, report.skipped_busy, report.skipped_budget, report.held_back,
+      report.unsupported, report.skipped_busy, report.skipped_budget, report.held_back, held,
       report.wall_s, report.device_s, duty, report.next_in.count() / 1e3, summary);
   std::lock_guard lock(status_mutex_);
   status_ = fmt::format("cycle {}: {}", report.number, summary);
+}
+
+// Between cycles (the probe thread wakes for it): verdicts whose readings grew too old
+// since the last cycle, published when their bound says (HealthTracker::Expire), on every
+// surface.
+void Service::ExpireVerdicts() {
+  const auto config = CurrentConfig();
+  for (const DeviceHealth& health : health_.Expire(seams_.clock->Now())) {
+    metrics_.RecordHealth(health);
+    // Nothing was judged, time passed: it counts as no judgement (as a busy cycle).
+    const DeviceVerdict verdict = incidents_.Observe(health, /*busy=*/true, config->consecutive_bad,
+                                                     std::chrono::system_clock::now());
+    status_board_.RecordHealth(health, verdict, false);
+    LogVerdictChanges(health);
+    LogStaleChange(health, verdict == DeviceVerdict::kStale);
+  }
+}
+
+// A GPU whose verdict went stale (its headline series unmeasured past their bound) and back.
+void Service::LogStaleChange(const DeviceHealth& health, bool stale) {
+  bool& was = stale_said_[health.gpu];
+  if (stale == was) return;
+  was = stale;
+  ScopedLogFields fields(std::to_string(health.gpu), "");
+  if (stale) {
+    spdlog::warn(
+        "gpu {}: verdict STALE: its headline probes (pinned h2d and d2h) have no reading "
+        "younger than {} ({} of its series stale): the GPU went unmeasured (busy, the cycle "
+        "budget, failing probes: see the lines above); xferd health answers unknown until it "
+        "is measured again",
+        health.gpu, FormatSeconds(FreshnessOf(*CurrentConfig()).headline_s, 0),
+        health.StaleSeries());
+  } else {
+    spdlog::info("gpu {}: measured again: its verdict is current ({})", health.gpu,
+                 health.Degraded() ? "DEGRADED" : "ok");
+  }
 }
 
 LinkErrorGrowth Service::ReadLinkErrors(const DeviceCycle& dc) {
@@ -587,6 +672,8 @@ void Service::Prepare(const Config& config) {
     status_board_.RecordLinkPath(d.index, p);
   };
   callbacks.on_cycle = [this](const CycleReport& r) { OnCycle(r); };
+  callbacks.next_expiry = [this] { return health_.NextExpiry(); };
+  callbacks.on_expiry = [this] { ExpireVerdicts(); };
   callbacks.flip_ahead = [this](const probes::DeviceInfo& d, const probes::LinkPath& path,
                                 const probes::ProbeSample& s) {
     return health_.ReadingsToFlip(d, path, s);

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -77,11 +78,15 @@ class Service {
 
   // What /metrics serves besides the process metrics: for tests and the textfile.
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+  // The status document (/api/v1/status) as it would be served now. Thread-safe.
+  std::string StatusDocument() const;
 
  private:
   std::shared_ptr<const config::Config> CurrentConfig() const;
-  void OnCycle(const core::CycleReport& report);                                // probe thread
-  void LogVerdictChanges(const core::DeviceHealth& health);                     // probe thread
+  void OnCycle(const core::CycleReport& report);                      // probe thread
+  void LogVerdictChanges(const core::DeviceHealth& health);           // verdict_mutex_ held
+  void LogStaleChange(const core::DeviceHealth& health, bool stale);  // verdict_mutex_ held
+  void ExpireVerdicts();                                              // main thread
   void LogConcurrent(const core::GroupRun& run, const config::Config& config);  // probe thread
   void WriteTextfile(const config::Config& config);                             // probe thread
   core::LinkErrorGrowth ReadLinkErrors(const core::DeviceCycle& cycle);         // probe thread
@@ -89,7 +94,6 @@ class Service {
   bool ReloadReady() const;                                                     // main thread
   void FinishReload();                                                          // main thread
   exporter::HealthState Healthz() const;                                        // HTTP threads
-  std::string StatusDocument() const;                                           // HTTP threads
   void CheckStall();                                                            // main thread
   void StartServing(const config::Config& config);                              // main thread
   void StopServing();                                                           // main thread
@@ -127,6 +131,10 @@ class Service {
   mutable std::mutex status_mutex_;
   std::string status_;  // the STATUS line of the last cycle
   bool state_write_failing_ = false, textfile_failing_ = false;  // probe thread only
+  // Held while a GPU's health is judged and published (the probe thread after each cycle,
+  // the main thread as readings grow old), so an older judgement never overwrites a newer.
+  std::mutex verdict_mutex_;
+  std::map<int, bool> stale_said_;        // per GPU: its verdict was logged stale (verdict_mutex_)
   std::filesystem::path textfile_swept_;  // probe thread: leftovers removed beside this one
 
   // A reload reads its files on a thread of its own, so that a file on a hung file system

@@ -55,6 +55,9 @@ struct Config : core::Settings {
   // tried without one.
   double sim_gpu_utilization_percent = 0;
   double sim_pcie_bytes_per_s = 0;
+  // [simulate] speedup: the daemon runs on simulated time, this many times faster than real
+  // time (core::SimulatedClock); 0 = real time.
+  double sim_speedup = 0;
 };
 
 // What a configuration costs, per GPU: the series it exports in its metrics profile

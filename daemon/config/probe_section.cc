@@ -112,6 +112,38 @@ void ReadTimers(const TableReader& r, bool simulate, Config& config) {
   }
 }
 
+// probe_time and min_iterations: the device-time target each probe runs to, and the fewest
+// timed transfers it takes; each checked against iterations and the deadline.
+void ReadProbeTime(const TableReader& r, Config& config) {
+  // Unset, it follows a short deadline down (as the deadline follows the interval).
+  if (auto v = r.Duration("probe_time", milliseconds(0), milliseconds(10000), "25ms")) {
+    config.probe_time = *v;
+  } else {
+    config.probe_time = std::min(config.probe_time, config.probe_deadline / 2);
+  }
+  if (auto v = r.Integer("min_iterations", 1, 10000, 5)) {
+    config.min_iterations = static_cast<int>(*v);
+  } else {
+    config.min_iterations = std::min(config.min_iterations, config.iterations);
+  }
+  if (config.min_iterations > config.iterations) {
+    r.Fail(*r.Find("min_iterations"), "min_iterations",
+           "must be at most iterations (" + std::to_string(config.iterations) + "), got " +
+               std::to_string(config.min_iterations),
+           "set min_iterations = " + std::to_string(std::min(5, config.iterations)) +
+               " or raise iterations");
+  }
+  if (config.probe_time >= config.probe_deadline && config.probe_time.count() > 0) {
+    const toml::node* at = r.Find("probe_time");
+    r.FailAt(at ? LineOf(*at) : 0, "probe_time",
+             "a probe aims for " + FormatDuration(config.probe_time) +
+                 " of device time, not less than its deadline (" +
+                 FormatDuration(config.probe_deadline) + "): every probe would time out",
+             "set probe_time = \"25ms\" (or \"0s\": exactly `iterations` transfers), or raise "
+             "deadline");
+  }
+}
+
 // The pinned host memory the plan needs must fit under pinned_cap: the largest buffer of
 // a pinned, pinned_async or zero_copy probe, two of them for both ways at once.
 void CheckPinnedCap(const TableReader& r, const Config& config) {
@@ -185,9 +217,11 @@ void ReadProbe(const std::string& file, const toml::table& root, bool simulate, 
   ReadModes(r, config);
   if (auto v = r.Bool("bidirectional")) config.bidirectional = *v;
   ReadSizes(r, config);
+  if (auto v = r.Bool("sizes_follow_link")) config.sizes_follow_link = *v;
   if (auto v = r.Integer("iterations", 1, 10000, 20)) config.iterations = static_cast<int>(*v);
   if (auto v = r.Integer("warmup", 0, 1000, 2)) config.warmup = static_cast<int>(*v);
   ReadTimers(r, simulate, config);
+  ReadProbeTime(r, config);
   if (auto v = r.Number("max_duty_cycle", 0, 1, true, 0.01)) config.max_duty_cycle = *v;
   // Device time kept for fast confirmation; more than a few seconds would let a fault burst
   // far past the duty cycle.

@@ -139,6 +139,9 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
            "remove c2c = true or integrated = true");
   }
   if (auto v = r.Number("time_scale", 0, 1000, false, 1)) config.sim.time_scale = *v;
+  // Simulated time: the daemon's clock runs this many times faster than real time and each
+  // probe takes its simulated time on it (so a default 60 s cycle passes in a second at 60).
+  if (auto v = r.Number("speedup", 1, 10000, false, 60)) config.sim_speedup = *v;
   // The load the simulated GPUs report to busy detection (in place of NVML).
   if (auto v = r.Number("gpu_utilization_percent", 0, 100, false, 90)) {
     config.sim_gpu_utilization_percent = *v;

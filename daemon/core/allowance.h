@@ -5,6 +5,8 @@
 // up: docs/health.md ("Cadence, allowance and fast confirmation").
 //
 // Who may spend what: the headline probes (pinned h2d and d2h of every size) always run;
+// then the series under watch (degraded, or whose last reading was bad: re-measured every
+// cycle until they clear) while their cost fits above half the reserve;
 // the rotating ones (stalest first) only while their cost fits above burst_reserve, and so
 // do concurrent group runs; fast confirmation may spend the reserve too. Not thread-safe:
 // the scheduler guards it.
@@ -14,10 +16,12 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <vector>
 
 #include "core/clock.h"
+#include "core/plan.h"
 #include "core/settings.h"
 #include "xferd/probes/types.h"
 
@@ -29,13 +33,33 @@ namespace xferd::core {
 inline constexpr std::chrono::minutes kAllowanceWindow{10};
 
 // An unmeasured probe's cost is estimated at ProfileOf(mode).cost_fraction of the GPU's
-// narrowest link; before that link was read, of this rate (PCIe Gen3 x8: conservative).
+// link: the rate its pinned h2d reads over kPinnedLinkShare once measured, else its
+// narrowest link's, else this rate (PCIe Gen3 x8: conservative).
 inline constexpr double kUnknownLinkBytesPerSecond = 7.9e9;
+// What pinned copies reach of a healthy link (the H200: 0.87 of Gen5 x16), the share the
+// cost fractions are taken against.
+inline constexpr double kPinnedLinkShare = 0.87;
 
 // The allowance's capacity and where it starts: one interval's refill above the reserve,
 // so the first cycle runs the headline and what that buys, not every probe at once.
 double AllowanceCapacity(const Settings& config);
 double InitialAllowance(const Settings& config);
+
+// Why a probe runs in a cycle, and so what it may spend (Allowance::MayRun).
+enum class ProbeClass {
+  kHeadline,  // pinned h2d and d2h: every cycle, whatever the balance
+  // A rotating series that waited half its bound (FreshnessBounds::rotating_s / 2): ahead
+  // of the watched ones and on their terms, so none goes stale while a fault lasts.
+  kOverdue,
+  kWatched,   // degraded or on a bad streak: every cycle while it fits above half the reserve
+  kRotating,  // the rest, stalest first, above the reserve, in strict order
+};
+std::string_view ToString(ProbeClass c);  // "headline", "overdue", "watched", "rotating"
+
+struct OrderedProbe {
+  probes::ProbeSpec spec;
+  ProbeClass cls = ProbeClass::kRotating;
+};
 
 class Allowance {
  public:
@@ -55,9 +79,27 @@ class Allowance {
   // one never run is the stalest, and ties keep plan order.
   std::vector<probes::ProbeSpec> Order(const std::vector<probes::ProbeSpec>& plan,
                                        const Settings& config) const;
+  // The same at `now` with each probe's class: the headline, then the overdue, the series
+  // under watch (`watched`) and the rest, each stalest first.
+  std::vector<OrderedProbe> Order(const std::vector<probes::ProbeSpec>& plan,
+                                  const Settings& config, const std::set<ProbeKey>& watched,
+                                  SteadyTime now) const;
+  // Whether a probe of this class may start now: the headline always, an overdue or a
+  // watched one when it fits above half the reserve, a rotating one when it FitsRotation.
+  bool MayRun(const OrderedProbe& probe, const Settings& config) const;
+
+  // When each probe of `plan` is expected to run next (in plan order), if cycles start at
+  // `next_cycle` and every `config.interval` after it and the series under watch stay so:
+  // the cycles simulated on a copy of this allowance with the same rules (Order, MayRun,
+  // each probe at its Cost); nullopt for one not within `cycles` cycles.
+  std::vector<std::optional<SteadyTime>> Forecast(const std::vector<probes::ProbeSpec>& plan,
+                                                  const Settings& config,
+                                                  const std::set<ProbeKey>& watched,
+                                                  SteadyTime next_cycle, int cycles) const;
 
   // Whether a rotating probe may start: its cost fits in what lies above the reserve; or,
-  // dearer than all of that, the allowance is full (or it would never run at all).
+  // dearer than all of that, the allowance was full at this cycle's refill (or it would
+  // never run at all: the headline spends a little of it first every cycle).
   bool FitsRotation(const probes::ProbeSpec& spec, const Settings& config) const;
   // Whether a confirmation may start: the whole balance, reserve included (it is what the
   // reserve is for).
@@ -76,8 +118,12 @@ class Allowance {
   void StartCycle() { headline_s_ = 0; }
   // Device time of the headline probes in this cycle so far (or the last).
   double HeadlineSeconds() const { return headline_s_; }
-  // The narrowest link's current rate, as last read: what unmeasured costs are estimated at.
+  // The narrowest link's current rate, as last read: what unmeasured costs are estimated at
+  // until a pinned h2d probe measured the GPU's own way to host memory.
   void SetLinkRate(double bytes_per_s) { link_bytes_per_s_ = bytes_per_s; }
+  // The last uncontended pinned h2d reading: the link as this GPU uses it (integrated GPUs
+  // and NVLink-C2C included), which unmeasured costs are estimated from once known.
+  void SetPinnedRate(double bytes_per_s) { pinned_bytes_per_s_ = bytes_per_s; }
 
   double Balance() const { return balance_s_; }
 
@@ -87,13 +133,18 @@ class Allowance {
     std::optional<SteadyTime> last_run;  // when it last ran (any outcome); never = stalest
     double cost_s = 0;                   // device time it took then
   };
-  using ProbeKey = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
+
+  // The balance reached the capacity at this cycle's refill and only the headline spent it
+  // since: a probe dearer than all above the reserve may run (it would never run else).
+  bool Full(const Settings& config) const;
 
   double balance_s_ = 0;
   SteadyTime refilled_at_{};
+  SteadyTime created_at_{};  // a probe never run has waited since
   std::map<ProbeKey, ProbeRecord> probes_;
   double headline_s_ = 0;
   double link_bytes_per_s_ = 0;
+  double pinned_bytes_per_s_ = 0;
 };
 
 }  // namespace xferd::core

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <set>
 
@@ -212,11 +213,28 @@ std::string_view ToString(BandHold hold) {
   return "unknown";
 }
 
+std::uint64_t BandMinSize(probes::TransferMode mode, probes::Direction direction,
+                          double link_bytes_per_s) {
+  const std::uint64_t measured = ProfileOf(mode, direction).band_min_size_bytes;
+  if (measured <= kBandMinSizeBytes || link_bytes_per_s <= 0 ||
+      link_bytes_per_s >= kProfileLinkBytesPerSecond) {
+    return measured;
+  }
+  constexpr double kMiB = 1 << 20;
+  const double scaled =
+      static_cast<double>(measured) * link_bytes_per_s / kProfileLinkBytesPerSecond;
+  // Whole MiB, down, with a hair of slack for rates that are powers of two of Gen5 x16's.
+  const auto mib = static_cast<std::uint64_t>(std::floor(scaled / kMiB + 1e-6));
+  return std::max<std::uint64_t>(mib << 20, kBandMinSizeBytes);
+}
+
 BandHold HoldOf(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes,
                 const ExpectedBand& band) {
   if (!probes::IsLinkBound(mode, direction)) return BandHold::kNotLinkBound;
   const ModeProfile& p = ProfileOf(mode, direction);
-  if (size_bytes < p.band_min_size_bytes) return BandHold::kUnderSize;
+  if (size_bytes < BandMinSize(mode, direction, band.link_bytes_per_s)) {
+    return BandHold::kUnderSize;
+  }
   // Per direction, as shares of the link: what it reaches against what it would be held to.
   const double share = ExpectedLinkShare(mode, direction, band);
   if (share > 0 && band.lower_bytes_per_s > 0 &&

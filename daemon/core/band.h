@@ -100,10 +100,13 @@ struct ModeProfile {
   // migrations and checks included: an unmeasured probe's device time is estimated from
   // it, so the allowance saves up enough before running it for the first time.
   double cost_fraction = 0.05;
-  // The smallest transfer the band holds this mode at: kBandMinSizeBytes, or more where
-  // the mode's share of the link was only measured at larger sizes. managed_prefetch h2d
-  // read 27.8-36.0 GB/s at 16 MiB on a healthy H200 (44-57 % of the link, under its band)
-  // and 38.9-45.0 at 64 MiB: smaller sizes are held to their baseline only.
+  // The smallest transfer the band holds this mode at on PCIe Gen5 x16, where the figures
+  // come from: kBandMinSizeBytes, or more where the mode's share of the link was only
+  // measured at larger sizes. managed_prefetch h2d read 27.8-36.0 GB/s at 16 MiB on a
+  // healthy H200 (44-57 % of the link, under its band) and 38.9-45.0 at 64 MiB: smaller
+  // sizes are held to their baseline only. Those figures fit a fixed cost of ~165 us per
+  // transfer beside the link's rate, so on a slower link the size that takes as long is
+  // held (BandMinSize): 32 MiB on Gen4 x16, 4 MiB on Gen3 x4.
   std::uint64_t band_min_size_bytes = kBandMinSizeBytes;
   // A mode that moves its data in chunks of its own (pinned_async) pays a fixed cost per
   // copy on top of the link: per_copy_s per chunk, while the bytes stream at copy_share of
@@ -117,6 +120,16 @@ struct ModeProfile {
   bool c2c_figure = false;
 };
 const ModeProfile& ProfileOf(probes::TransferMode mode, probes::Direction direction);
+
+// PCIe Gen5 x16 per direction: the link the profile's figures were measured on.
+inline constexpr double kProfileLinkBytesPerSecond = 16 * 32e9 * 128.0 / 130.0 / 8.0;
+
+// The smallest size the band holds (mode, direction) at on a link of `link_bytes_per_s`:
+// its profile's band_min_size_bytes, scaled down by the link's rate against Gen5 x16's
+// where it is slower (whole MiB, never under kBandMinSizeBytes); as it is on a faster or
+// unknown (0) link.
+std::uint64_t BandMinSize(probes::TransferMode mode, probes::Direction direction,
+                          double link_bytes_per_s);
 
 // The band `mode` and `direction` are held to: `band` scaled by its profile's band_scale.
 ExpectedBand ModeBand(const ExpectedBand& band, probes::TransferMode mode,

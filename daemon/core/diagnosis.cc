@@ -54,6 +54,47 @@ std::string_view ToString(DiagnosisCause cause) {
   return "unknown";
 }
 
+std::optional<DiagnosisCause> ParseDiagnosisCause(std::string_view label) {
+  for (DiagnosisCause c : kAllDiagnosisCauses) {
+    if (ToString(c) == label) return c;
+  }
+  return std::nullopt;
+}
+
+bool IsNote(DiagnosisCause cause) {
+  switch (cause) {
+    case DiagnosisCause::kCapabilityMismatch:
+    case DiagnosisCause::kSharedUplink:
+    case DiagnosisCause::kLinkShared:
+    case DiagnosisCause::kGpuBusy: return true;
+    default: return false;
+  }
+}
+
+int CauseRank(DiagnosisCause cause) {
+  switch (cause) {
+    case DiagnosisCause::kLinkDowntrained: return 0;
+    case DiagnosisCause::kLinkErrors: return 1;
+    case DiagnosisCause::kIommuTranslating: return 2;
+    case DiagnosisCause::kNumaRemote: return 3;
+    case DiagnosisCause::kPinnedPageableRatio: return 4;
+    case DiagnosisCause::kBelowBand: return 5;
+    case DiagnosisCause::kBelowBaseline: return 6;
+    // The notes, after every fault.
+    case DiagnosisCause::kSharedUplink: return 10;
+    case DiagnosisCause::kCapabilityMismatch: return 11;
+    case DiagnosisCause::kLinkShared: return 12;
+    case DiagnosisCause::kGpuBusy: return 13;
+  }
+  return 20;
+}
+
+void RankCauses(std::vector<Diagnosis>& causes) {
+  std::stable_sort(causes.begin(), causes.end(), [](const Diagnosis& a, const Diagnosis& b) {
+    return CauseRank(a.cause) < CauseRank(b.cause);
+  });
+}
+
 namespace {
 
 // A downtrained link is a fault whether or not this cycle was slow: it caps every copy, and
@@ -254,7 +295,7 @@ std::pair<const SeriesHealth*, const SeriesHealth*> Worst(
     return PerDirection(s->direction, s->median_bytes_per_s);
   };
   const auto ratio = [](const SeriesHealth* s) {
-    return s->median_bytes_per_s / s->baseline_bytes_per_s;
+    return s->median_bytes_per_s / s->BaselineReference();
   };
   for (const SeriesHealth* s : observed) {
     if (s->below_band && (!band || rate(s) < rate(band))) band = s;
@@ -304,14 +345,23 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const ExpectedBand&
   }
   if (worst_baseline) {
     char detail[160];
-    std::snprintf(detail, sizeof detail, "%s %s < %.2f x baseline %s",
-                  PairName(worst_baseline->mode, worst_baseline->direction).c_str(),
-                  FormatGBps(worst_baseline->median_bytes_per_s).c_str(), drift_fraction,
-                  FormatGBps(worst_baseline->baseline_bytes_per_s).c_str());
+    std::snprintf(
+        detail, sizeof detail, "%s %s < %.2f x %s %s",
+        PairName(worst_baseline->mode, worst_baseline->direction).c_str(),
+        FormatGBps(worst_baseline->median_bytes_per_s).c_str(), drift_fraction,
+        worst_baseline->peer_baseline_bytes_per_s > 0 ? "its peers' baseline" : "baseline",
+        FormatGBps(worst_baseline->BaselineReference()).c_str());
     out.push_back({DiagnosisCause::kBelowBaseline, detail,
-                   "Bandwidth fell against this device's own history: look for what changed "
-                   "(driver, kernel, BIOS or firmware update, slot, a co-located workload)."});
+                   worst_baseline->peer_baseline_bytes_per_s > 0
+                       ? "Bandwidth is below what the same GPU model on the same link of this "
+                         "host reads, from its first cycles: compare the GPUs' slots, risers, "
+                         "NUMA placement and link errors; `xferd probe` on the host names what "
+                         "it sees."
+                       : "Bandwidth fell against this device's own history: look for what "
+                         "changed (driver, kernel, BIOS or firmware update, slot, a co-located "
+                         "workload)."});
   }
+  RankCauses(out);
   return out;
 }
 

@@ -4,12 +4,15 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/band.h"
+#include "core/clock.h"
 #include "core/link_errors.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
@@ -40,6 +43,22 @@ inline constexpr std::array<DiagnosisCause, 11> kAllDiagnosisCauses = {
     DiagnosisCause::kLinkShared,       DiagnosisCause::kCapabilityMismatch,
     DiagnosisCause::kLinkErrors};
 std::string_view ToString(DiagnosisCause cause);
+std::optional<DiagnosisCause> ParseDiagnosisCause(std::string_view label);
+
+// Which causes name a fault and which are standing notes, and which leads: the one rule
+// the STATUS line, the status API, `xferd health` (the drain reason, the NPD condition) and
+// the incident log rank causes by (docs/health.md, "Which cause leads").
+//   - A note is a cause the docs call "not a fault": capability_mismatch (the slot caps the
+//     GPU), shared_uplink (GPUs sharing a switch's uplink), link_shared (another process's
+//     traffic: those readings were set aside), gpu_busy (nothing was measured). A note never
+//     leads a verdict; it is listed after the faults.
+//   - Faults rank by how directly they explain a low reading: a link that trained down,
+//     then one erring, the IOMMU translating, buffers on the far NUMA node, the
+//     pinned/pageable ratio; then the reading itself: below_band before below_baseline.
+bool IsNote(DiagnosisCause cause);
+int CauseRank(DiagnosisCause cause);  // lower leads; every note ranks after every fault
+// `causes` ordered by CauseRank (stable).
+void RankCauses(std::vector<struct Diagnosis>& causes);
 
 // The pinned/pageable h2d ratio outside which kPinnedPageableRatio fires. The usual figure
 // is 2-4x; the window is wider because pageable copies vary with the host's memory system
@@ -67,6 +86,16 @@ struct CycleObservation {
   // What the path's error counters grew by around this cycle (core/link_errors.h); empty
   // when they were not read.
   LinkErrorGrowth link_errors = {};
+  // When it was taken (the scheduler's clock) and the host's time then: what the age of
+  // each reading is counted from (core/freshness.h). nullopt: no clock (a one-shot run):
+  // every reading counts as current.
+  std::optional<SteadyTime> at;
+  std::chrono::system_clock::time_point at_wall{};
+  // A fast-confirmation round, not a cycle: its readings judge, never teach a baseline.
+  bool confirmation = false;
+  // The GPU's planned probes: series known before their first reading (and stale when the
+  // rotation does not reach them in time). Empty: the series measured so far.
+  std::vector<probes::ProbeSpec> planned;
 };
 
 // One (mode, direction, size) series after a cycle.
@@ -82,8 +111,26 @@ struct SeriesHealth {
   bool below_baseline = false;      // its last reading this cycle
   bool contended = false;           // its last reading this cycle shared the link
   int bad_streak = 0, good_streak = 0;
-  bool degraded = false;  // the verdict, with hysteresis
+  // The verdict, with hysteresis, resting on a current bad reading (FreshnessBounds): a
+  // series whose readings are too old is `stale`, never degraded.
+  bool degraded = false;
+  // No current reading: its verdict is not known (core/freshness.h). Never degraded.
+  bool stale = false;
+  bool headline = false;  // a headline probe (measured every cycle)
+  // While its own baseline rests on fewer than kMinBaselineCycles readings it is held to
+  // its peers' too (the same GPU model on the same link, on this host): their baseline
+  // when its last reading fell under it; 0 otherwise.
+  double peer_baseline_bytes_per_s = 0;
+  // When its last judged reading was taken (the scheduler's clock and the host's); nullopt
+  // before the first.
+  std::optional<SteadyTime> measured_at;
+  std::optional<std::chrono::system_clock::time_point> measured_wall;
   bool Bad() const { return below_band || below_baseline; }
+  // The baseline its last reading is held to: its peers' where it fell under theirs while
+  // learning, else its own (0 before any).
+  double BaselineReference() const {
+    return peer_baseline_bytes_per_s > 0 ? peer_baseline_bytes_per_s : baseline_bytes_per_s;
+  }
 };
 
 // What one more reading of a series would do to its verdict: `readings` more readings
@@ -92,12 +139,15 @@ struct SeriesHealth {
 struct FlipAhead {
   int readings = 0;
   bool to_degraded = false;
+  // The series after this reading: degraded, or the reading was bad. The scheduler
+  // re-measures such a series every cycle (ahead of the rotation) until it clears.
+  bool watch = false;
+  bool degraded = false;
 };
 
 // The causes one cycle shows on one device: `observed` are the series this cycle measured
 // (their below_band / below_baseline already judged), `band` the device's expected band.
-std::vector<Diagnosis> Diagnose(const CycleObservation& observation,
-                                const ExpectedBand& band,
+std::vector<Diagnosis> Diagnose(const CycleObservation& observation, const ExpectedBand& band,
                                 const std::vector<const SeriesHealth*>& observed,
                                 double drift_fraction);
 

@@ -12,30 +12,59 @@ using probes::Direction;
 using probes::ProbeStatus;
 using probes::TransferMode;
 
-// The series judged worst for a headline: below band first, then the largest shortfall.
-double Shortfall(const SeriesHealth& s, const ExpectedBand& device_band) {
+// How severe a degraded series is, for the headline: below its band first, then below its
+// baseline with a link-bound mode before a host-bound one, then a degraded series whose
+// last reading was good again; within a class, the largest shortfall.
+std::pair<int, double> Severity(const SeriesHealth& s, const ExpectedBand& device_band) {
   const ExpectedBand band = ModeBand(device_band, s.mode, s.direction);
   if (s.below_band && band.lower_bytes_per_s > 0) {
-    return 1.0 + (1.0 - PerDirection(s.direction, s.median_bytes_per_s) / band.lower_bytes_per_s);
+    return {3, 1.0 - PerDirection(s.direction, s.median_bytes_per_s) / band.lower_bytes_per_s};
   }
-  if (s.below_baseline && s.baseline_bytes_per_s > 0) {
-    return 1.0 - s.median_bytes_per_s / s.baseline_bytes_per_s;
+  if (s.below_baseline && s.BaselineReference() > 0) {
+    return {probes::IsLinkBound(s.mode, s.direction) ? 2 : 1,
+            1.0 - s.median_bytes_per_s / s.BaselineReference()};
   }
-  return -1.0;
+  return {0, 0.0};
 }
 
 }  // namespace
 
-HealthTracker::Reading HealthTracker::JudgeReading(const Settings& config, const ExpectedBand& band,
+HealthTracker::Reading HealthTracker::JudgeReading(const DeviceState& device, const Key& key,
+                                                   const ExpectedBand& band,
                                                    const SeriesState& state,
-                                                   const probes::ProbeSample& sample) {
+                                                   const probes::ProbeSample& sample) const {
   const double median = sample.MedianBandwidth();
   const std::vector<double> learned(state.medians.begin(), state.medians.end());
+  const int n = static_cast<int>(learned.size());
   Reading r;
   r.below_band = JudgeSample(sample, band).BelowBand();
-  r.below_baseline = static_cast<int>(learned.size()) >= kMinBaselineCycles &&
-                     median < config.drift_fraction * probes::RobustBaseline(learned);
+  r.below_baseline = n >= kProvisionalBaselineCycles &&
+                     median < config_.drift_fraction * probes::RobustBaseline(learned);
+  if (n < kMinBaselineCycles) {
+    // Learning: its peers' baseline says what this hardware reads, so a fault present from
+    // the first cycle is not learned as normal.
+    const double peers = PeerBaseline(device, key);
+    if (peers > 0 && median < config_.drift_fraction * peers) {
+      r.below_baseline = true;
+      r.peers = peers;
+    }
+  }
   return r;
+}
+
+double HealthTracker::PeerBaseline(const DeviceState& device, const Key& key) const {
+  std::vector<double> baselines;
+  for (const auto& [uuid, other] : devices_) {
+    if (&other == &device || other.name != device.name || other.name.empty() ||
+        other.link_rate != device.link_rate) {
+      continue;
+    }
+    auto it = other.series.find(key);
+    if (it == other.series.end() || it->second.medians.empty()) continue;
+    const std::vector<double> m(it->second.medians.begin(), it->second.medians.end());
+    baselines.push_back(probes::RobustBaseline(m));
+  }
+  return baselines.empty() ? 0.0 : probes::Median(baselines);
 }
 
 FlipAhead HealthTracker::ReadingsToFlip(const probes::DeviceInfo& device,
@@ -46,27 +75,40 @@ FlipAhead HealthTracker::ReadingsToFlip(const probes::DeviceInfo& device,
   }
   std::lock_guard lock(mutex_);
   const int k = std::max(1, config_.consecutive_bad);
-  const Key key{sample.spec.mode, sample.spec.direction, sample.spec.size_bytes};
+  const Key key = KeyOf(sample.spec);
   SeriesState fresh;
   const SeriesState* state = &fresh;
-  if (auto dev = devices_.find(device.uuid); dev != devices_.end()) {
-    if (auto it = dev->second.series.find(key); it != dev->second.series.end()) {
+  DeviceState unknown;
+  const DeviceState* dev = &unknown;
+  unknown.name = device.name;
+  if (auto d = devices_.find(device.uuid); d != devices_.end()) {
+    dev = &d->second;
+    if (auto it = d->second.series.find(key); it != d->second.series.end()) {
       state = &it->second;
     }
   }
   if (state == &fresh) {
     // Not observed yet: its restored history judges it, as Observe will.
-    if (auto dev = restored_.find(device.uuid); dev != restored_.end()) {
-      if (auto it = dev->second.find(KeyText(key)); it != dev->second.end()) {
+    if (auto r = restored_.find(device.uuid); r != restored_.end()) {
+      if (auto it = r->second.find(KeyText(key)); it != r->second.end()) {
         fresh.medians.assign(it->second.begin(), it->second.end());
       }
     }
   }
-  const Reading r = JudgeReading(config_, ResolveBand(config_, device, path), *state, sample);
+  const Reading r = JudgeReading(*dev, key, ResolveBand(config_, device, path), *state, sample);
   const SeriesHealth& h = state->health;
-  if (r.Bad() && !h.degraded) return {std::max(0, k - (h.bad_streak + 1)), true};
-  if (!r.Bad() && h.degraded) return {std::max(0, k - (h.good_streak + 1)), false};
-  return {};
+  bool degraded_after = state->degraded;
+  FlipAhead flip;
+  if (r.Bad() && !state->degraded) {
+    flip = {std::max(0, k - (h.bad_streak + 1)), true};
+    degraded_after = h.bad_streak + 1 >= k;
+  } else if (!r.Bad() && state->degraded) {
+    flip = {std::max(0, k - (h.good_streak + 1)), false};
+    degraded_after = h.good_streak + 1 < k;
+  }
+  flip.degraded = degraded_after;
+  flip.watch = r.Bad() || degraded_after;
+  return flip;
 }
 
 std::vector<Diagnosis> DiagnoseOnce(const Settings& config, const CycleObservation& observation) {
@@ -79,6 +121,16 @@ bool DeviceHealth::Degraded() const {
   return std::any_of(verdicts.begin(), verdicts.end(), [](const auto& v) { return v.degraded; });
 }
 
+bool DeviceHealth::Stale() const {
+  return !Degraded() && std::any_of(series.begin(), series.end(),
+                                    [](const SeriesHealth& s) { return s.headline && s.stale; });
+}
+
+int DeviceHealth::StaleSeries() const {
+  return static_cast<int>(
+      std::count_if(series.begin(), series.end(), [](const SeriesHealth& s) { return s.stale; }));
+}
+
 bool DeviceHealth::Has(DiagnosisCause cause) const {
   return std::any_of(diagnoses.begin(), diagnoses.end(),
                      [cause](const Diagnosis& d) { return d.cause == cause; });
@@ -88,9 +140,29 @@ const SeriesHealth* WorstDegraded(const DeviceHealth& health) {
   const SeriesHealth* worst = nullptr;
   for (const SeriesHealth& s : health.series) {
     if (!s.degraded) continue;
-    if (!worst || Shortfall(s, health.band) > Shortfall(*worst, health.band)) worst = &s;
+    if (!worst || Severity(s, health.band) > Severity(*worst, health.band)) worst = &s;
   }
   return worst;
+}
+
+std::optional<DiagnosisCause> LeadingCause(const DeviceHealth& health) {
+  const SeriesHealth* worst = WorstDegraded(health);
+  if (worst == nullptr) return std::nullopt;
+  // The causes are ranked (Diagnose): the first fault that explains a low reading.
+  for (const Diagnosis& d : health.diagnoses) {
+    if (IsNote(d.cause) || d.cause == DiagnosisCause::kBelowBand ||
+        d.cause == DiagnosisCause::kBelowBaseline) {
+      continue;
+    }
+    return d.cause;
+  }
+  if (worst->below_band) return DiagnosisCause::kBelowBand;
+  if (worst->below_baseline) return DiagnosisCause::kBelowBaseline;
+  // Recovering: what it was below when it flipped is not known any more; the cycle's own.
+  for (const Diagnosis& d : health.diagnoses) {
+    if (!IsNote(d.cause)) return d.cause;
+  }
+  return std::nullopt;
 }
 
 std::string SeriesKey(TransferMode mode, Direction direction, std::uint64_t size_bytes) {
@@ -104,16 +176,18 @@ void HealthTracker::Reconfigure(const Settings& config) {
   std::lock_guard lock(mutex_);
   config_ = config;
   const auto window = static_cast<std::size_t>(std::max(1, config_.baseline_window));
-  auto configured = [&](const SeriesHealth& h) {
-    const bool mode =
-        std::find(config_.modes.begin(), config_.modes.end(), h.mode) != config_.modes.end();
-    const bool size =
-        std::find(config_.sizes.begin(), config_.sizes.end(), h.size_bytes) != config_.sizes.end();
-    const bool direction = h.direction != Direction::kBidirectional || config_.bidirectional;
-    return mode && size && direction;
-  };
   for (auto& [uuid, state] : devices_) {
     DeviceState& device = state;  // a plain reference: lambdas below capture it
+    // Sizes as the plan makes them on this GPU's link (PlannedSize).
+    auto configured = [&](const SeriesHealth& h) {
+      const bool mode =
+          std::find(config_.modes.begin(), config_.modes.end(), h.mode) != config_.modes.end();
+      const bool size = std::any_of(config_.sizes.begin(), config_.sizes.end(), [&](auto size) {
+        return PlannedSize(config_, size, device.link_rate) == h.size_bytes;
+      });
+      const bool direction = h.direction != Direction::kBidirectional || config_.bidirectional;
+      return mode && size && direction;
+    };
     const std::size_t before = device.series.size();
     for (auto it = device.series.begin(); it != device.series.end();) {
       SeriesState& series = it->second;
@@ -147,29 +221,36 @@ DeviceHealth HealthTracker::Observe(const CycleObservation& obs) {
   device.last.gpu = obs.device.index;
   device.last.uuid = obs.device.uuid;
   device.last.band = ResolveBand(config_, obs.device, obs.link_path);
+  device.name = obs.device.name;
+  if (device.last.band.link_bytes_per_s > 0) device.link_rate = device.last.band.link_bytes_per_s;
   device.last.pair_bands.clear();
   for (const auto& [mode, direction] : OwnBandPairs(config_)) {
     device.last.pair_bands.push_back(
         {mode, direction, ModeBand(device.last.band, mode, direction)});
   }
+  // The plan's series are known from the start: one the rotation never reaches goes stale.
+  for (const probes::ProbeSpec& spec : obs.planned)
+    SeriesOf(device, obs.device.uuid, KeyOf(spec), obs);
   std::vector<Key> observed;  // in the order first measured
   for (const probes::ProbeSample& sample : obs.samples) {
-    const Key key{sample.spec.mode, sample.spec.direction, sample.spec.size_bytes};
-    Fold(SeriesOf(device, obs.device.uuid, key), sample, device.last.band, obs.busy);
+    const Key key = KeyOf(sample.spec);
+    Fold(device, key, SeriesOf(device, obs.device.uuid, key, obs), sample, obs);
     if (std::find(observed.begin(), observed.end(), key) == observed.end()) {
       observed.push_back(key);
     }
   }
+  Refresh(device, obs.at);
   Publish(device);
   Explain(device, obs, observed);
   return device.last;
 }
 
 HealthTracker::SeriesState& HealthTracker::SeriesOf(DeviceState& device, const std::string& uuid,
-                                                    const Key& key) {
+                                                    const Key& key, const CycleObservation& obs) {
   auto [it, inserted] = device.series.try_emplace(key);
   SeriesState& state = it->second;
   if (!inserted) return state;
+  state.since = obs.at;
   SeriesHealth& h = state.health;
   std::tie(h.mode, h.direction, h.size_bytes) = key;
   // Take over what the state file held for this series.
@@ -185,11 +266,13 @@ HealthTracker::SeriesState& HealthTracker::SeriesOf(DeviceState& device, const s
   return state;
 }
 
-void HealthTracker::Fold(SeriesState& state, const probes::ProbeSample& sample,
-                         const ExpectedBand& band, bool busy) {
+void HealthTracker::Fold(DeviceState& device, const Key& key, SeriesState& state,
+                         const probes::ProbeSample& sample, const CycleObservation& obs) {
   SeriesHealth& h = state.health;
+  state.probed = true;
   h.status = sample.status;
   h.below_band = h.below_baseline = h.contended = false;
+  h.peer_baseline_bytes_per_s = 0;
   if (sample.status == ProbeStatus::kUnsupported) return;
   if (sample.status != ProbeStatus::kOk || sample.durations_s.empty()) {
     // A failed probe says nothing about bandwidth, and is no evidence of health either.
@@ -203,30 +286,40 @@ void HealthTracker::Fold(SeriesState& state, const probes::ProbeSample& sample,
     return;
   }
   h.median_bytes_per_s = sample.MedianBandwidth();
-  const Reading reading = JudgeReading(config_, band, state, sample);
+  const Reading reading = JudgeReading(device, key, device.last.band, state, sample);
   h.below_band = reading.below_band;
   h.below_baseline = reading.below_baseline;
+  h.peer_baseline_bytes_per_s = reading.peers;
   // Contention is not a device fault: a busy cycle moves neither verdict nor baseline.
-  if (!busy) {
-    Count(h);
-    // A drop below the baseline is not learned, or the baseline would follow the fault.
-    if (!h.below_baseline) Learn(state, h.median_bytes_per_s);
+  if (!obs.busy) {
+    const bool was_healthy = !state.degraded && h.bad_streak == 0;
+    Count(state);
+    h.measured_at = obs.at;
+    h.measured_wall = obs.at_wall;
+    if (reading.Bad()) state.last_bad = obs.at;
+    // Only health is learned: not a reading judged bad (below band or baseline), nor one of
+    // a series on a bad streak or degraded, nor a confirmation round's (re-measured because
+    // something looked wrong), so a fault never teaches the baseline that it is normal.
+    if (!reading.Bad() && was_healthy && !state.degraded && !obs.confirmation) {
+      Learn(state, h.median_bytes_per_s);
+    }
   }
   const std::vector<double> learned(state.medians.begin(), state.medians.end());
   h.baseline_bytes_per_s = probes::RobustBaseline(learned);
   h.baseline_cycles = static_cast<int>(learned.size());
 }
 
-void HealthTracker::Count(SeriesHealth& h) const {
+void HealthTracker::Count(SeriesState& state) const {
+  SeriesHealth& h = state.health;
   const int k = std::max(1, config_.consecutive_bad);
   if (h.Bad()) {
     ++h.bad_streak;
     h.good_streak = 0;
-    if (h.bad_streak >= k) h.degraded = true;
+    if (h.bad_streak >= k) state.degraded = true;
   } else {
     ++h.good_streak;
     h.bad_streak = 0;
-    if (h.good_streak >= k) h.degraded = false;
+    if (h.good_streak >= k) state.degraded = false;
   }
 }
 
@@ -236,21 +329,115 @@ void HealthTracker::Learn(SeriesState& state, double median) const {
   while (state.medians.size() > window) state.medians.pop_front();
 }
 
+std::vector<DeviceHealth> HealthTracker::Expire(SteadyTime now) {
+  std::lock_guard lock(mutex_);
+  std::vector<DeviceHealth> changed;
+  for (auto& [uuid, device] : devices_) {
+    if (!device.judged_at || now <= *device.judged_at) continue;  // no clock, or current
+    std::vector<std::pair<bool, bool>> before;
+    for (const auto& [key, state] : device.series) {
+      before.emplace_back(state.health.degraded, state.health.stale);
+    }
+    Refresh(device, now);
+    std::vector<std::pair<bool, bool>> after;
+    for (const auto& [key, state] : device.series) {
+      after.emplace_back(state.health.degraded, state.health.stale);
+    }
+    if (after == before) continue;
+    Publish(device);
+    changed.push_back(device.last);
+  }
+  return changed;
+}
+
+std::optional<SteadyTime> HealthTracker::NextExpiry() const {
+  std::lock_guard lock(mutex_);
+  const FreshnessBounds bounds = FreshnessOf(config_);
+  const auto after = [](const std::optional<SteadyTime>& t, double s) {
+    return *t + std::chrono::duration_cast<SteadyTime::duration>(std::chrono::duration<double>(s));
+  };
+  std::optional<SteadyTime> next;
+  for (const auto& [uuid, device] : devices_) {
+    if (!device.judged_at) continue;
+    for (const auto& [key, state] : device.series) {
+      const SeriesHealth& h = state.health;
+      if (h.status == ProbeStatus::kUnsupported) continue;
+      std::optional<SteadyTime> at;
+      if (state.degraded && state.last_bad && !h.stale) {
+        at = after(state.last_bad, bounds.degraded_s);
+      } else if (!h.stale) {
+        const std::optional<SteadyTime>& from = h.measured_at ? h.measured_at : state.since;
+        if (from) at = after(from, h.headline ? bounds.headline_s : bounds.rotating_s);
+      }
+      // Only what lies ahead of the last judgement (a lapse already judged is no news).
+      if (at && *at > *device.judged_at && (!next || *at < *next)) next = at;
+    }
+  }
+  return next;
+}
+
+void HealthTracker::Refresh(DeviceState& device, const std::optional<SteadyTime>& at) {
+  const FreshnessBounds bounds = FreshnessOf(config_);
+  if (at) device.judged_at = at;
+  const auto age = [&](const std::optional<SteadyTime>& t) {
+    return std::chrono::duration<double>(*at - *t).count();
+  };
+  for (auto& [key, state] : device.series) {
+    SeriesHealth& h = state.health;
+    h.headline = IsHeadline(probes::ProbeSpec{std::get<0>(key), std::get<1>(key), std::get<2>(key)},
+                            config_);
+    if (!at || h.status == ProbeStatus::kUnsupported) {
+      // No clock: every reading counts. A mode the GPU cannot do is never stale.
+      h.degraded = state.degraded;
+      h.stale = false;
+      continue;
+    }
+    if (state.degraded) {
+      if (state.last_bad && age(state.last_bad) < bounds.degraded_s) {
+        h.degraded = true;
+        h.stale = false;
+        continue;
+      }
+      if (h.measured_at && state.last_bad && *h.measured_at > *state.last_bad) {
+        // No bad reading within the bound, and it read well since: the fault is gone.
+        state.degraded = false;
+        h.bad_streak = 0;
+      } else {
+        // Its verdict rested on a reading too old to keep it DEGRADED, and none came since.
+        h.degraded = false;
+        h.stale = true;
+        continue;
+      }
+    }
+    h.degraded = false;
+    const std::optional<SteadyTime>& from = h.measured_at ? h.measured_at : state.since;
+    h.stale = from && age(from) >= (h.headline ? bounds.headline_s : bounds.rotating_s);
+  }
+}
+
 void HealthTracker::Publish(DeviceState& device) {
   device.last.series.clear();
-  std::map<std::pair<TransferMode, Direction>, bool> pairs;
+  struct Pair {
+    bool degraded = false, stale = false;
+  };
+  std::map<std::pair<TransferMode, Direction>, Pair> pairs;
   for (auto& [key, state] : device.series) {
-    device.last.series.push_back(state.health);
-    bool& degraded = pairs[{state.health.mode, state.health.direction}];
-    degraded = degraded || state.health.degraded;
+    const SeriesHealth& h = state.health;
+    // A series planned but never probed yet, and not stale yet, has nothing to show.
+    if (!state.probed && !h.stale) continue;
+    device.last.series.push_back(h);
+    Pair& p = pairs[{h.mode, h.direction}];
+    p.degraded = p.degraded || h.degraded;
+    p.stale = p.stale || h.stale;
   }
   std::map<std::pair<TransferMode, Direction>, bool> before;
   for (const PairVerdict& v : device.last.verdicts) before[{v.mode, v.direction}] = v.degraded;
   device.last.verdicts.clear();
-  for (const auto& [pair, degraded] : pairs) {
+  for (const auto& [pair, p] : pairs) {
     auto it = before.find(pair);
     const bool was = it != before.end() && it->second;
-    device.last.verdicts.push_back({pair.first, pair.second, degraded, degraded != was});
+    device.last.verdicts.push_back(
+        {pair.first, pair.second, p.degraded, !p.degraded && p.stale, p.degraded != was});
   }
 }
 
@@ -265,6 +452,7 @@ void HealthTracker::Explain(DeviceState& device, const CycleObservation& obs,
       device.last.diagnoses.push_back(*diagnosis);
     }
   }
+  RankCauses(device.last.diagnoses);
 }
 
 void HealthTracker::ObserveConcurrent(const GroupRun& run) {
@@ -311,29 +499,38 @@ std::vector<DeviceHealth> HealthTracker::Devices() const {
 std::string HealthTracker::Summary() const {
   const std::vector<DeviceHealth> devices = Devices();
   if (devices.empty()) return "starting: no probe cycle finished yet";
-  std::size_t total = 0, good = 0;
+  std::size_t total = 0, good = 0, stale = 0;
   std::vector<std::string> problems;
   std::string notes;  // causes that hold on healthy devices: worth a glance, not a verdict
+  const auto text = [](const Diagnosis& d) {
+    return std::string(ToString(d.cause)) + " (" + d.detail + ")";
+  };
   for (const DeviceHealth& d : devices) {
     total += d.verdicts.size();
+    std::size_t degraded_pairs = 0;
+    for (const PairVerdict& v : d.verdicts) {
+      if (v.degraded) ++degraded_pairs;
+      if (v.stale) ++stale;
+    }
     if (!d.Degraded()) {
+      for (const PairVerdict& v : d.verdicts) good += !v.stale;
       for (const Diagnosis& diag : d.diagnoses) {
         if (diag.cause == DiagnosisCause::kBelowBand ||
             diag.cause == DiagnosisCause::kBelowBaseline) {
           continue;  // one bad cycle is not news; the verdict decides
         }
-        notes += "; gpu" + std::to_string(d.gpu) + " " + std::string(ToString(diag.cause)) + " (" +
-                 diag.detail + ")";
+        notes += "; gpu" + std::to_string(d.gpu) + " " + text(diag);
       }
-    }
-    std::size_t degraded_pairs = 0;
-    for (const PairVerdict& v : d.verdicts) {
-      if (v.degraded) ++degraded_pairs;
+      if (d.Stale()) {
+        problems.push_back("STALE gpu" + std::to_string(d.gpu) +
+                           ": its headline probes have no current reading, so its verdict is "
+                           "not known (busy, the cycle budget or failing probes: see the log)");
+      }
+      continue;
     }
     good += d.verdicts.size() - degraded_pairs;
-    if (degraded_pairs == 0) continue;
 
-    // Headline: the degraded series that is furthest below what it should be.
+    // Headline: the most severe degraded series (WorstDegraded), and the causes ranked.
     const SeriesHealth* worst = WorstDegraded(d);
     if (worst == nullptr) continue;
     std::string line = "DEGRADED gpu" + std::to_string(d.gpu) + " " +
@@ -343,26 +540,29 @@ std::string HealthTracker::Summary() const {
               FormatGBps(ModeBand(d.band, worst->mode, worst->direction).lower_bytes_per_s) +
               " band";
     } else if (worst->below_baseline) {
-      line += FormatGBps(worst->median_bytes_per_s) + " < baseline " +
-              FormatGBps(worst->baseline_bytes_per_s);
+      line += FormatGBps(worst->median_bytes_per_s) + " < " +
+              (worst->peer_baseline_bytes_per_s > 0 ? "its peers' baseline " : "baseline ") +
+              FormatGBps(worst->BaselineReference());
     } else {
       line += FormatGBps(worst->median_bytes_per_s) + " (recovering)";
     }
     if (degraded_pairs > 1) line += " (+" + std::to_string(degraded_pairs - 1) + " more)";
-    std::string likely;
+    std::string likely, also;
     for (const Diagnosis& diag : d.diagnoses) {
       if (diag.cause == DiagnosisCause::kBelowBand ||
           diag.cause == DiagnosisCause::kBelowBaseline) {
         continue;
       }
-      likely += (likely.empty() ? "" : ", ") + std::string(ToString(diag.cause)) + " (" +
-                diag.detail + ")";
+      std::string& list = IsNote(diag.cause) ? also : likely;
+      list += (list.empty() ? "" : ", ") + text(diag);
     }
     line += likely.empty() ? "; likely cause not visible to xferd" : "; likely: " + likely;
+    if (!also.empty()) line += "; not a fault: " + also;
     problems.push_back(line);
   }
   if (problems.empty()) {
-    return "ok: " + std::to_string(good) + "/" + std::to_string(total) + " within band" + notes;
+    return "ok: " + std::to_string(good) + "/" + std::to_string(total) + " within band" +
+           (stale > 0 ? ", " + std::to_string(stale) + " stale" : std::string()) + notes;
   }
   std::string out;
   for (const auto& p : problems) out += (out.empty() ? "" : " | ") + p;

@@ -21,20 +21,28 @@
 
 #include "core/band.h"
 #include "core/diagnosis.h"
+#include "core/freshness.h"
 #include "core/host_groups.h"
+#include "core/plan.h"
 #include "core/settings.h"
 #include "core/state_file.h"
 
 namespace xferd::core {
 
-// Cycles a baseline needs before drift against it counts.
+// A baseline is learned from healthy readings of distinct cycles (never a confirmation
+// round's, never one judged bad). Readings are held to it from its second reading on (a
+// drop in a GPU's first cycles is caught), and it counts as the series' own, exported and
+// no longer checked against its peers, from its fifth.
+inline constexpr int kProvisionalBaselineCycles = 2;
 inline constexpr int kMinBaselineCycles = 5;
 
-// The verdict rolled up per (mode, direction): degraded when any size is.
+// The verdict rolled up per (mode, direction): degraded when any size is, else stale when
+// any size is.
 struct PairVerdict {
   probes::TransferMode mode = probes::TransferMode::kPinned;
   probes::Direction direction = probes::Direction::kH2D;
   bool degraded = false;
+  bool stale = false;    // no current reading of some size, none degraded: not known
   bool changed = false;  // flipped in the cycle just observed: worth a log line with advice
 };
 
@@ -54,18 +62,28 @@ struct DeviceHealth {
   std::vector<PairBand> pair_bands;
   std::vector<SeriesHealth> series;   // every series seen, ordered
   std::vector<PairVerdict> verdicts;  // every (mode, direction) seen, ordered
-  std::vector<Diagnosis> diagnoses;   // the causes that hold after the last cycle
+  std::vector<Diagnosis> diagnoses;   // the causes that hold after the last cycle, ranked
   bool Degraded() const;
+  // Not degraded, and a headline series has no current reading: the GPU went unmeasured
+  // (busy, the cycle budget, failing probes), so its verdict is not known.
+  bool Stale() const;
+  int StaleSeries() const;  // series with no current reading
   bool Has(DiagnosisCause cause) const;
 };
 
 std::string SeriesKey(probes::TransferMode mode, probes::Direction direction,
                       std::uint64_t size_bytes);
 
-// The degraded series furthest below what it should be (below its band first, then the
-// largest shortfall against its baseline): the headline of the STATUS line, the status API
-// and `xferd health`. nullptr when no series is degraded.
+// The degraded series that is most severe: below its band before below its baseline, a
+// link-bound mode before a host-bound one, then the largest shortfall; a degraded series
+// whose last reading was good again comes last. The headline of the STATUS line, the
+// status API, `xferd health` and the incident log. nullptr when no series is degraded.
 const SeriesHealth* WorstDegraded(const DeviceHealth& health);
+
+// The cause a degraded GPU's verdict names first (the drain reason's, the incident's): the
+// highest-ranked fault among its causes (CauseRank; a note never), else the reading of its
+// worst series (below_band, below_baseline); nullopt when it is not degraded.
+std::optional<DiagnosisCause> LeadingCause(const DeviceHealth& health);
 
 // The causes one cycle shows without any history (no baseline): for one-shot runs such as
 // `xferd probe`, whose table can print each cause's detail and advice.
@@ -81,6 +99,14 @@ class HealthTracker {
 
   // Fold one cycle of one GPU in; returns that GPU's health after it.
   DeviceHealth Observe(const CycleObservation& observation);
+
+  // Time passing between cycles: each GPU's readings judged again at `now` (a DEGRADED
+  // verdict whose bad reading grew too old, a reading past its bound: core/freshness.h),
+  // so a cleared fault reads ok, and an unmeasured GPU stale, when the bound says, not at
+  // the next cycle. Returns the GPUs whose verdict changed. NextExpiry: the earliest moment
+  // one of them would (nullopt: none pending).
+  std::vector<DeviceHealth> Expire(SteadyTime now);
+  std::optional<SteadyTime> NextExpiry() const;
 
   // Fold a concurrent run in: the shared_uplink causes it shows hold for its members
   // (alongside what Observe finds) until the next run of that group and direction.
@@ -98,9 +124,11 @@ class HealthTracker {
   double Baseline(const std::string& uuid, probes::TransferMode mode, probes::Direction direction,
                   std::uint64_t size_bytes) const;
 
-  // One line for sd_notify STATUS and the log: "ok: 13/13 within band" (plus causes that
-  // hold on a healthy device: "; gpu0 link_downtrained (...)") or
-  // "DEGRADED gpu0 pinned h2d 12.1 GB/s < 20.0 GB/s band; likely: link_downtrained (...)".
+  // One line for sd_notify STATUS and the log: "ok: 13/13 within band" (", 2 stale" when
+  // some have no current reading; plus causes that hold on a healthy device: "; gpu0
+  // capability_mismatch (...)"), "STALE gpu1: not measured for 4m (...)" for a GPU gone
+  // unmeasured, or "DEGRADED gpu0 pinned h2d 12.1 GB/s < 20.0 GB/s band; likely:
+  // link_downtrained (...)", the causes ranked (LeadingCause first, notes never).
   std::string Summary() const;
 
   std::vector<DeviceHealth> Devices() const;
@@ -112,39 +140,55 @@ class HealthTracker {
   struct SeriesState {
     std::deque<double> medians;  // recent learned cycle medians, oldest first
     SeriesHealth health;
+    bool degraded = false;               // the verdict with hysteresis, before freshness
+    std::optional<SteadyTime> last_bad;  // when its last bad reading was taken
+    std::optional<SteadyTime> since;     // when the tracker first knew of it
+    bool probed = false;                 // a probe of it came back (any outcome)
   };
-  using Key = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
+  using Key = ProbeKey;
   static std::string KeyText(const Key& key) {
     return SeriesKey(std::get<0>(key), std::get<1>(key), std::get<2>(key));
   }
   struct Reading {
     bool below_band = false, below_baseline = false;
+    double peers = 0;  // the peers' baseline it fell under (0: it did not, or none)
     bool Bad() const { return below_band || below_baseline; }
   };
-  // The one rule a reading is judged by: the mode's band, and drift against the series'
-  // learned history.
-  static Reading JudgeReading(const Settings& config, const ExpectedBand& band,
-                              const SeriesState& state, const probes::ProbeSample& sample);
   struct DeviceState {
     DeviceHealth last;
+    std::string name;                     // the GPU model: who its peers are
+    double link_rate = 0;                 // and on which link (HostLinkRate)
+    std::optional<SteadyTime> judged_at;  // when freshness was last judged (Refresh)
     std::map<Key, SeriesState> series;
     // Causes from concurrent runs, per (group, direction); nullopt: the last run showed none.
     std::map<std::pair<std::string, probes::Direction>, std::optional<Diagnosis>> concurrent;
   };
+  // The one rule a reading is judged by (mutex_ held): the mode's band, and drift against
+  // the series' learned baseline (from its second reading) and, while that learns, its
+  // peers' (PeerBaseline).
+  Reading JudgeReading(const DeviceState& device, const Key& key, const ExpectedBand& band,
+                       const SeriesState& state, const probes::ProbeSample& sample) const;
+  // The median of the baselines of `key` on the other GPUs of the same model on the same
+  // link of this host (each resting on at least one reading); 0 when there is none.
+  double PeerBaseline(const DeviceState& device, const Key& key) const;
 
   // Observe's jobs, in order (mutex_ held):
-  // The series of `key` on the device, created on its first reading with what the state
-  // file held for it.
-  SeriesState& SeriesOf(DeviceState& device, const std::string& uuid, const Key& key);
+  // The series of `key` on the device, created on its first reading (or when the plan
+  // names it) with what the state file held for it.
+  SeriesState& SeriesOf(DeviceState& device, const std::string& uuid, const Key& key,
+                        const CycleObservation& obs);
   // One reading folded into its series: judged (JudgeReading), counted toward its verdict
-  // and learned into its baseline unless the cycle was busy; failed and contended readings
-  // are neither.
-  void Fold(SeriesState& state, const probes::ProbeSample& sample, const ExpectedBand& band,
-            bool busy);
+  // and learned into its baseline when it may be (healthy, not a confirmation round's, the
+  // GPU not busy); failed and contended readings are neither.
+  void Fold(DeviceState& device, const Key& key, SeriesState& state,
+            const probes::ProbeSample& sample, const CycleObservation& obs);
   // The streaks and the verdict with hysteresis: consecutive_bad readings in a row flip it.
-  void Count(SeriesHealth& health) const;
+  void Count(SeriesState& state) const;
   // A healthy reading into the baseline's window.
   void Learn(SeriesState& state, double median) const;
+  // How old each series' reading is at `at` (core/freshness.h): current, degraded only on
+  // a current bad reading, stale past its bound.
+  void Refresh(DeviceState& device, const std::optional<SteadyTime>& at);
   // Every series of the device into `last`, and their verdicts rolled up per pair.
   static void Publish(DeviceState& device);
   // The causes that hold after the cycle: what it shows, and what the concurrent runs did.

@@ -112,11 +112,12 @@ std::vector<HostGroup> FindGroups(const std::vector<probes::DeviceInfo>& devices
   return groups;
 }
 
-std::vector<probes::ProbeSpec> PlanConcurrent(const Settings& settings, Deadlines deadlines) {
+std::vector<probes::ProbeSpec> PlanConcurrent(const Settings& settings, Deadlines deadlines,
+                                              double link_bytes_per_s) {
   Settings pinned = settings;
   pinned.modes = {probes::TransferMode::kPinned};
   pinned.sizes = {*std::max_element(settings.sizes.begin(), settings.sizes.end())};
-  return PlanProbes(pinned, deadlines);
+  return PlanProbes(pinned, deadlines, link_bytes_per_s);
 }
 
 bool GroupRun::AllOk() const {

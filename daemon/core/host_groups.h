@@ -47,9 +47,12 @@ std::vector<HostGroup> FindGroups(const std::vector<probes::DeviceInfo>& devices
                                   std::size_t min_host_size = 2);
 
 // The probes of a concurrent run: pinned h2d, d2h, and both ways when `bidirectional`, at
-// the largest configured size (the one nearest the link's rate), as PlanProbes makes them.
+// the largest configured size (the one nearest the link's rate), as PlanProbes makes them
+// on a link of `link_bytes_per_s` (the group's members': so their solo figures, at the
+// size their own plan gives them, compare).
 std::vector<probes::ProbeSpec> PlanConcurrent(const Settings& settings,
-                                              Deadlines deadlines = Deadlines::kAsConfigured);
+                                              Deadlines deadlines = Deadlines::kAsConfigured,
+                                              double link_bytes_per_s = 0);
 
 // One concurrent run of one group in one direction.
 struct GroupRun {

@@ -31,12 +31,14 @@ std::string_view ToString(DeviceVerdict verdict) {
     case DeviceVerdict::kPending: return "pending";
     case DeviceVerdict::kOk: return "ok";
     case DeviceVerdict::kDegraded: return "degraded";
+    case DeviceVerdict::kStale: return "stale";
   }
   return "pending";
 }
 
 std::optional<DeviceVerdict> ParseDeviceVerdict(std::string_view text) {
-  for (DeviceVerdict v : {DeviceVerdict::kPending, DeviceVerdict::kOk, DeviceVerdict::kDegraded}) {
+  for (DeviceVerdict v : {DeviceVerdict::kPending, DeviceVerdict::kOk, DeviceVerdict::kDegraded,
+                          DeviceVerdict::kStale}) {
     if (text == ToString(v)) return v;
   }
   return std::nullopt;
@@ -102,18 +104,28 @@ DeviceVerdict IncidentLog::Observe(const DeviceHealth& health, bool busy, int co
   DeviceVerdict verdict = DeviceVerdict::kOk;
   if (health.Degraded()) {
     verdict = DeviceVerdict::kDegraded;
+  } else if (health.Stale()) {
+    verdict = DeviceVerdict::kStale;
   } else if (device.recheck && device.judged < std::max(1, consecutive_bad)) {
     // DEGRADED when the daemon stopped: not ok until judged as many times as it takes to
     // flip a verdict, so a restart does not resume a drained node on one good reading.
     verdict = DeviceVerdict::kPending;
   }
   device.now = verdict;
-  if (verdict == DeviceVerdict::kPending) return verdict;
+  // Not known: no incident, and the next verdict is held against the last one known.
+  if (verdict == DeviceVerdict::kPending || verdict == DeviceVerdict::kStale) return verdict;
   device.recheck = false;
 
+  // The most severe pair first, then the rest in order.
   std::vector<std::pair<probes::TransferMode, probes::Direction>> degraded;
+  if (const SeriesHealth* worst = WorstDegraded(health)) {
+    degraded.emplace_back(worst->mode, worst->direction);
+  }
   for (const PairVerdict& v : health.verdicts) {
-    if (v.degraded) degraded.emplace_back(v.mode, v.direction);
+    if (v.degraded && std::find(degraded.begin(), degraded.end(), std::pair(v.mode, v.direction)) ==
+                          degraded.end()) {
+      degraded.emplace_back(v.mode, v.direction);
+    }
   }
   // A GPU's first verdict is news only when it is bad.
   const bool changed = device.settled == DeviceVerdict::kPending
@@ -127,8 +139,17 @@ DeviceVerdict IncidentLog::Observe(const DeviceHealth& health, bool busy, int co
     incident.from = device.settled;
     incident.to = verdict;
     incident.pairs = verdict == DeviceVerdict::kDegraded ? degraded : device.degraded_pairs;
+    // Ranked (HealthTracker keeps them so): the cause that leads first, notes last.
+    if (const auto lead = LeadingCause(health)) {
+      for (const Diagnosis& d : health.diagnoses) {
+        if (d.cause == *lead)
+          incident.causes.push_back({std::string(ToString(d.cause)), Kept(d.detail)});
+      }
+    }
     for (const Diagnosis& d : health.diagnoses) {
-      incident.causes.push_back({std::string(ToString(d.cause)), Kept(d.detail)});
+      if (incident.causes.empty() || incident.causes.front().cause != ToString(d.cause)) {
+        incident.causes.push_back({std::string(ToString(d.cause)), Kept(d.detail)});
+      }
     }
     incidents_.push_back(std::move(incident));
     while (incidents_.size() > capacity_) incidents_.pop_front();
@@ -211,8 +232,8 @@ std::optional<Incident> IncidentFromJson(const nlohmann::json& value, std::strin
     }
     *out = *verdict;
   }
-  if (incident.to == DeviceVerdict::kPending) {
-    problem = "\"to\" is pending";
+  if (incident.to == DeviceVerdict::kPending || incident.to == DeviceVerdict::kStale) {
+    problem = "\"to\" is " + std::string(ToString(incident.to));
     return std::nullopt;
   }
   // The lists are what an operator reads; an entry xferd cannot place is left out.

@@ -35,8 +35,11 @@ struct DeviceHealth;  // core/health_tracker.h
 //             when the daemon stopped and has not been judged consecutive_bad times since
 //             (so a restart neither clears a verdict unproven nor repeats a stale one).
 //   kOk, kDegraded: HealthTracker's verdict (degraded when any (mode, direction) is).
-enum class DeviceVerdict { kPending, kOk, kDegraded };
-std::string_view ToString(DeviceVerdict verdict);  // "pending", "ok", "degraded"
+//   kStale: not degraded, and the GPU's headline series have no current reading (it went
+//           unmeasured: busy, the cycle budget, failing probes): its verdict is not known.
+//           Like pending, no incident: the next verdict is compared with the last one.
+enum class DeviceVerdict { kPending, kOk, kDegraded, kStale };
+std::string_view ToString(DeviceVerdict verdict);  // "pending", "ok", "degraded", "stale"
 std::optional<DeviceVerdict> ParseDeviceVerdict(std::string_view text);
 
 struct Incident {
@@ -46,13 +49,13 @@ struct Incident {
   // From kPending: the GPU's first verdict (degraded at once); never to kPending.
   DeviceVerdict from = DeviceVerdict::kPending, to = DeviceVerdict::kOk;
   // The (mode, direction) pairs that are degraded after the change (to degraded), or were
-  // before it (back to ok).
+  // before it (back to ok); the most severe first (WorstDegraded).
   std::vector<std::pair<probes::TransferMode, probes::Direction>> pairs;
   struct Cause {
     std::string cause;   // a DiagnosisCause label; a newer xferd may write others
     std::string detail;  // as in Diagnosis::detail
   };
-  std::vector<Cause> causes;  // what held when it changed
+  std::vector<Cause> causes;  // what held when it changed, ranked: the leading cause first
 };
 
 // What the log keeps: the newest changes. A GPU that flaps every few minutes fills it in

@@ -6,6 +6,8 @@
 #include <cctype>
 #include <cmath>
 
+#include "core/band.h"
+
 namespace xferd::core {
 namespace {
 
@@ -57,11 +59,31 @@ std::vector<probes::DeviceInfo> SelectDevices(const std::vector<probes::DeviceIn
   return selected;
 }
 
-std::vector<probes::ProbeSpec> PlanProbes(const Settings& settings, Deadlines deadlines) {
+std::uint64_t PlannedSize(const Settings& settings, std::uint64_t size_bytes,
+                          double link_bytes_per_s) {
+  if (!settings.sizes_follow_link || size_bytes <= kBandMinSizeBytes || link_bytes_per_s <= 0 ||
+      link_bytes_per_s >= kSizeReferenceBytesPerSecond) {
+    return size_bytes;
+  }
+  constexpr double kMiB = 1 << 20;
+  // Whole MiB, rounded down (with a hair of slack: the PCIe rates are exact powers of two
+  // of each other, and Gen3 x4 must give 8 MiB, not 7.99...).
+  const double scaled =
+      static_cast<double>(size_bytes) * link_bytes_per_s / kSizeReferenceBytesPerSecond;
+  const auto mib = static_cast<std::uint64_t>(std::floor(scaled / kMiB + 1e-6));
+  return std::clamp<std::uint64_t>(mib << 20, kBandMinSizeBytes, size_bytes);
+}
+
+std::vector<probes::ProbeSpec> PlanProbes(const Settings& settings, Deadlines deadlines,
+                                          double link_bytes_per_s) {
   std::vector<probes::ProbeSpec> plan;
   const bool bidirectional =
       settings.bidirectional && Has(settings.modes, probes::TransferMode::kPinned);
-  for (std::uint64_t size : settings.sizes) {
+  std::vector<std::uint64_t> planned;  // sizes already planned: two may scale to one
+  for (std::uint64_t configured : settings.sizes) {
+    const std::uint64_t size = PlannedSize(settings, configured, link_bytes_per_s);
+    if (std::find(planned.begin(), planned.end(), size) != planned.end()) continue;
+    planned.push_back(size);
     auto add = [&](probes::TransferMode mode, probes::Direction direction) {
       probes::ProbeSpec spec;
       spec.mode = mode;
@@ -69,6 +91,9 @@ std::vector<probes::ProbeSpec> PlanProbes(const Settings& settings, Deadlines de
       spec.size_bytes = size;
       spec.iterations = settings.iterations;
       spec.warmup = settings.warmup;
+      spec.target_device_s = std::chrono::duration<double>(settings.probe_time).count();
+      spec.min_iterations =
+          std::clamp(settings.min_iterations, 1, std::max(1, settings.iterations));
       spec.deadline = settings.probe_deadline;
       spec.streams = settings.streams;
       spec.chunk_bytes = settings.chunk_bytes;

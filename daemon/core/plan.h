@@ -2,9 +2,11 @@
 // are probed and which probes run on each, in what order, with what deadline.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "core/settings.h"
@@ -32,6 +34,12 @@ bool NamesDevice(std::string_view id, const probes::DeviceInfo& device);
 std::vector<probes::DeviceInfo> SelectDevices(const std::vector<probes::DeviceInfo>& devices,
                                               const std::vector<std::string>& ids);
 
+// One series of probes, what the allowance, the scheduler and the tracker key them by.
+using ProbeKey = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
+inline ProbeKey KeyOf(const probes::ProbeSpec& spec) {
+  return {spec.mode, spec.direction, spec.size_bytes};
+}
+
 enum class Deadlines {
   kAsConfigured,  // the daemon: every probe gets probe_deadline
   // A one-shot run: probe_deadline, or longer when the size and iterations asked for need
@@ -39,11 +47,28 @@ enum class Deadlines {
   kStretchedToSize,
 };
 
-// The probes of one cycle on one GPU, in the order they run: per size, each mode of
+// The link a probe's transfer size is scaled against (PlannedSize): PCIe Gen4 x16, the
+// link the default 64 MiB was chosen for (2.7 ms a pinned transfer there).
+inline constexpr double kSizeReferenceBytesPerSecond = 16 * 16e9 * 128.0 / 130.0 / 8.0;
+
+// The transfer size a configured `size_bytes` becomes on a GPU whose way to host memory
+// carries `link_bytes_per_s` (core::HostLinkRate: what it carries when healthy, so a link
+// that trains down keeps its sizes and series): with sizes_follow_link, a size over 4 MiB
+// (kBandMinSizeBytes) on a link slower than kSizeReferenceBytesPerSecond is scaled by the
+// ratio of the rates, in whole MiB, never under 4 MiB, so one transfer takes as long as on
+// Gen4 x16 and a probe costs about the same device time on every link. Otherwise (a
+// faster link, NVLink-C2C, an integrated GPU, a rate not known: 0) the size as configured.
+std::uint64_t PlannedSize(const Settings& settings, std::uint64_t size_bytes,
+                          double link_bytes_per_s);
+
+// The probes of one cycle on one GPU, in the order they run: per size (PlannedSize on a
+// link of `link_bytes_per_s`, 0 = the sizes as configured; each once), each mode of
 // `settings.modes` (in that order) h2d then d2h, then pinned both ways when
-// `bidirectional` is set and pinned is among the modes.
+// `bidirectional` is set and pinned is among the modes. Each probe runs until its
+// device-time target (probe_time, min_iterations) or `iterations`.
 std::vector<probes::ProbeSpec> PlanProbes(const Settings& settings,
-                                          Deadlines deadlines = Deadlines::kAsConfigured);
+                                          Deadlines deadlines = Deadlines::kAsConfigured,
+                                          double link_bytes_per_s = 0);
 
 // The probes that run every cycle whatever the allowance: pinned h2d and d2h of each size
 // when pinned is configured, else the first configured mode's pair.

@@ -1,9 +1,11 @@
 #include "core/scheduler.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
+#include "core/band.h"
 #include "core/plan.h"
 #include "platform/logging.h"
 
@@ -30,7 +32,28 @@ Scheduler::Scheduler(probes::TransferBackend& backend, std::vector<probes::Devic
   // start never spends the whole window at once; the reserve is there from the start.
   for (const auto& device : devices_) {
     allowances_.insert_or_assign(device.index, core::Allowance(config_, clock_.Now()));
+    // The rate its probe sizes follow: what the path carries when healthy, read once so a
+    // link that trains down later keeps its series (a maximum that cannot be read: the
+    // link as trained now).
+    plan_rate_[device.index] = HostLinkRate(backend_.ReadLinkPath(device.index));
   }
+}
+
+std::vector<probes::ProbeSpec> Scheduler::PlanOf(const Settings& config, int device) const {
+  std::lock_guard lock(mutex_);
+  auto it = plan_rate_.find(device);
+  return PlanProbes(config, Deadlines::kAsConfigured, it == plan_rate_.end() ? 0 : it->second);
+}
+
+std::set<ProbeKey> Scheduler::Watched(int device) const {
+  std::lock_guard lock(mutex_);
+  std::set<ProbeKey> watched;
+  if (auto it = watch_.find(device); it != watch_.end()) {
+    for (const auto& [key, w] : it->second) {
+      if (w.watch) watched.insert(key);
+    }
+  }
+  return watched;
 }
 
 std::optional<double> Scheduler::Allowance(int device) const {
@@ -80,6 +103,16 @@ SteadyTime Scheduler::ConfirmationDue(const Settings& config, SteadyTime now) {
 void Scheduler::Run(std::stop_token stop) {
   SteadyTime next = clock_.Now();
   while (!stop.stop_requested()) {
+    // A verdict that lapses before anything else is due is published when it does.
+    if (callbacks_.next_expiry && callbacks_.on_expiry) {
+      const auto expiry = callbacks_.next_expiry();
+      const auto due = NextConfirmation();
+      if (expiry && *expiry < next && (!due || *expiry < *due)) {
+        if (!clock_.SleepUntil(*expiry, stop)) break;
+        callbacks_.on_expiry();
+        continue;
+      }
+    }
     // A confirmation due before the next cycle runs first, as a round of its own.
     if (const auto due = NextConfirmation(); due && *due < next) {
       if (!clock_.SleepUntil(*due, stop)) break;
@@ -116,6 +149,7 @@ void Scheduler::Run(std::stop_token stop) {
     const SteadyTime end = clock_.Now();
     next = NextStart(config, start);
     report.next_in = duration_cast<milliseconds>(next - end);
+    Forecast(config, next, report);
     {
       std::lock_guard lock(mutex_);
       last_cycle_end_ = end;
@@ -235,7 +269,13 @@ void Scheduler::Book(Round& round, DeviceCycle& dc, const Measured& measured, bo
   round.report.device_s += measured.cost_s;
   {
     std::lock_guard lock(mutex_);
-    allowances_[gpu].Charge(spec, measured.started, measured.cost_s, headline);
+    core::Allowance& allowance = allowances_[gpu];
+    allowance.Charge(spec, measured.started, measured.cost_s, headline);
+    if (spec.mode == probes::TransferMode::kPinned && spec.direction == probes::Direction::kH2D &&
+        sample.status == probes::ProbeStatus::kOk && !sample.Contended() &&
+        sample.MedianBandwidth() > 0) {
+      allowance.SetPinnedRate(sample.MedianBandwidth());
+    }
   }
   switch (sample.status) {
     case probes::ProbeStatus::kOk:
@@ -268,7 +308,7 @@ void Scheduler::Confirm(const Settings& config, const probes::DeviceInfo& device
   // delay.
   if (!callbacks_.flip_ahead) return;
   const SteadyTime due = ConfirmationDue(config, clock_.Now());
-  const ProbeKey key{sample.spec.mode, sample.spec.direction, sample.spec.size_bytes};
+  const ProbeKey key = KeyOf(sample.spec);
   if (sample.Contended()) {
     std::lock_guard lock(mutex_);
     auto& pending = pending_[device.index];
@@ -277,6 +317,7 @@ void Scheduler::Confirm(const Settings& config, const probes::DeviceInfo& device
   }
   const FlipAhead flip = callbacks_.flip_ahead(device, path, sample);
   std::lock_guard lock(mutex_);
+  watch_[device.index][key] = {flip.watch, flip.degraded};
   auto& pending = pending_[device.index];
   if (flip.readings > 0) {
     pending[key] = {sample.spec, flip, due};
@@ -292,9 +333,14 @@ void Scheduler::ReadLink(DeviceCycle& dc) {
 void Scheduler::BookLink(DeviceCycle& dc, probes::LinkPath path) {
   dc.link_path = std::move(path);
   dc.link_read = true;
-  if (const probes::PcieLink* narrowest = dc.link_path.Narrowest()) {
+  // What unmeasured costs are estimated at: the link as it runs now (NVLink-C2C's rate).
+  const probes::PcieLink* narrowest = dc.link_path.Narrowest();
+  const double rate = dc.link_path.c2c ? probes::kC2cBytesPerSecond
+                      : narrowest      ? narrowest->CurrentBytesPerSecond()
+                                       : 0.0;
+  if (rate > 0) {
     std::lock_guard lock(mutex_);
-    allowances_[dc.device.index].SetLinkRate(narrowest->CurrentBytesPerSecond());
+    allowances_[dc.device.index].SetLinkRate(rate);
   }
   if (callbacks_.on_link_path) callbacks_.on_link_path(dc.device, dc.link_path);
 }
@@ -303,41 +349,20 @@ CycleReport Scheduler::RunCycle(const Settings& config, BusyDetector* busy, std:
   CycleReport report;
   report.started_at = std::chrono::system_clock::now();
   Round round{config, busy, stop, clock_.Now(), report};
-  const std::vector<probes::ProbeSpec> plan = PlanProbes(config);
-
-  for (const auto& device : devices_) {
+  // From the first GPU the budget cut last time: whatever the budget cuts rotates.
+  const std::size_t n = devices_.size();
+  const std::size_t first = n == 0 ? 0 : first_device_ % n;
+  for (std::size_t k = 0; k < n; ++k) {
+    const probes::DeviceInfo& device = devices_[(first + k) % n];
     if (stop.stop_requested()) break;
     DeviceCycle dc;
     dc.device = device;
+    const std::vector<probes::ProbeSpec> plan = PlanOf(config, device.index);
     if (SkipBusy(round, dc, plan)) {
       report.devices.push_back(std::move(dc));
       continue;
     }
-    std::vector<probes::ProbeSpec> ordered;
-    {
-      std::lock_guard lock(mutex_);
-      core::Allowance& allowance = allowances_[device.index];
-      allowance.Refill(config, clock_.Now());
-      allowance.StartCycle();
-      ordered = allowance.Order(plan, config);
-    }
-    for (std::size_t i = 0; i < ordered.size(); ++i) {
-      const probes::ProbeSpec& spec = ordered[i];
-      if (stop.stop_requested()) break;
-      const bool headline = IsHeadline(spec, config);
-      if (!headline) {
-        std::lock_guard lock(mutex_);
-        core::Allowance& allowance = allowances_[device.index];
-        allowance.Refill(config, clock_.Now());
-        if (!allowance.FitsRotation(spec, config)) {
-          // Strict order: the stalest saves up instead of being starved by cheaper ones.
-          dc.held_back = static_cast<int>(ordered.size() - i);
-          report.held_back += dc.held_back;
-          break;
-        }
-      }
-      if (!RunOne(round, dc, spec, headline) && stop.stop_requested()) break;
-    }
+    RunDevice(round, dc, plan);
     if (!dc.link_read && !stop.stop_requested()) ReadLink(dc);
     {
       std::lock_guard lock(mutex_);
@@ -348,12 +373,96 @@ CycleReport Scheduler::RunCycle(const Settings& config, BusyDetector* busy, std:
   if (config.concurrent && !stop.stop_requested()) RunGroups(config, round.start, stop, report);
   report.wall_s = duration<double>(clock_.Now() - round.start).count();
   if (report.over_budget) {
+    // Which GPUs went unmeasured, and the one the next cycle starts with.
+    std::string cut;
+    std::optional<std::size_t> next_first;
+    for (const DeviceCycle& dc : report.devices) {
+      if (dc.skipped_budget == 0) continue;
+      cut +=
+          fmt::format("{}gpu {}: {}", cut.empty() ? "" : ", ", dc.device.index, dc.skipped_budget);
+      if (!next_first) {
+        for (std::size_t i = 0; i < n; ++i) {
+          if (devices_[i].index == dc.device.index) next_first = i;
+        }
+      }
+    }
+    if (next_first) first_device_ = *next_first;
     spdlog::warn(
-        "cycle over its {} budget: {} probes not started; raise "
-        "probe.cycle_budget or probe fewer modes/sizes",
-        FormatSeconds(duration<double>(config.cycle_budget).count()), report.skipped_budget);
+        "cycle over its {} budget: {} probes not started ({}); the next cycle starts with "
+        "gpu {}; raise probe.cycle_budget or probe fewer modes/sizes",
+        FormatSeconds(duration<double>(config.cycle_budget).count()), report.skipped_budget, cut,
+        devices_[first_device_ % n].index);
   }
   return report;
+}
+
+void Scheduler::RunDevice(Round& round, DeviceCycle& dc,
+                          const std::vector<probes::ProbeSpec>& plan) {
+  const int index = dc.device.index;
+  const std::set<ProbeKey> watched = Watched(index);
+  std::vector<OrderedProbe> ordered;
+  {
+    std::lock_guard lock(mutex_);
+    core::Allowance& allowance = allowances_[index];
+    allowance.Refill(round.config, clock_.Now());
+    allowance.StartCycle();
+    ordered = allowance.Order(plan, round.config, watched, clock_.Now());
+  }
+  std::set<ProbeKey> held;
+  for (std::size_t i = 0; i < ordered.size(); ++i) {
+    const OrderedProbe& probe = ordered[i];
+    if (round.stop.stop_requested()) break;
+    bool may = true;
+    {
+      std::lock_guard lock(mutex_);
+      core::Allowance& allowance = allowances_[index];
+      allowance.Refill(round.config, clock_.Now());
+      may = allowance.MayRun(probe, round.config);
+    }
+    if (!may) {
+      if (probe.cls == ProbeClass::kRotating || probe.cls == ProbeClass::kOverdue) {
+        // Strict order: the stalest saves up instead of being starved by cheaper ones.
+        for (std::size_t j = i; j < ordered.size(); ++j) held.insert(KeyOf(ordered[j].spec));
+        break;
+      }
+      held.insert(KeyOf(probe.spec));  // under watch: the next one may be cheaper
+      continue;
+    }
+    if (!RunOne(round, dc, probe.spec, probe.cls == ProbeClass::kHeadline) &&
+        round.stop.stop_requested()) {
+      break;
+    }
+  }
+  dc.held_back = static_cast<int>(held.size());
+  round.report.held_back += dc.held_back;
+  for (const OrderedProbe& probe : ordered) {
+    dc.outlook.push_back({probe.spec, probe.cls, held.contains(KeyOf(probe.spec)), std::nullopt});
+  }
+}
+
+void Scheduler::Forecast(const Settings& config, SteadyTime next_cycle, CycleReport& report) {
+  for (DeviceCycle& dc : report.devices) {
+    if (dc.outlook.empty()) {
+      // Skipped busy: the plan as it stands, nothing held back by the allowance.
+      const std::set<ProbeKey> watched = Watched(dc.device.index);
+      for (const probes::ProbeSpec& spec : PlanOf(config, dc.device.index)) {
+        const ProbeClass cls = IsHeadline(spec, config)        ? ProbeClass::kHeadline
+                               : watched.contains(KeyOf(spec)) ? ProbeClass::kWatched
+                                                               : ProbeClass::kRotating;
+        dc.outlook.push_back({spec, cls, false, std::nullopt});
+      }
+    }
+    std::vector<probes::ProbeSpec> plan;
+    for (const auto& o : dc.outlook) plan.push_back(o.spec);
+    const std::set<ProbeKey> watched = Watched(dc.device.index);
+    std::vector<std::optional<SteadyTime>> next;
+    {
+      std::lock_guard lock(mutex_);
+      next =
+          allowances_[dc.device.index].Forecast(plan, config, watched, next_cycle, kOutlookCycles);
+    }
+    for (std::size_t i = 0; i < dc.outlook.size(); ++i) dc.outlook[i].next_run = next[i];
+  }
 }
 
 std::vector<probes::ProbeSpec> Scheduler::DueConfirmations(
@@ -384,19 +493,36 @@ std::vector<probes::ProbeSpec> Scheduler::DueConfirmations(
     if (p.due <= now) due.push_back(*spec);
     ++it;
   }
+  const auto add = [&](const std::optional<probes::ProbeSpec>& spec) {
+    if (spec && std::none_of(due.begin(), due.end(), [&](const probes::ProbeSpec& d) {
+          return KeyOf(d) == KeyOf(*spec);
+        })) {
+      due.push_back(*spec);
+    }
+  };
+  // A round that can bring a series back to ok re-measures every degraded series of the
+  // GPU too: whatever cleared the fault likely cleared it for them, and none keeps the
+  // GPU DEGRADED on a reading from before (the rotation would reach them only later).
+  const bool recovering = std::any_of(pending.begin(), pending.end(), [&](const auto& entry) {
+    return entry.second.due <= now && !entry.second.flip.to_degraded;
+  });
+  if (recovering) {
+    for (const auto& [key, w] : watch_[device.index]) {
+      if (w.degraded) add(planned(std::get<0>(key), std::get<1>(key), std::get<2>(key)));
+    }
+  }
+  // The probes that name a cause, for the round that can turn a GPU DEGRADED: once it is,
+  // its causes are named already, and its allowance goes to re-measuring.
+  const bool gpu_degraded = std::any_of(watch_[device.index].begin(), watch_[device.index].end(),
+                                        [](const auto& entry) { return entry.second.degraded; });
   for (const auto& [key, p] : pending) {
+    if (gpu_degraded) break;
     if (p.due > now || !p.flip.to_degraded || p.flip.readings != 1) continue;
     for (const auto& pair :
          {std::pair{probes::TransferMode::kPinned, probes::Direction::kH2D},
           std::pair{probes::TransferMode::kPageable, probes::Direction::kH2D},
           std::pair{probes::TransferMode::kPinned, probes::Direction::kBidirectional}}) {
-      const auto cause = planned(pair.first, pair.second, p.spec.size_bytes);
-      if (cause && std::none_of(due.begin(), due.end(), [&](const probes::ProbeSpec& d) {
-            return d.mode == cause->mode && d.direction == cause->direction &&
-                   d.size_bytes == cause->size_bytes;
-          })) {
-        due.push_back(*cause);
-      }
+      add(planned(pair.first, pair.second, p.spec.size_bytes));
     }
   }
   return due;
@@ -416,11 +542,10 @@ CycleReport Scheduler::RunConfirmations(const Settings& config, BusyDetector* bu
   report.confirmation = true;
   report.started_at = std::chrono::system_clock::now();
   Round round{config, busy, stop, clock_.Now(), report};
-  const std::vector<probes::ProbeSpec> plan = PlanProbes(config);
-
   for (const auto& device : devices_) {
     if (stop.stop_requested()) break;
-    const std::vector<probes::ProbeSpec> due = DueConfirmations(device, plan);
+    const std::vector<probes::ProbeSpec> due =
+        DueConfirmations(device, PlanOf(config, device.index));
     if (due.empty()) continue;
     DeviceCycle dc;
     dc.device = device;

@@ -7,13 +7,18 @@
 // docs/health.md ("Cadence, allowance and fast confirmation").
 //
 // Each cycle the headline probes (pinned h2d and d2h of every size) always run, from the
-// first cycle on. The others rotate, stalest first, each only while its cost fits in the
-// allowance above burst_reserve, so rotation can never delay the headline or eat the
-// reserve. The reserve pays for fast confirmation: a reading that starts a streak toward a
-// flip (bad on a healthy series, good on a degraded one) is re-measured after a few seconds
-// until the streak flips the verdict or breaks, and the round that can flip it toward
-// degraded also runs the probes that name the cause (pinned and pageable h2d, pinned both
-// ways) and re-reads the link.
+// first cycle on. Then the series under watch (degraded, or whose last reading was bad)
+// are re-measured, every cycle until they clear, while the whole allowance pays. The
+// others rotate, stalest first, each only while its cost fits in the allowance above
+// burst_reserve, so rotation can never delay the headline or eat the reserve. The reserve
+// pays for fast confirmation: a reading that starts a streak toward a flip (bad on a
+// healthy series, good on a degraded one) is re-measured after a few seconds until the
+// streak flips the verdict or breaks; the round that can flip it toward degraded also runs
+// the probes that name the cause (pinned and pageable h2d, pinned both ways) and re-reads
+// the link, and the round that can bring a GPU back re-measures every series of it that is
+// degraded. Each GPU's probes follow its link (core::PlanProbes: sizes, device-time
+// target). Where the cycle budget runs out, the next cycle starts with the first GPU it
+// cut, so no GPU is left unmeasured cycle after cycle.
 //
 // One probe thread calls Run(); results come out through the callbacks on that thread.
 // Reconfigure, CheckStall and the counters may be used from any thread.
@@ -29,6 +34,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <stop_token>
 #include <string>
 #include <tuple>
@@ -38,6 +44,7 @@
 #include "core/busy_detector.h"
 #include "core/clock.h"
 #include "core/diagnosis.h"
+#include "core/freshness.h"
 #include "core/host_groups.h"
 #include "core/probe_runner.h"
 #include "core/settings.h"
@@ -57,6 +64,16 @@ struct DeviceCycle {
   int held_back = 0;       // rotating probes left for a later cycle: the allowance was short
   int contended = 0;       // samples whose window saw foreign traffic
   double allowance_s = 0;  // the device-time allowance left after this cycle (may be < 0)
+  // Each planned series of the GPU after this cycle (cycles only, not confirmation
+  // rounds): why it runs, whether the allowance held it back, and when it is expected to
+  // run next (Allowance::Forecast; nullopt: not within two hours).
+  struct Outlook {
+    probes::ProbeSpec spec;
+    ProbeClass cls = ProbeClass::kRotating;
+    bool held_back = false;
+    std::optional<SteadyTime> next_run;
+  };
+  std::vector<Outlook> outlook;
 };
 
 struct CycleReport {
@@ -95,12 +112,15 @@ struct SchedulerCallbacks {
   std::function<FlipAhead(const probes::DeviceInfo&, const probes::LinkPath&,
                           const probes::ProbeSample&)>
       flip_ahead;
+  // When a verdict next lapses as its readings grow old (HealthTracker::NextExpiry), and
+  // what to do then: the loop wakes for it between cycles, so a cleared fault or an
+  // unmeasured GPU shows when its bound says. Unset: only at cycles.
+  std::function<std::optional<SteadyTime>()> next_expiry;
+  std::function<void()> on_expiry;
 };
 
-// Fast confirmation waits a random delay in this range before re-measuring (at most half
-// the interval): long enough that a dip of a second or two is not confirmed, short enough
-// that consecutive_bad readings take well under a minute.
-inline constexpr std::chrono::seconds kConfirmDelayMin{5}, kConfirmDelayMax{15};
+// How many cycles ahead the outlook looks for a series' next run.
+inline constexpr int kOutlookCycles = 120;
 
 class Scheduler {
  public:
@@ -127,13 +147,21 @@ class Scheduler {
   // cycle's start and end); nullopt for a GPU this scheduler does not probe.
   std::optional<double> Allowance(int device) const;
 
+  // The probes of one cycle on GPU `device` under `config`: PlanProbes on its link (the
+  // rate read when the scheduler started), so its sizes follow the link.
+  std::vector<probes::ProbeSpec> PlanOf(const Settings& config, int device) const;
+
  private:
-  using ProbeKey = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
   // A series waiting to be re-measured (fast confirmation).
   struct Pending {
     probes::ProbeSpec spec;
     FlipAhead flip;
     SteadyTime due{};
+  };
+  // What the last reading of a series said of it (FlipAhead): under watch, degraded.
+  struct Watch {
+    bool watch = false;
+    bool degraded = false;
   };
   // Where a cycle or round is while it runs.
   struct Round {
@@ -145,6 +173,12 @@ class Scheduler {
   };
 
   CycleReport RunCycle(const Settings& config, BusyDetector* busy, std::stop_token stop);
+  // One GPU's probes of a cycle into `dc`, in the allowance's order.
+  void RunDevice(Round& round, DeviceCycle& dc, const std::vector<probes::ProbeSpec>& plan);
+  // The series of `device` under watch now.
+  std::set<ProbeKey> Watched(int device) const;
+  // Each device's outlook once the next cycle's start is known.
+  void Forecast(const Settings& config, SteadyTime next_cycle, CycleReport& report);
   CycleReport RunConfirmations(const Settings& config, BusyDetector* busy, std::stop_token stop);
   // The series of `device` due for confirmation now, with the probes that name a cause.
   std::vector<probes::ProbeSpec> DueConfirmations(const probes::DeviceInfo& device,
@@ -206,6 +240,9 @@ class Scheduler {
   std::optional<SteadyTime> last_cycle_end_;
   std::map<int, core::Allowance> allowances_;           // per GPU index
   std::map<int, std::map<ProbeKey, Pending>> pending_;  // per GPU index
+  std::map<int, std::map<ProbeKey, Watch>> watch_;      // per GPU index
+  std::map<int, double> plan_rate_;      // per GPU: the link rate its plan follows (HostLinkRate)
+  std::size_t first_device_ = 0;         // where in devices_ the next cycle starts
   bool overdraw_warned_ = false;         // the headline-overdraw warning is said once
   std::map<int, bool> unreadable_said_;  // per GPU: "link traffic not readable" said
 

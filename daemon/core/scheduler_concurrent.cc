@@ -92,9 +92,20 @@ void Scheduler::RunGroups(const Settings& config, SteadyTime cycle_start, std::s
     }
   }
   for (const probes::DeviceInfo& d : devices_) paths.push_back(paths_[d.index]);
-  const std::vector<probes::ProbeSpec> plan = PlanConcurrent(config);
   for (const HostGroup& group : FindGroups(devices_, paths)) {
     if (stop.stop_requested()) return;
+    // At the size the members' own plans give them (the slowest member's link), so each
+    // one's concurrent figure compares with its solo one.
+    double rate = 0;
+    {
+      std::lock_guard lock(mutex_);
+      for (int gpu : group.gpus) {
+        const double r = plan_rate_[gpu];
+        if (r > 0 && (rate == 0 || r < rate)) rate = r;
+      }
+    }
+    const std::vector<probes::ProbeSpec> plan =
+        PlanConcurrent(config, Deadlines::kAsConfigured, rate);
     GroupRecord& record = groups_[group.name];
     const SteadyTime now = clock_.Now();
     if (record.last_run && now - *record.last_run < config.concurrent_interval) continue;

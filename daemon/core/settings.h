@@ -26,8 +26,16 @@ struct Settings {
   std::vector<probes::TransferMode> modes{probes::kAllModes.begin(), probes::kAllModes.end()};
   bool bidirectional = true;  // the pinned both-ways probe
   std::vector<std::uint64_t> sizes{64ull << 20};
-  int iterations = 20;
+  // Each probe's transfer size follows its GPU's link (core::PlannedSize): a size over
+  // 4 MiB is scaled down on links slower than Gen4 x16, so a transfer takes as long there.
+  bool sizes_follow_link = true;
+  int iterations = 20;  // timed transfers: the most, with a device-time target
   int warmup = 2;
+  // The device time each probe aims for (ProbeSpec::target_device_s): its timed transfers
+  // stop once it is reached, at least min_iterations and at most iterations of them, so a
+  // probe costs about as much on a slow link as on a fast one. 0 = exactly `iterations`.
+  std::chrono::milliseconds probe_time{25};
+  int min_iterations = 5;
   std::chrono::milliseconds probe_deadline{5000};  // one probe
   std::chrono::milliseconds cycle_budget{30000};   // one cycle, all GPUs
   double max_duty_cycle = 0.0025;  // device time / wall time: the per-GPU allowance's refill

@@ -201,6 +201,8 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
     Gauge(FamilyId::kDiagnosis).Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}}).Set(0);
   }
   Counter(FamilyId::kDeviceSeconds).Add({{"gpu", gpu}});
+  Gauge(FamilyId::kSeriesHeldBack).Add({{"gpu", gpu}});
+  Gauge(FamilyId::kSeriesStale).Add({{"gpu", gpu}});
   std::lock_guard lock(mutex_);
   devices_.push_back(device.index);
   for (TransferMode mode : modes_) AddRunCounters(device.index, mode);
@@ -327,7 +329,7 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
   if (core::BandExempt(sample.spec.mode, sample.spec.direction, sample.spec.size_bytes)) {
     Gauge(FamilyId::kBandExempt).Add(series).Set(1);
   }
-  Gauge(FamilyId::kLastSuccess).Add({{"gpu", gpu}, {"mode", mode}}).Set(UnixNow());
+  Gauge(FamilyId::kLastSuccess).Add({{"gpu", gpu}}).Set(UnixNow());
 }
 
 void Metrics::RecordConcurrent(const core::GroupRun& run, const core::ExpectedBand& band) {
@@ -424,6 +426,16 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
     }
   }
   for (const SeriesHealth& s : health.series) {
+    // A reading too old to judge by is no longer published as the GPU's bandwidth.
+    if (!s.stale) continue;
+    const Labels labels{{"gpu", gpu},
+                        {"mode", Mode(s.mode)},
+                        {"direction", Dir(s.direction)},
+                        {"size", probes::FormatSize(s.size_bytes)}};
+    auto& bandwidth = Gauge(FamilyId::kBandwidth);
+    if (bandwidth.Has(labels)) bandwidth.Remove(&bandwidth.Add(labels));
+  }
+  for (const SeriesHealth& s : health.series) {
     if (s.baseline_bytes_per_s <= 0) continue;
     Gauge(FamilyId::kBaseline)
         .Add({{"gpu", gpu},
@@ -433,15 +445,28 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
         .Set(s.baseline_bytes_per_s);
   }
   for (const PairVerdict& v : health.verdicts) {
-    Gauge(FamilyId::kDegraded)
-        .Add({{"gpu", gpu}, {"mode", Mode(v.mode)}, {"direction", Dir(v.direction)}})
-        .Set(v.degraded ? 1 : 0);
+    const Labels labels{{"gpu", gpu}, {"mode", Mode(v.mode)}, {"direction", Dir(v.direction)}};
+    auto& degraded = Gauge(FamilyId::kDegraded);
+    // Stale: not known, so neither 0 (ok) nor 1 on an old reading: absent until measured.
+    if (v.stale) {
+      if (degraded.Has(labels)) degraded.Remove(&degraded.Add(labels));
+      continue;
+    }
+    degraded.Add(labels).Set(v.degraded ? 1 : 0);
   }
+  Gauge(FamilyId::kSeriesStale).Add({{"gpu", gpu}}).Set(health.StaleSeries());
   for (DiagnosisCause cause : kAllDiagnosisCauses) {
     Gauge(FamilyId::kDiagnosis)
         .Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}})
         .Set(health.Has(cause) ? 1 : 0);
   }
+}
+
+void Metrics::RecordSchedule(int gpu_index, double allowance_s, int held_back) {
+  const ChangeMark mark(generation_);
+  const std::string gpu = Gpu(gpu_index);
+  Gauge(FamilyId::kProbeAllowance).Add({{"gpu", gpu}}).Set(allowance_s);
+  Gauge(FamilyId::kSeriesHeldBack).Add({{"gpu", gpu}}).Set(held_back);
 }
 
 void Metrics::RecordLinkErrors(const probes::DeviceInfo& device,

@@ -114,6 +114,10 @@ class Metrics {
   // own; one no longer probed goes), diagnosis after Observe.
   void RecordHealth(const core::DeviceHealth& health);
 
+  // After each cycle, per GPU: the device-time allowance it left and how many planned
+  // series the allowance held back.
+  void RecordSchedule(int gpu, double allowance_s, int held_back);
+
   // The link's error counters on the GPU's path and whether each source is readable
   // (exporter/link_error_metrics.h), after each reading.
   void RecordLinkErrors(const probes::DeviceInfo& device, const core::LinkErrorReading& reading);

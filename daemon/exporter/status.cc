@@ -76,7 +76,15 @@ json Errors(const std::optional<std::vector<LinkErrorCounter>>& counters) {
   return {{"read", true}, {"reason", ""}, {"counters", std::move(list)}};
 }
 
-json Series(const core::SeriesHealth& s, const core::ExpectedBand& band) {
+// Seconds from `from` to `to` on the daemon's clock; null when either is not known.
+json Seconds(const std::optional<core::SteadyTime>& from,
+             const std::optional<core::SteadyTime>& to) {
+  if (!from || !to) return nullptr;
+  return std::chrono::duration<double>(*to - *from).count();
+}
+
+json Series(const core::SeriesHealth& s, const core::ExpectedBand& band,
+            const std::optional<core::SteadyTime>& now) {
   const bool held = core::HeldToBand(s.mode, s.direction, s.size_bytes, band);
   json lower = nullptr;
   if (held && band.Known()) lower = core::ModeBand(band, s.mode, s.direction).lower_bytes_per_s;
@@ -93,18 +101,27 @@ json Series(const core::SeriesHealth& s, const core::ExpectedBand& band) {
           {"below_band", s.below_band},
           {"below_baseline", s.below_baseline},
           {"contended", s.contended},
+          {"peer_baseline_bytes_per_second", Rate(s.peer_baseline_bytes_per_s)},
           {"bad_streak", s.bad_streak},
           {"good_streak", s.good_streak},
-          {"degraded", s.degraded}};
+          {"degraded", s.degraded},
+          {"stale", s.stale},
+          {"headline", s.headline},
+          {"measured_at",
+           s.measured_wall ? json(core::FormatUtcTime(*s.measured_wall)) : json(nullptr)},
+          {"age_seconds", Seconds(s.measured_at, now)}};
 }
 
 // The degraded series furthest below what it should be, and what it is below.
 json Headline(const core::DeviceHealth& health) {
   const core::SeriesHealth* worst = core::WorstDegraded(health);
   if (worst == nullptr) return nullptr;
+  const std::optional<core::DiagnosisCause> cause = core::LeadingCause(health);
   json h = {{"mode", probes::ToString(worst->mode)},
             {"direction", probes::ToString(worst->direction)},
-            {"size", probes::FormatSize(worst->size_bytes)}};
+            {"size", probes::FormatSize(worst->size_bytes)},
+            {"cause", cause ? json(core::ToString(*cause)) : json(nullptr)},
+            {"baseline_of", worst->peer_baseline_bytes_per_s > 0 ? "peers" : "own"}};
   if (worst->below_band) {
     h["below"] = "band";
     h["reading_bytes_per_second"] =
@@ -114,7 +131,7 @@ json Headline(const core::DeviceHealth& health) {
   } else if (worst->below_baseline) {
     h["below"] = "baseline";
     h["reading_bytes_per_second"] = Rate(worst->median_bytes_per_s);
-    h["reference_bytes_per_second"] = Rate(worst->baseline_bytes_per_s);
+    h["reference_bytes_per_second"] = Rate(worst->BaselineReference());
   } else {
     // Degraded, its last reading good again: short of the readings that flip it back.
     h["below"] = nullptr;
@@ -183,6 +200,11 @@ void StatusBoard::RecordHealth(const core::DeviceHealth& health, DeviceVerdict v
   d.busy = busy;
 }
 
+void StatusBoard::RecordSchedule(int gpu, GpuSchedule schedule) {
+  std::lock_guard lock(mutex_);
+  devices_[gpu].schedule = std::move(schedule);
+}
+
 void StatusBoard::RecordLinkErrors(const probes::DeviceInfo& device,
                                    const core::LinkErrorReading& reading) {
   std::vector<LinkErrorCounter> counters;
@@ -208,7 +230,7 @@ void StatusBoard::RecordLinkErrors(const probes::DeviceInfo& device,
 
 std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_point now) const {
   json gpus = json::array();
-  bool any_degraded = false, any_pending = false;
+  bool any_degraded = false, any_pending = false, any_stale = false;
   {
     std::lock_guard lock(mutex_);
     for (const auto& [index, d] : devices_) {
@@ -216,6 +238,7 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
       const DeviceVerdict verdict = d.health ? d.verdict : DeviceVerdict::kPending;
       any_degraded = any_degraded || verdict == DeviceVerdict::kDegraded;
       any_pending = any_pending || verdict == DeviceVerdict::kPending;
+      any_stale = any_stale || verdict == DeviceVerdict::kStale;
       json g = {{"gpu", index},
                 {"uuid", Text(d.info.uuid)},
                 {"name", Text(d.info.name)},
@@ -232,15 +255,23 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
         for (const core::PairVerdict& v : d.health->verdicts) {
           pairs.push_back({{"mode", probes::ToString(v.mode)},
                            {"direction", probes::ToString(v.direction)},
-                           {"degraded", v.degraded}});
+                           {"degraded", v.degraded},
+                           {"stale", v.stale}});
         }
-        for (const core::SeriesHealth& s : d.health->series) series.push_back(Series(s, band));
+        for (const core::SeriesHealth& s : d.health->series) {
+          series.push_back(Series(s, band, daemon.now));
+        }
+        // Ranked (core::RankCauses): the cause that leads first, the notes last.
+        const std::optional<core::DiagnosisCause> lead = core::LeadingCause(*d.health);
         for (const core::Diagnosis& c : d.health->diagnoses) {
           causes.push_back({{"cause", core::ToString(c.cause)},
+                            {"fault", !core::IsNote(c.cause)},
+                            {"leads", lead && *lead == c.cause},
                             {"detail", Text(c.detail)},
                             {"advice", Text(c.advice)}});
         }
       }
+      g["stale_series"] = d.health ? json(d.health->StaleSeries()) : json(0);
       g["pairs"] = std::move(pairs);
       g["series"] = std::move(series);
       g["headline"] = d.health ? Headline(*d.health) : json(nullptr);
@@ -283,6 +314,26 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
               p.last_success ? json(core::FormatUtcTime(*p.last_success)) : json(nullptr)}});
       }
       g["probes"] = std::move(probes_list);
+
+      json schedule = nullptr;
+      if (d.schedule) {
+        json list = json::array();
+        for (const core::DeviceCycle::Outlook& o : d.schedule->series) {
+          list.push_back({{"mode", probes::ToString(o.spec.mode)},
+                          {"direction", probes::ToString(o.spec.direction)},
+                          {"size", probes::FormatSize(o.spec.size_bytes)},
+                          {"class", core::ToString(o.cls)},
+                          {"held_back", o.held_back},
+                          {"next_run_in_seconds", Seconds(daemon.now, o.next_run)}});
+        }
+        schedule = {{"allowance_seconds", d.schedule->allowance_s},
+                    {"allowance_capacity_seconds", d.schedule->capacity_s},
+                    {"burst_reserve_seconds", d.schedule->reserve_s},
+                    {"max_duty_cycle", d.schedule->duty_cycle},
+                    {"held_back", d.schedule->held_back},
+                    {"series", std::move(list)}};
+      }
+      g["schedule"] = std::move(schedule);
       gpus.push_back(std::move(g));
     }
   }
@@ -298,17 +349,23 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
               {"time", core::FormatUtcTime(now)},
               {"verdict", any_degraded  ? "degraded"
                           : any_pending ? "pending"
+                          : any_stale   ? "stale"
                                         : "ok"},
               {"summary", Text(daemon.summary)},
               {"daemon",
                {{"healthy", daemon.healthy},
                 {"reason", Text(daemon.reason)},
                 {"cycles", daemon.cycles},
+                {"uptime_seconds", daemon.uptime_s},
                 {"last_cycle_age_seconds",
                  daemon.last_cycle_age_s ? json(*daemon.last_cycle_age_s) : json(nullptr)},
                 {"stale_after_seconds", daemon.stale_after_s},
                 {"interval_seconds", daemon.interval_s},
-                {"consecutive_bad", daemon.consecutive_bad}}},
+                {"consecutive_bad", daemon.consecutive_bad},
+                {"freshness",
+                 {{"headline_seconds", daemon.freshness.headline_s},
+                  {"rotating_seconds", daemon.freshness.rotating_s},
+                  {"degraded_seconds", daemon.freshness.degraded_s}}}}},
               {"gpus", std::move(gpus)},
               {"incidents", std::move(incidents)}};
   return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";

@@ -24,9 +24,11 @@
 #include <tuple>
 #include <vector>
 
+#include "core/freshness.h"
 #include "core/health_tracker.h"
 #include "core/incident_log.h"
 #include "core/link_errors.h"
+#include "core/scheduler.h"
 #include "exporter/metrics.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
@@ -57,10 +59,23 @@ struct DaemonStatus {
   std::string reason;  // as /healthz says it
   std::uint64_t cycles = 0;
   std::optional<double> last_cycle_age_s;  // nullopt before the first cycle ended
+  double uptime_s = 0;                     // since the service started, on its clock
   double stale_after_s = 0;                // /healthz calls the loop stale past this age
   double interval_s = 0;
   int consecutive_bad = 0;
   std::string summary;  // HealthTracker::Summary, the STATUS line
+  // The daemon's clock now: what the readings' ages and the series' next runs are counted
+  // on (nullopt: not shown), and how long a reading counts (core/freshness.h).
+  std::optional<core::SteadyTime> now;
+  core::FreshnessBounds freshness;
+};
+
+// One GPU's schedule after a cycle (core::DeviceCycle): its allowance and, per planned
+// series, why it runs, whether the allowance held it back and when it runs next.
+struct GpuSchedule {
+  double allowance_s = 0, capacity_s = 0, reserve_s = 0, duty_cycle = 0;
+  int held_back = 0;
+  std::vector<core::DeviceCycle::Outlook> series;
 };
 
 // Thread-safe: the Record* methods from the probe thread, Render from the HTTP threads.
@@ -76,6 +91,8 @@ class StatusBoard {
   // After each cycle: the GPU's health, its verdict (IncidentLog::Observe) and whether the
   // busy detector skipped it.
   void RecordHealth(const core::DeviceHealth& health, core::DeviceVerdict verdict, bool busy);
+  // After each cycle: the GPU's allowance and the schedule of its series.
+  void RecordSchedule(int gpu, GpuSchedule schedule);
   // The link error counters of one GPU's path as judged this cycle (the reading
   // Metrics::RecordLinkErrors publishes), replacing the last ones.
   void RecordLinkErrors(const probes::DeviceInfo& device, const core::LinkErrorReading& reading);
@@ -109,6 +126,7 @@ class StatusBoard {
     std::optional<probes::ProbeSpec> last_probe;
     probes::ContentionState last_contention = probes::ContentionState::kUnknown;
     std::optional<std::vector<LinkErrorCounter>> link_errors;
+    std::optional<GpuSchedule> schedule;
   };
 
   const core::IncidentLog& incidents_;

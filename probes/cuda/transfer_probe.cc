@@ -1,5 +1,6 @@
 #include "probes/cuda/transfer_probe.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "probes/cuda/probe_abort.h"
@@ -8,16 +9,25 @@ namespace xferd::probes::cuda {
 
 void RunTransfers(TransferProbe& probe, const ProbeSpec& spec, const std::stop_token& stop,
                   Progress& progress, ProbeSample& sample) {
-  const int total = spec.warmup + spec.iterations;
-  sample.durations_s.reserve(spec.iterations);
-  for (int i = 0; i < total; ++i) {
+  sample.durations_s.reserve(static_cast<std::size_t>(std::max(1, spec.iterations)));
+  // The device time the sample books (what the probe costs), and the last transfer's share.
+  double previous = 0;
+  int total = 0;
+  for (int i = 0;; ++i) {
     if (stop.stop_requested()) throw ProbeAbort{ProbeStatus::kError, "cancelled"};
-    const Round round{i, i == total - 1};
+    // Decided before the transfer, so the last one is checked in full (IsLastTransfer).
+    const double before = sample.device_time_s;
+    const Round round{i, IsLastTransfer(spec, i, before, previous)};
     probe.Prepare(round);
     probe.Timed(round);
     const double d = probe.Verify(round);
     ++progress.done;
+    previous = sample.device_time_s - before;
     if (i >= spec.warmup) sample.durations_s.push_back(d);
+    if (round.last) {
+      total = i + 1;
+      break;
+    }
   }
   const int copies = total + probe.Finish(sample);
   // What crossed the link, for the contention judgement: managed memory migrates its pages

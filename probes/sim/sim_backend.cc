@@ -425,9 +425,10 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
   sample.spec = spec;
   sample.bytes_per_transfer = model.bytes;
   sample.overlap_ratio = model.overlap;
-  double elapsed = 0;
-  const int total = spec.warmup + spec.iterations;
-  for (int i = 0; i < total; ++i) {
+  double elapsed = 0, previous = 0;
+  int total = 0;
+  for (int i = 0;; ++i) {
+    const bool last = IsLastTransfer(spec, i, elapsed, previous);
     const double d =
         dev.link->Stretch(start_s + elapsed, one_transfer(), spec.direction, own_rate, capacity);
     if (deadline_s > 0 && elapsed + d > deadline_s) {
@@ -435,14 +436,19 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
       ProbeSample timed_out =
           Failed(spec, ProbeStatus::kTimeout,
                  "probe did not finish within its " + std::to_string(spec.deadline.count()) +
-                     " ms deadline (" + std::to_string(i) + " of " + std::to_string(total) +
-                     " transfers done)");
+                     " ms deadline (" + std::to_string(i) + " of " +
+                     std::to_string(spec.warmup + spec.iterations) + " transfers done)");
       timed_out.bytes_per_transfer = model.bytes;
       timed_out.device_time_s = deadline_s;
       return {std::move(timed_out), deadline_s - elapsed};
     }
     elapsed += d;
+    previous = d;
     if (i >= spec.warmup) sample.durations_s.push_back(d);
+    if (last) {
+      total = i + 1;
+      break;
+    }
   }
   book(total, elapsed);
   sample.link_h2d_bytes = static_cast<std::uint64_t>(h2d_each * total);

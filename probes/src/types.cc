@@ -69,14 +69,21 @@ std::string_view ToString(ProbeStatus status) {
   return NameOf(kStatusNames, status);
 }
 
-std::string_view ToString(ContentionState state) { return NameOf(kContentionNames, state); }
+std::string_view ToString(ContentionState state) {
+  return NameOf(kContentionNames, state);
+}
 
 std::pair<double, double> ProbeSample::OwnLinkBytes() const {
   if (link_h2d_bytes > 0 || link_d2h_bytes > 0) {
     return {static_cast<double>(link_h2d_bytes), static_cast<double>(link_d2h_bytes)};
   }
+  // The warm-ups and the timed transfers that ran (a device-time target may stop short of
+  // `iterations`; a sample without durations counts what the spec asks for).
+  const int timed = spec.target_device_s > 0 && !durations_s.empty()
+                        ? static_cast<int>(durations_s.size())
+                        : spec.iterations;
   const double bytes =
-      static_cast<double>(spec.size_bytes) * static_cast<double>(spec.warmup + spec.iterations);
+      static_cast<double>(spec.size_bytes) * static_cast<double>(spec.warmup + timed);
   switch (spec.direction) {
     case Direction::kH2D: return {bytes, 0.0};
     case Direction::kD2H: return {0.0, bytes};
@@ -159,6 +166,7 @@ std::string SpecProblem(const ProbeSpec& spec) {
   }
   if (spec.iterations < 1) return "iterations must be at least 1";
   if (spec.warmup < 0) return "warmup must not be negative";
+  if (!(spec.target_device_s >= 0)) return "a probe's device-time target must not be negative";
   if (spec.mode == TransferMode::kPinnedAsync) {
     if (spec.chunk_bytes < kMinChunkBytes) {
       return "pinned_async chunks of " + FormatSize(spec.chunk_bytes) + " are below the " +
@@ -171,6 +179,23 @@ std::string SpecProblem(const ProbeSpec& spec) {
     }
   }
   return "";
+}
+
+bool IsLastTransfer(const ProbeSpec& spec, int index, double elapsed_s, double previous_s) {
+  const int timed_after = index + 1 - spec.warmup;  // timed transfers once this one is done
+  if (timed_after >= spec.iterations) return true;
+  if (spec.target_device_s <= 0 || timed_after < std::max(1, spec.min_iterations)) return false;
+  return elapsed_s + previous_s >= spec.target_device_s;
+}
+
+int ExpectedTransfers(const ProbeSpec& spec, double transfer_s) {
+  const int most = std::max(0, spec.warmup) + std::max(1, spec.iterations);
+  double elapsed = 0;
+  for (int i = 0; i < most; ++i) {
+    if (IsLastTransfer(spec, i, elapsed, i == 0 ? 0.0 : transfer_s)) return i + 1;
+    elapsed += transfer_s;
+  }
+  return most;
 }
 
 double ProbeSample::MedianBandwidth() const {

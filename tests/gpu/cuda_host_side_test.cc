@@ -185,7 +185,9 @@ class RecordingProbe final : public TransferProbe {
   double Verify(Round round) override {
     Step("verify", round);
     if (on_verify) on_verify(round);
-    return round.index + 1.0;  // seconds
+    const double d = round.index + 1.0;             // seconds
+    if (book != nullptr) book->device_time_s += d;  // as the real probes book theirs
+    return d;
   }
   int Finish(ProbeSample& sample) override {
     steps.push_back("finish");
@@ -197,6 +199,7 @@ class RecordingProbe final : public TransferProbe {
   std::vector<int> last_rounds;  // the rounds marked last
   std::function<void(Round)> on_verify;
   int extra_copies = 0;
+  ProbeSample* book = nullptr;  // where Verify books the device time, when set
 
  private:
   void Step(const char* what, Round round) {
@@ -229,6 +232,42 @@ TEST(TransferLoop, WarmUpsComeFirstAndOnlyTheTimedTransfersAreKept) {
   EXPECT_EQ(sample.durations_s, (std::vector<double>{3, 4, 5}));
   EXPECT_EQ(progress.done, 5);
   EXPECT_EQ(sample.overlap_ratio, 0.5) << "what Finish measured stays in the sample";
+}
+
+// A device-time target (nvbench's min-time): the timed transfers stop once the probe's
+// device time reaches it, with at least min_iterations of them, and the one that ends it is
+// known before it runs, so it is the one checked in full.
+TEST(TransferLoop, ADeviceTimeTargetEndsTheProbeOnceItIsReached) {
+  RecordingProbe probe;
+  Progress progress;
+  ProbeSample sample;
+  probe.book = &sample;
+  ProbeSpec spec = LoopSpec(TransferMode::kPinned, Direction::kH2D, 1, 10);
+  spec.target_device_s = 6;  // transfers take 1, 2, 3, ... s: 1 + 2 + 3 + 4 reaches it
+  spec.min_iterations = 2;
+  RunTransfers(probe, spec, {}, progress, sample);
+  EXPECT_EQ(sample.durations_s, (std::vector<double>{2, 3, 4}));
+  EXPECT_EQ(probe.last_rounds, std::vector<int>{3});
+  EXPECT_EQ(progress.done, 4);
+  EXPECT_EQ(sample.link_h2d_bytes, 4000u) << "the bytes of the transfers that ran";
+  // The floor: at least min_iterations timed transfers however long each takes.
+  RecordingProbe slow;
+  ProbeSample floor;
+  slow.book = &floor;
+  spec.target_device_s = 0.5;
+  spec.min_iterations = 3;
+  Progress p2;
+  RunTransfers(slow, spec, {}, p2, floor);
+  EXPECT_EQ(floor.durations_s.size(), 3u);
+  // The ceiling: never more than `iterations`.
+  RecordingProbe capped;
+  ProbeSample ceiling;
+  capped.book = &ceiling;
+  spec.target_device_s = 1e9;
+  spec.iterations = 4;
+  Progress p3;
+  RunTransfers(capped, spec, {}, p3, ceiling);
+  EXPECT_EQ(ceiling.durations_s.size(), 4u);
 }
 
 TEST(TransferLoop, LinkBytesCountEveryCopyOverTheLinkEachWay) {

@@ -279,3 +279,42 @@ def test_drain_resume_and_an_administrators_drain(daemon, slurm):
     time.sleep(3 * HC_INTERVAL)
     assert slurm.drained() and slurm.reason().startswith("xferd: "), slurm.node()
     assert "no action" in (slurm.dir / "health-check.log").read_text()
+
+
+def test_a_cleared_fault_resumes_the_node_with_the_shipped_defaults(daemon, slurm):
+    """The issue's stale drain: the defaults (60 s cycles, the allowance, the confirmation
+    rounds that re-measure pinned both ways during the fault) on simulated time. Once the
+    fault is gone, xferd says ok within the bound (two intervals and two confirmation delays)
+    and the node is resumed, instead of staying drained on a reading taken during the fault."""
+    speedup = 60
+    port = free_port()
+    d = daemon("", listen=f"127.0.0.1:{port}")
+    d.config_path = slurm.xferd_config
+
+    def write(faults=()):
+        text = f"[simulate]\nenabled = true\nspeedup = {speedup}\n"
+        for f in faults:
+            text += "[[simulate.fault]]\n" + "".join(f'{k} = {v!r}\n'.replace("'", '"')
+                                                     for k, v in f.items())
+        d.config_path.write_text(text + f'\n[web]\nlisten_address = "{d.listen}"\n')
+
+    def reload(faults=()):
+        t = len(d.log())
+        write(faults)
+        d.signal(signal.SIGHUP)
+        d.wait_log(r"reload: configuration .* applied", start=t)
+
+    write()
+    d.start().wait_ready()
+    until("the node to be idle and not drained", lambda: slurm.state() == "IDLE", 60, slurm)
+    time.sleep(20 * 60 / speedup)  # twenty healthy minutes
+    reload([{"kind": "downtrain", "gen": 4, "width": 8}])
+    until("the drain", slurm.drained, 300 / speedup + 4 * HC_INTERVAL + 10, slurm)
+    assert "xferd: gpu0 pinned" in slurm.reason(), slurm.reason()
+    time.sleep(10 * 60 / speedup)  # ten minutes of the fault
+    reload()
+    t0 = time.monotonic()
+    until("xferd health to say ok", lambda: health(d.config_path)[0] == 0,
+          2 * 150 / speedup + 10, slurm)
+    until("the resume", lambda: not slurm.drained(), 4 * HC_INTERVAL + 5, slurm)
+    print(f"resumed {time.monotonic() - t0:.1f} s (real) after the fault was removed")

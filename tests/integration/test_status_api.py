@@ -28,6 +28,12 @@ def stable(doc):
     doc = json.loads(json.dumps(doc))
     doc.pop("time")
     doc["daemon"].pop("last_cycle_age_seconds")
+    doc["daemon"].pop("uptime_seconds")
+    for g in doc["gpus"]:
+        for s in g["series"]:
+            s.pop("age_seconds")
+        for s in (g["schedule"] or {}).get("series", []):
+            s.pop("next_run_in_seconds")
     return doc
 
 
@@ -164,19 +170,35 @@ def check_against_metrics(doc, m):
             got = c[f"foreign_{direction}_bytes_per_second"]
             assert (got is None and foreign is None) or close(got, foreign)
 
-        # When each probe last ran: the newest success of each mode is the metric's.
-        by_mode = {}
+        # When each probe last ran: the newest success of any is the GPU's metric.
+        newest = 0
         for p in g["probes"]:
             assert p["result"] in ("ok", "error", "timeout", "contended", "unsupported",
                                    "skipped_busy")
             if p["last_success"]:
-                t = iso_seconds(p["last_success"])
-                by_mode[p["mode"]] = max(by_mode.get(p["mode"], 0), t)
-        for mode, t in by_mode.items():
-            metric = one(m, "xferd_probe_last_success_timestamp_seconds", gpu=gpu, mode=mode)
-            assert metric is not None and abs(metric - t) < 0.1, (mode, metric, t)
-        assert set(by_mode) == {dict(ls)["mode"] for ls in
-                                series(m, "xferd_probe_last_success_timestamp_seconds", gpu=gpu)}
+                newest = max(newest, iso_seconds(p["last_success"]))
+        metric = one(m, "xferd_probe_last_success_timestamp_seconds", gpu=gpu)
+        assert (metric is None) == (newest == 0), (metric, newest)
+        if newest:
+            assert abs(metric - newest) < 0.1, (metric, newest)
+
+        # What is current: a stale pair has no verdict series, the count is the metric's.
+        assert g["stale_series"] == one(m, "xferd_series_stale", gpu=gpu)
+        assert g["stale_series"] == sum(1 for s in g["series"] if s["stale"])
+        for p in g["pairs"]:
+            verdict = one(m, "xferd_bandwidth_degraded", gpu=gpu, mode=p["mode"],
+                          direction=p["direction"])
+            assert (verdict is None) == p["stale"], (p, verdict)
+            if verdict is not None:
+                assert verdict == (1 if p["degraded"] else 0), (p, verdict)
+        # The schedule: the allowance and what the last cycle held back are the metrics'.
+        sched = g["schedule"]
+        assert sched is not None
+        assert close(sched["allowance_seconds"], one(m, "xferd_probe_allowance_seconds", gpu=gpu))
+        assert sched["held_back"] == one(m, "xferd_series_held_back", gpu=gpu)
+        assert sched["held_back"] == sum(1 for s in sched["series"] if s["held_back"])
+        assert {s["class"] for s in sched["series"]} <= {"headline", "overdue", "watched",
+                                                          "rotating"}
     assert (doc["verdict"] == "degraded") == any_degraded
 
 

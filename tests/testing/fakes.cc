@@ -170,8 +170,18 @@ probes::ProbeSample FakeBackend::Run(int device, const probes::ProbeSpec& spec,
   }
   double device_time = device_time_s;
   auto wall = std::chrono::duration_cast<std::chrono::nanoseconds>(probe_wall);
+  int timed = spec.iterations;
   if (auto it = cost.find({spec.mode, spec.direction}); it != cost.end()) {
     device_time = it->second;
+    if (spec.target_device_s > 0) {
+      // The cost is that of warmup + iterations transfers: with a device-time target, of
+      // as many as it takes (probes::IsLastTransfer), each costing its share.
+      const int all = std::max(1, spec.warmup + spec.iterations);
+      const double each = device_time / all;
+      const int n = probes::ExpectedTransfers(spec, each);
+      device_time = each * n;
+      timed = std::max(1, n - spec.warmup);
+    }
     wall = std::chrono::nanoseconds(static_cast<std::int64_t>(device_time * 1e9));
   }
   if (clock_ != nullptr) clock_->Advance(wall);
@@ -186,7 +196,7 @@ probes::ProbeSample FakeBackend::Run(int device, const probes::ProbeSpec& spec,
       transfer_s = static_cast<double>(spec.size_bytes) / *bandwidth;
     }
   }
-  s.durations_s.assign(static_cast<std::size_t>(spec.iterations), transfer_s);
+  s.durations_s.assign(static_cast<std::size_t>(timed), transfer_s);
   s.device_time_s = device_time;
   return s;
 }

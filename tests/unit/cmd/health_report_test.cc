@@ -80,6 +80,63 @@ TEST(HealthReport, ADegradedGpuIsAProblemNamingGpuSeriesAndCauseFirst) {
   EXPECT_LE(r.line.find("link_downtrained"), 80u) << "within node-problem-detector's 80 bytes";
 }
 
+// The line: "DEGRADED gpu1 pageable h2d: capability_mismatch, ...": a note (the docs
+// say "not a fault") never names the fault, whether the daemon named the leading cause in
+// its headline or only listed the causes; the drain reason and the NPD condition are this
+// line.
+TEST(HealthReport, ANoteNeverNamesTheFault) {
+  const json causes = {{{"cause", "capability_mismatch"}, {"detail", "GPU can do Gen5 x16"}},
+                       {{"cause", "below_band"}, {"detail", "x"}}};
+  const HealthReport listed = Judge(Doc({Degraded(1, causes, BelowBand())}));
+  EXPECT_EQ(listed.line, "DEGRADED gpu1 pinned h2d: below_band, 5.10 GB/s < 19.85 band");
+  json headline = BelowBand();
+  headline["cause"] = "below_band";
+  const json ranked = {{{"cause", "below_band"}, {"detail", "x"}},
+                       {{"cause", "capability_mismatch"}, {"detail", "GPU can do Gen5 x16"}}};
+  EXPECT_EQ(Judge(Doc({Degraded(1, ranked, headline)})).line,
+            "DEGRADED gpu1 pinned h2d: below_band, 5.10 GB/s < 19.85 band");
+  // Faults rank among themselves as the daemon ranks them (core::CauseRank).
+  const json two = {{{"cause", "pinned_pageable_ratio"}, {"detail", ""}},
+                    {{"cause", "link_downtrained"}, {"detail", ""}}};
+  EXPECT_EQ(Judge(Doc({Degraded(0, two, BelowBand())})).line,
+            "DEGRADED gpu0 pinned h2d: link_downtrained, 5.10 GB/s < 19.85 band");
+}
+
+// `--cause` of a note: never a problem (no NPD event, no drain for what is not a fault).
+TEST(HealthReport, ANoteAskedForIsNeverAProblem) {
+  const json causes = {{{"cause", "below_band"}, {"detail", "x"}},
+                       {{"cause", "capability_mismatch"}, {"detail", "GPU can do Gen5 x16"}}};
+  HealthJudgeOptions options;
+  options.cause = "capability_mismatch";
+  const HealthReport r = Judge(Doc({Degraded(0, causes, BelowBand())}), options);
+  EXPECT_EQ(r.state, HealthOutcome::kOk);
+  EXPECT_EQ(r.line, "OK: capability_mismatch is not a fault (1 GPU degraded for other causes)");
+  options.cause = "below_band";
+  EXPECT_EQ(Judge(Doc({Degraded(0, causes, BelowBand())}), options).state, HealthOutcome::kProblem);
+}
+
+// A GPU whose verdict is stale (not measured recently) is unknown: neither a drain nor a
+// resume; a degraded GPU elsewhere still is a problem.
+TEST(HealthReport, AStaleGpuIsUnknownNeverOk) {
+  const HealthReport r = Judge(Doc({Gpu(0, "ok"), Gpu(1, "stale")}));
+  EXPECT_EQ(r.state, HealthOutcome::kUnknown);
+  EXPECT_EQ(r.line.rfind("UNKNOWN: gpu1 stale", 0), 0u) << r.line;
+  EXPECT_EQ(Judge(Doc({Gpu(0, "stale"), Degraded(1, json::array(), BelowBand())})).state,
+            HealthOutcome::kProblem);
+}
+
+// Held to its peers' baseline while it learns: the line says so.
+TEST(HealthReport, BelowItsPeersBaselineSaysPeers) {
+  json headline = BelowBand();
+  headline["below"] = "baseline";
+  headline["baseline_of"] = "peers";
+  headline["mode"] = "pageable";
+  headline["reference_bytes_per_second"] = 8.0e9;
+  EXPECT_EQ(
+      Judge(Doc({Degraded(1, {{{"cause", "below_baseline"}, {"detail", ""}}}, headline)})).line,
+      "DEGRADED gpu1 pageable h2d: below_baseline, 5.10 GB/s < 8.00 peers");
+}
+
 TEST(HealthReport, WithoutAnExplainingCauseItSaysWhatTheReadingIsBelow) {
   json headline = BelowBand();
   headline["below"] = "baseline";

@@ -50,6 +50,9 @@ TEST(Config, ShippedExampleSpellsOutEveryDefault) {
   EXPECT_EQ(c.sizes, d.sizes);
   EXPECT_EQ(c.iterations, d.iterations);
   EXPECT_EQ(c.warmup, d.warmup);
+  EXPECT_EQ(c.sizes_follow_link, d.sizes_follow_link);
+  EXPECT_EQ(c.probe_time, d.probe_time);
+  EXPECT_EQ(c.min_iterations, d.min_iterations);
   EXPECT_EQ(c.probe_deadline, d.probe_deadline);
   EXPECT_EQ(c.cycle_budget, d.cycle_budget);
   EXPECT_EQ(c.max_duty_cycle, d.max_duty_cycle);
@@ -75,6 +78,7 @@ TEST(Config, ShippedExampleSpellsOutEveryDefault) {
   EXPECT_EQ(c.sim.link_width, d.sim.link_width);
   EXPECT_EQ(c.sim.integrated, d.sim.integrated);
   EXPECT_EQ(c.sim.time_scale, d.sim.time_scale);
+  EXPECT_EQ(c.sim_speedup, d.sim_speedup);
   EXPECT_TRUE(c.sim.faults.empty());
   EXPECT_TRUE(c.sim.unsupported.empty());
   EXPECT_EQ(c.sim_gpu_utilization_percent, d.sim_gpu_utilization_percent);

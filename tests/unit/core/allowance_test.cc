@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <set>
 
 #include "core/band.h"
 #include "core/plan.h"
@@ -182,6 +183,68 @@ TEST(Allowance, TheHeadlineTimeIsCountedPerCycle) {
   EXPECT_NEAR(a.HeadlineSeconds(), 0.05, 1e-12);
   a.StartCycle();
   EXPECT_EQ(a.HeadlineSeconds(), 0.0);
+}
+
+// Series under watch come after the headline and before the rotation; a series that waited
+// half its bound is overdue and comes before them; both may spend half the reserve.
+TEST(Allowance, OverdueThenWatchedThenTheRotation) {
+  const Settings c = Config();
+  Allowance a(c, kStart);
+  const std::vector<ProbeSpec> plan = PlanProbes(c);
+  const ProbeSpec managed = Spec(TransferMode::kManaged, Direction::kH2D);
+  const ProbeSpec pageable = Spec(TransferMode::kPageable, Direction::kD2H);
+  a.Charge(managed, kStart, 0.1, false);
+  a.Charge(pageable, kStart + 20min, 0.1, false);
+  const std::set<ProbeKey> watched = {KeyOf(pageable)};
+  const auto order = a.Order(plan, c, watched, kStart + 16min);
+  ASSERT_GE(order.size(), 5u);
+  EXPECT_EQ(order[0].cls, ProbeClass::kHeadline);
+  EXPECT_EQ(order[1].cls, ProbeClass::kHeadline);
+  // Never run since the start 16 minutes ago, or run then: overdue (bound 30 min).
+  EXPECT_EQ(order[2].cls, ProbeClass::kOverdue);
+  std::size_t watched_at = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (order[i].cls == ProbeClass::kWatched) watched_at = i;
+  }
+  EXPECT_EQ(order[watched_at].spec.direction, Direction::kD2H);
+  for (std::size_t i = watched_at + 1; i < order.size(); ++i) {
+    EXPECT_EQ(order[i].cls, ProbeClass::kRotating);
+  }
+  SetBalance(a, c, c.burst_reserve_s * 0.6 + a.Cost(pageable));
+  EXPECT_TRUE(a.MayRun({pageable, ProbeClass::kWatched}, c)) << "above half the reserve";
+  EXPECT_FALSE(a.MayRun({pageable, ProbeClass::kRotating}, c)) << "not above the reserve";
+}
+
+// When each series is expected to run next: the headline at the next cycle, the rest as
+// the refill pays for them in the rotation's order.
+TEST(Allowance, TheForecastFollowsTheRulesOfACycle) {
+  Settings c = Config();
+  c.max_duty_cycle = 0.001;  // 60 ms a minute; capacity 1.6 s with the 1 s reserve
+  Allowance a(c, kStart);
+  const std::vector<ProbeSpec> plan = PlanProbes(c);
+  for (const ProbeSpec& spec : plan)
+    a.Charge(spec, kStart, IsHeadline(spec, c) ? 0.01 : 0.2, IsHeadline(spec, c));
+  SetBalance(a, c, c.burst_reserve_s);
+  const SteadyTime next = kStart + 24h + 1ms;  // right after SetBalance's refill
+  const auto when = a.Forecast(plan, c, {}, next, 120);
+  ASSERT_EQ(when.size(), plan.size());
+  std::vector<SteadyTime> rotating;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    ASSERT_TRUE(when[i].has_value()) << i;
+    if (IsHeadline(plan[i], c)) {
+      EXPECT_EQ(*when[i], next);
+    } else {
+      rotating.push_back(*when[i]);
+    }
+  }
+  // All overdue (they ran a day ago): half the reserve pays for two of them at once, then
+  // 40 ms a cycle above the headline, one 0.2 s probe every five cycles.
+  std::sort(rotating.begin(), rotating.end());
+  ASSERT_EQ(rotating.size(), 5u);
+  EXPECT_EQ(rotating[1], next);
+  EXPECT_EQ(rotating[2], next + 3 * c.interval);  // from 0.58 s to 0.7 at 40 ms a cycle
+  EXPECT_EQ(rotating[3], next + 8 * c.interval);  // then 0.2 s per five cycles
+  EXPECT_EQ(rotating[4], next + 13 * c.interval);
 }
 
 }  // namespace

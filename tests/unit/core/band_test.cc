@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/host_groups.h"
+#include "core/plan.h"
 #include "testing/fakes.h"
 #include "xferd/probes/sim_backend.h"
 
@@ -318,6 +319,36 @@ TEST(GroupBand, TheFractionsOfWhatTheMembersCarryTogether) {
   EXPECT_TRUE(AggregateHeldToBand(Direction::kH2D));
   EXPECT_TRUE(AggregateHeldToBand(Direction::kD2H));
   EXPECT_FALSE(AggregateHeldToBand(Direction::kBidirectional));
+}
+
+// managed_prefetch h2d is held to its band from 64 MiB on Gen5 x16, where it was measured,
+// and from the size that takes as long on a slower link: the size the plan gives it there
+// (PlannedSize) is held, so no link loses its band to the smaller sizes.
+TEST(BandMinSize, FollowsTheLinkAsThePlansSizesDo) {
+  const std::uint64_t mib = 1 << 20;
+  const auto min = [](int gen, int width) {
+    return BandMinSize(probes::TransferMode::kManagedPrefetch, probes::Direction::kH2D,
+                       probes::PcieBytesPerSecond(gen, width));
+  };
+  EXPECT_EQ(min(5, 16), 64 * mib);
+  EXPECT_EQ(min(4, 16), 32 * mib);
+  EXPECT_EQ(min(3, 4), 4 * mib);
+  EXPECT_EQ(min(1, 1), 4 * mib);
+  EXPECT_EQ(BandMinSize(probes::TransferMode::kManagedPrefetch, probes::Direction::kH2D, 0),
+            64 * mib);
+  EXPECT_EQ(BandMinSize(probes::TransferMode::kPinned, probes::Direction::kH2D,
+                        probes::PcieBytesPerSecond(3, 4)),
+            kBandMinSizeBytes);
+  const Settings defaults;
+  for (const auto& [gen, width] : {std::pair{3, 4}, {3, 16}, {4, 8}, {4, 16}, {5, 16}}) {
+    probes::LinkPath path;
+    path.links.push_back({"0000:01:00.0", gen, width, gen, width});
+    const ExpectedBand band = BandFromPath(path, 0.63, 0.83);
+    const std::uint64_t size = PlannedSize(defaults, 64 * mib, HostLinkRate(path));
+    EXPECT_EQ(HoldOf(probes::TransferMode::kManagedPrefetch, probes::Direction::kH2D, size, band),
+              BandHold::kHeld)
+        << "Gen" << gen << " x" << width << " at " << probes::FormatSize(size);
+  }
 }
 
 }  // namespace

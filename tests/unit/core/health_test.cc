@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/freshness.h"
 #include "core/health_tracker.h"
 
 namespace xferd::core {
@@ -126,7 +127,8 @@ TEST(Baseline, RobustToAnOutlierCycle) {
   HealthTracker h(TestConfig());
   for (int i = 0; i < 9; ++i) h.Observe(PinnedCycle(25.0 + 0.1 * (i % 3)));
   h.Observe(PinnedCycle(250.0));  // one absurd reading (not low, so it is learned)
-  const double base = h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize);
+  const double base =
+      h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize);
   EXPECT_NEAR(base, 25.1e9, 0.15e9);
 }
 
@@ -138,8 +140,8 @@ TEST(Baseline, NotLearnedFromBusyOrFailedOrDriftingCycles) {
   h.Observe(busy);
   h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 0, ProbeStatus::kError)}));
   for (int i = 0; i < 10; ++i) h.Observe(PinnedCycle(12.0));  // below 0.8 x 25: not learned
-  EXPECT_NEAR(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize), 25e9,
-              0.01e9);
+  EXPECT_NEAR(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize),
+              25e9, 0.01e9);
   const auto snap = h.Snapshot();
   EXPECT_EQ(snap.at("GPU-0000-test").at("pinned/h2d/64MiB").size(), 6u);
 }
@@ -214,18 +216,21 @@ TEST(Verdict, ErrorsDoNotCountAsGood) {
   EXPECT_FALSE(PinnedDegraded(h.Observe(PinnedCycle(24.0))));
 }
 
-TEST(Verdict, DriftBelowBaselineCountsOnlyOnceTheBaselineHasFiveCycles) {
+// A baseline judges from its second learned reading (kProvisionalBaselineCycles): a drop
+// in a GPU's first cycles is caught, not learned; a single first reading judges nothing.
+TEST(Verdict, DriftBelowBaselineCountsFromTheSecondLearnedReading) {
   HealthTracker h(TestConfig(1));
   // pageable is not link-bound: only its own history can judge it.
   auto pageable = [](double gbps) {
     return Cycle({Sample(TransferMode::kPageable, Direction::kH2D, gbps)});
   };
-  for (int i = 0; i < 4; ++i) h.Observe(pageable(8.0));
-  DeviceHealth early = h.Observe(pageable(3.0));  // 4 learned cycles: no judgment yet
+  h.Observe(pageable(8.0));
+  DeviceHealth early = h.Observe(pageable(3.0));  // 1 learned reading: no judgment yet
   EXPECT_FALSE(early.Degraded());
-  h.Observe(pageable(8.0));
-  h.Observe(pageable(8.0));
-  DeviceHealth late = h.Observe(pageable(3.0));
+  HealthTracker g(TestConfig(1));
+  g.Observe(pageable(8.0));
+  g.Observe(pageable(8.0));
+  DeviceHealth late = g.Observe(pageable(3.0));
   EXPECT_TRUE(late.Degraded());
   EXPECT_TRUE(late.Has(DiagnosisCause::kBelowBaseline));
   EXPECT_FALSE(late.Has(DiagnosisCause::kBelowBand));  // pageable is not held to the band
@@ -428,8 +433,9 @@ TEST(Restore, RestoredHistoryJudgesTheFirstCycles) {
 
   HealthTracker second(TestConfig(1));
   second.Restore(saved);
-  EXPECT_NEAR(second.Baseline("GPU-0000-test", TransferMode::kManaged, Direction::kH2D, kHealthSize), 4e9,
-              1e6);
+  EXPECT_NEAR(
+      second.Baseline("GPU-0000-test", TransferMode::kManaged, Direction::kH2D, kHealthSize), 4e9,
+      1e6);
   // A drop right after the restart is caught against the old history.
   DeviceHealth r = second.Observe(Cycle({Sample(TransferMode::kManaged, Direction::kH2D, 1.0)}));
   EXPECT_TRUE(r.Degraded());
@@ -532,7 +538,8 @@ TEST(Verdict, ContendedReadingsAreNeitherJudgedNorLearned) {
                          Contended(Sample(TransferMode::kPageable, Direction::kH2D, 1.0), 13.0)}));
   }
   EXPECT_FALSE(r.Degraded());
-  EXPECT_EQ(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize), baseline);
+  EXPECT_EQ(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize),
+            baseline);
   EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBand));
   EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBaseline));
   // Not a 24x pinned/pageable ratio either: the readings say nothing about staging.
@@ -608,6 +615,207 @@ TEST(Band, ManagedPrefetchHostToDeviceHasItsOwnShareOfTheBand) {
       EXPECT_EQ(d.detail, "managed_prefetch h2d 15.0 GB/s < 15.9 GB/s band");
     }
   }
+}
+
+// ---- Which cause leads, which series is shown ------------------------------------------
+
+// A note (capability_mismatch: "not a fault") never leads: a Gen5 GPU in a Gen4 slot whose
+// pinned copies fall to half is DEGRADED below its band, and the line, the leading cause
+// and the causes' order say so, with the note last. What the issue saw: "DEGRADED gpu1
+// pageable h2d: capability_mismatch, 1.72 GB/s < 3.38 baseline".
+TEST(CauseRanking, ANoteNeverLeadsAndTheMostSevereSeriesIsShown) {
+  HealthTracker h(TestConfig(1));
+  const probes::LinkPath capped = PairedPath(5, 16, 4, 16, 4, 16);
+  for (int i = 0; i < 6; ++i)
+    h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 24.0),
+                     Sample(TransferMode::kPageable, Direction::kH2D, 8.0)},
+                    capped));
+  // Pinned 25 % under its band; pageable down to a fifth of its baseline, a larger
+  // shortfall, but host-bound and against its baseline only.
+  const DeviceHealth r = h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 15.0),
+                                          Sample(TransferMode::kPageable, Direction::kH2D, 1.6)},
+                                         capped));
+  ASSERT_TRUE(r.Degraded());
+  ASSERT_TRUE(r.Has(DiagnosisCause::kCapabilityMismatch));
+  const SeriesHealth* worst = WorstDegraded(r);
+  ASSERT_NE(worst, nullptr);
+  EXPECT_EQ(worst->mode, TransferMode::kPinned) << "below band before below baseline";
+  EXPECT_EQ(LeadingCause(r), DiagnosisCause::kBelowBand);
+  EXPECT_EQ(r.diagnoses.back().cause, DiagnosisCause::kCapabilityMismatch) << "notes last";
+  const std::string summary = h.Summary();
+  EXPECT_EQ(summary.rfind("DEGRADED gpu0 pinned h2d 15.0 GB/s < 19.8 GB/s band (+1 more)", 0), 0u)
+      << summary;
+  EXPECT_EQ(summary.find("likely: capability_mismatch"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("not a fault: capability_mismatch"), std::string::npos) << summary;
+}
+
+// Below band before below baseline; among baseline drops a link-bound mode before a
+// host-bound one, however large the host-bound one's shortfall.
+TEST(CauseRanking, LinkBoundBeforeHostBoundAmongBaselineDrops) {
+  HealthTracker h(TestConfig(1));
+  for (int i = 0; i < 6; ++i) {
+    h.Observe(Cycle({Sample(TransferMode::kZeroCopy, Direction::kH2D, 25.0),
+                     Sample(TransferMode::kPageable, Direction::kH2D, 8.0)}));
+  }
+  // zero_copy 24 % under its baseline, still within the band; pageable 80 % under.
+  const DeviceHealth r = h.Observe(Cycle({Sample(TransferMode::kZeroCopy, Direction::kH2D, 19.9),
+                                          Sample(TransferMode::kPageable, Direction::kH2D, 1.6)}));
+  ASSERT_NE(WorstDegraded(r), nullptr);
+  EXPECT_EQ(WorstDegraded(r)->mode, TransferMode::kZeroCopy);
+  EXPECT_EQ(LeadingCause(r), DiagnosisCause::kBelowBaseline);
+}
+
+TEST(CauseRanking, FaultsRankBeforeReadingsAndNotesLast) {
+  std::vector<Diagnosis> causes;
+  for (DiagnosisCause c : kAllDiagnosisCauses) causes.push_back({c, "", ""});
+  RankCauses(causes);
+  EXPECT_EQ(causes.front().cause, DiagnosisCause::kLinkDowntrained);
+  bool notes = false;
+  for (const Diagnosis& d : causes) {
+    if (IsNote(d.cause)) notes = true;
+    EXPECT_EQ(IsNote(d.cause), notes) << ToString(d.cause) << ": a fault after a note";
+  }
+  for (DiagnosisCause note : {DiagnosisCause::kCapabilityMismatch, DiagnosisCause::kSharedUplink,
+                              DiagnosisCause::kLinkShared, DiagnosisCause::kGpuBusy}) {
+    EXPECT_TRUE(IsNote(note)) << ToString(note);
+  }
+  EXPECT_LT(CauseRank(DiagnosisCause::kBelowBand), CauseRank(DiagnosisCause::kBelowBaseline));
+  EXPECT_EQ(ParseDiagnosisCause("capability_mismatch"), DiagnosisCause::kCapabilityMismatch);
+  EXPECT_FALSE(ParseDiagnosisCause("no_such_cause").has_value());
+}
+
+// ---- Baselines learn only health ----------------------------------------------------
+
+// No reading judged bad enters a baseline: below band (on any series), below the baseline,
+// one of a series on a bad streak or degraded, a confirmation round's, a contended one.
+TEST(Baseline, LearnsOnlyReadingsThatAreHealthy) {
+  HealthTracker h(TestConfig(3));
+  const auto baseline = [&] {
+    return h.Baseline(Gpu0().uuid, TransferMode::kPinned, Direction::kH2D, kHealthSize);
+  };
+  h.Observe(PinnedCycle(24.0));
+  h.Observe(PinnedCycle(24.0));
+  // Below band from its first reading: never learned (the issue's [25.15, 25.22, 12.52...]).
+  for (int i = 0; i < 5; ++i) h.Observe(PinnedCycle(12.5));
+  EXPECT_NEAR(baseline(), 24.0e9, 0.1e9);
+  // A confirmation round's reading, good or not, teaches nothing.
+  HealthTracker g(TestConfig(3));
+  CycleObservation confirm = PinnedCycle(24.0);
+  confirm.confirmation = true;
+  for (int i = 0; i < 4; ++i) g.Observe(confirm);
+  EXPECT_EQ(g.Baseline(Gpu0().uuid, TransferMode::kPinned, Direction::kH2D, kHealthSize), 0);
+  // A good reading right after bad ones (a streak broken) is not learned either: the series
+  // is learned again once a reading finds it healthy.
+  HealthTracker f(TestConfig(3));
+  for (int i = 0; i < 3; ++i) f.Observe(PinnedCycle(24.0, 8.0));
+  f.Observe(PinnedCycle(24.0, 3.0));  // pageable below its baseline: a bad streak of 1
+  f.Observe(PinnedCycle(24.0, 7.9));  // breaks it: not learned
+  f.Observe(PinnedCycle(24.0, 7.8));  // healthy again: learned
+  const auto pageable = [&] {
+    const std::vector<DeviceHealth> devices = f.Devices();
+    for (const SeriesHealth& s : devices.front().series) {
+      if (s.mode == TransferMode::kPageable) return s.baseline_cycles;
+    }
+    return -1;
+  };
+  EXPECT_EQ(pageable(), 4);
+}
+
+// A baseline judges from its second reading, so a drop in a GPU's first cycles is caught for
+// the modes held to a baseline only (pageable here) and never learned.
+TEST(Baseline, AFaultFromTheThirdCycleIsCaughtForABaselineOnlyMode) {
+  HealthTracker h(TestConfig(3));
+  auto pageable = [](double gbps) {
+    return Cycle({Sample(TransferMode::kPageable, Direction::kH2D, gbps)});
+  };
+  h.Observe(pageable(8.0));
+  h.Observe(pageable(8.1));
+  DeviceHealth r;
+  for (int i = 0; i < 6; ++i) r = h.Observe(pageable(4.0));
+  EXPECT_TRUE(r.Degraded());
+  EXPECT_NEAR(h.Baseline(Gpu0().uuid, TransferMode::kPageable, Direction::kH2D, kHealthSize),
+              8.05e9, 0.06e9);
+}
+
+// From the first cycle, a GPU is held to its peers (the same model on the same link on
+// this host) while its own baseline learns; a GPU alone has none, and such a fault in a mode
+// held to a baseline only is not caught: the fleet peers' rule is what sees it.
+TEST(Baseline, AFaultFromTheFirstCycleIsCaughtAgainstItsPeers) {
+  HealthTracker h(TestConfig(3));
+  probes::DeviceInfo gpu1 = Gpu0();
+  gpu1.index = 1;
+  gpu1.uuid = "GPU-1111-test";
+  auto pageable = [](const probes::DeviceInfo& d, double gbps) {
+    CycleObservation o = Cycle({Sample(TransferMode::kPageable, Direction::kH2D, gbps)});
+    o.device = d;
+    return o;
+  };
+  DeviceHealth faulty;
+  for (int i = 0; i < 6; ++i) {
+    h.Observe(pageable(Gpu0(), 8.0));
+    faulty = h.Observe(pageable(gpu1, 4.0));
+  }
+  EXPECT_TRUE(faulty.Degraded());
+  EXPECT_EQ(h.Baseline(gpu1.uuid, TransferMode::kPageable, Direction::kH2D, kHealthSize), 0)
+      << "the fault was learned";
+  ASSERT_NE(WorstDegraded(faulty), nullptr);
+  EXPECT_NEAR(WorstDegraded(faulty)->peer_baseline_bytes_per_s, 8.0e9, 0.1e9);
+  // Another model is no peer.
+  HealthTracker other(TestConfig(3));
+  probes::DeviceInfo stranger = gpu1;
+  stranger.name = "Another GPU";
+  for (int i = 0; i < 6; ++i) {
+    other.Observe(pageable(Gpu0(), 8.0));
+    faulty = other.Observe(pageable(stranger, 4.0));
+  }
+  EXPECT_FALSE(faulty.Degraded());
+}
+
+// ---- Current readings ---------------------------------------------------------------
+
+// A DEGRADED verdict rests on a bad reading younger than FreshnessBounds::degraded_s: past
+// it the series is ok again when it read well since, stale when nothing came since; any
+// series past its own bound is stale, and so is a GPU whose headline is.
+TEST(Freshness, ADegradedVerdictNeedsACurrentBadReading) {
+  Settings c = TestConfig(3);
+  HealthTracker h(c);
+  const FreshnessBounds b = FreshnessOf(c);
+  const SteadyTime t0 = SteadyTime{} + std::chrono::hours(1);
+  auto at = [&](double s) {
+    return t0 + std::chrono::duration_cast<SteadyTime::duration>(std::chrono::duration<double>(s));
+  };
+  auto cycle = [&](double s, std::vector<probes::ProbeSample> samples) {
+    CycleObservation o = Cycle(std::move(samples));
+    o.at = at(s);
+    return h.Observe(o);
+  };
+  const auto pinned = [](double gbps) {
+    return std::vector{Sample(TransferMode::kPinned, Direction::kH2D, gbps),
+                       Sample(TransferMode::kPinned, Direction::kBidirectional, 2 * gbps)};
+  };
+  for (int i = 0; i < 3; ++i) cycle(60.0 * i, pinned(24.0));
+  for (int i = 3; i < 6; ++i) cycle(60.0 * i, pinned(12.0));
+  ASSERT_TRUE(PinnedDegraded(h.Devices().front()));
+  // The fault clears: pinned h2d reads well once, bidir is not measured again.
+  const DeviceHealth once = cycle(400, {Sample(TransferMode::kPinned, Direction::kH2D, 24.0)});
+  EXPECT_TRUE(PinnedDegraded(once)) << "one good reading of three";
+  // Past the bound after the last bad reading (300 s): pinned h2d read well since, so it is
+  // ok; bidir was not measured since, so it is stale, not DEGRADED.
+  const auto expired = h.Expire(at(300 + b.degraded_s + 1));
+  ASSERT_EQ(expired.size(), 1u);
+  const DeviceHealth& d = expired.front();
+  EXPECT_FALSE(d.Degraded());
+  for (const SeriesHealth& s : d.series) {
+    if (s.direction == Direction::kBidirectional) EXPECT_TRUE(s.stale);
+    if (s.direction == Direction::kH2D) EXPECT_FALSE(s.stale);
+  }
+  EXPECT_FALSE(d.Stale()) << "its headline is current";
+  // Nothing more for a while: the headline's reading passes its bound, the GPU is stale.
+  EXPECT_EQ(h.NextExpiry(), at(400 + b.headline_s));
+  const auto later = h.Expire(at(400 + b.headline_s));
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_TRUE(later.front().Stale());
+  EXPECT_EQ(h.Expire(at(400 + b.headline_s + 60)).size(), 0u) << "said once";
 }
 
 }  // namespace

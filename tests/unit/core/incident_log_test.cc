@@ -42,6 +42,52 @@ system_clock::time_point At(int seconds) {
   return kT0 + std::chrono::seconds(seconds);
 }
 
+// The incident's cause is the one that leads (core::LeadingCause): never a note, whatever
+// order the causes came in.
+TEST(IncidentLog, TheLeadingCauseComesFirstNeverANote) {
+  IncidentLog log;
+  log.Observe(Health(false), false, 3, At(0));
+  DeviceHealth h = Health(true, {DiagnosisCause::kCapabilityMismatch, DiagnosisCause::kBelowBand});
+  SeriesHealth s;
+  s.mode = TransferMode::kPinned;
+  s.direction = Direction::kH2D;
+  s.degraded = s.below_band = true;
+  h.series.push_back(s);
+  log.Observe(h, false, 3, At(60));
+  const std::vector<Incident> incidents = log.Incidents();
+  ASSERT_EQ(incidents.size(), 1u);
+  ASSERT_EQ(incidents[0].causes.size(), 2u);
+  EXPECT_EQ(incidents[0].causes[0].cause, "below_band");
+  EXPECT_EQ(incidents[0].causes[1].cause, "capability_mismatch");
+}
+
+// A GPU gone unmeasured is stale: no incident, and its next verdict is held against the
+// last one known (ok, stale, ok is no news; degraded, stale, ok is one change).
+TEST(IncidentLog, AStaleVerdictIsNoIncident) {
+  IncidentLog log;
+  DeviceHealth stale = Health(false);
+  SeriesHealth headline;
+  headline.headline = headline.stale = true;
+  stale.series.push_back(headline);
+  ASSERT_TRUE(stale.Stale());
+  log.Observe(Health(false), false, 3, At(0));
+  EXPECT_EQ(log.Observe(stale, false, 3, At(60)), DeviceVerdict::kStale);
+  EXPECT_EQ(log.Verdict("GPU-a"), DeviceVerdict::kStale);
+  log.Observe(Health(false), false, 3, At(120));
+  EXPECT_TRUE(log.Incidents().empty());
+  log.Observe(Health(true), false, 3, At(180));
+  log.Observe(stale, false, 3, At(240));
+  log.Observe(Health(false), false, 3, At(300));
+  ASSERT_EQ(log.Incidents().size(), 2u);
+  EXPECT_EQ(log.Incidents()[1].from, DeviceVerdict::kDegraded);
+  EXPECT_EQ(log.Incidents()[1].to, DeviceVerdict::kOk);
+  std::string problem;
+  nlohmann::json j = IncidentToJson(log.Incidents()[1]);
+  j["to"] = "stale";
+  EXPECT_FALSE(IncidentFromJson(j, problem).has_value());
+  EXPECT_EQ(problem, "\"to\" is stale");
+}
+
 TEST(IncidentLog, LogsEachChangeOfAGpusVerdictWithItsSeriesAndCauses) {
   IncidentLog log;
   EXPECT_EQ(log.Verdict("GPU-a"), DeviceVerdict::kPending);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "xferd/probes/topology.h"
+
 namespace xferd::core {
 namespace {
 
@@ -105,6 +107,64 @@ TEST(IsHeadline, PinnedPairElseTheFirstMode) {
   c.modes = {TransferMode::kZeroCopy, TransferMode::kPageable};
   EXPECT_TRUE(IsHeadline(PlanProbes(c)[0], c));
   EXPECT_FALSE(IsHeadline(PlanProbes(c)[2], c));
+}
+
+// A size over 4 MiB follows the GPU's link: scaled against Gen4 x16 on slower links (so one
+// transfer takes as long there), never under 4 MiB, never over what is configured.
+TEST(PlannedSize, FollowsTheLinkBelowGen4x16) {
+  const Settings c;
+  const std::uint64_t mib = 1 << 20;
+  const auto pcie = [](int gen, int width) { return probes::PcieBytesPerSecond(gen, width); };
+  EXPECT_EQ(PlannedSize(c, 64 * mib, pcie(3, 4)), 8 * mib);
+  EXPECT_EQ(PlannedSize(c, 64 * mib, pcie(3, 16)), 32 * mib);
+  EXPECT_EQ(PlannedSize(c, 64 * mib, pcie(4, 8)), 32 * mib);
+  EXPECT_EQ(PlannedSize(c, 64 * mib, pcie(4, 16)), 64 * mib);
+  EXPECT_EQ(PlannedSize(c, 64 * mib, pcie(5, 16)), 64 * mib);
+  EXPECT_EQ(PlannedSize(c, 64 * mib, probes::kC2cBytesPerSecond), 64 * mib);
+  EXPECT_EQ(PlannedSize(c, 64 * mib, 0), 64 * mib) << "a link not known (integrated)";
+  EXPECT_EQ(PlannedSize(c, 64 * mib, pcie(1, 1)), 4 * mib) << "never under 4 MiB";
+  EXPECT_EQ(PlannedSize(c, 4 * mib, pcie(3, 4)), 4 * mib);
+  EXPECT_EQ(PlannedSize(c, 4096, pcie(3, 4)), 4096u) << "a latency size stays";
+  Settings exact;
+  exact.sizes_follow_link = false;
+  EXPECT_EQ(PlannedSize(exact, 64 * mib, pcie(3, 4)), 64 * mib);
+  // Two sizes that come to one are planned once.
+  Settings two = PinnedAndPageable();
+  two.sizes = {8 * mib, 16 * mib};
+  EXPECT_EQ(PlanProbes(two, Deadlines::kAsConfigured, pcie(3, 4)).size(), 5u);
+  EXPECT_EQ(PlanProbes(two, Deadlines::kAsConfigured, pcie(4, 16)).size(), 10u);
+}
+
+TEST(PlanProbes, EachProbeRunsToItsDeviceTimeTarget) {
+  Settings c = PinnedAndPageable();
+  c.probe_time = 25ms;
+  c.min_iterations = 5;
+  for (const probes::ProbeSpec& spec : PlanProbes(c)) {
+    EXPECT_DOUBLE_EQ(spec.target_device_s, 0.025);
+    EXPECT_EQ(spec.min_iterations, 5);
+    EXPECT_EQ(spec.iterations, c.iterations);
+  }
+  c.probe_time = 0ms;
+  EXPECT_EQ(PlanProbes(c)[0].target_device_s, 0);
+}
+
+// The one rule both backends stop their transfers by.
+TEST(IsLastTransfer, TheTargetWithAFloorAndACeiling) {
+  probes::ProbeSpec spec;
+  spec.warmup = 2;
+  spec.iterations = 20;
+  spec.target_device_s = 0.025;
+  spec.min_iterations = 5;
+  // 1 ms transfers: 25 of them reach the target, but never more than 22 in all.
+  EXPECT_EQ(probes::ExpectedTransfers(spec, 0.001), 22);
+  // 5 ms: 5 transfers reach it, but the floor is 5 timed after 2 warm-ups.
+  EXPECT_EQ(probes::ExpectedTransfers(spec, 0.005), 7);
+  // 2 ms: 13 transfers reach 26 ms.
+  EXPECT_EQ(probes::ExpectedTransfers(spec, 0.002), 13);
+  spec.target_device_s = 0;
+  EXPECT_EQ(probes::ExpectedTransfers(spec, 0.005), 22) << "no target: the count";
+  EXPECT_FALSE(probes::IsLastTransfer(spec, 20, 0, 0));
+  EXPECT_TRUE(probes::IsLastTransfer(spec, 21, 0, 0));
 }
 
 }  // namespace

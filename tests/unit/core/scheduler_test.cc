@@ -107,9 +107,11 @@ TEST(Scheduler, JitterDelaysStartsWithinItsFractionAndDiffersBySeed) {
 }
 
 // The default probe set with the per-probe device times measured on an H200 at 64 MiB
-// (docs/gpu-results.md), at the default 0.25 % duty cycle and a 60 s interval.
+// (docs/gpu-results.md), at the default 0.25 % duty cycle and a 60 s interval: 22
+// transfers each, as measured (no device-time target; the coverage tests below have one).
 Settings H200Config() {
   Settings c;
+  c.probe_time = 0ms;
   c.interval = 60s;
   c.jitter = 0;
   c.max_duty_cycle = 0.0025;
@@ -211,6 +213,39 @@ TEST(Scheduler, HeadlineEveryIntervalFromTheStartAndEveryModeLearnedInBoundedTim
   // The dearest probe (managed, 0.38 s) is not starved by the cheap ones.
   EXPECT_GE(CyclesThatRan(h, M::kManaged, D::kH2D).size(),
             CyclesThatRan(h, M::kZeroCopy, D::kH2D).size() - 1);
+}
+
+// The H200's measured per-transfer costs (a 22-transfer probe's device time / 22) with the
+// default device-time target (25 ms, at least 5 timed transfers): the cheap probes keep
+// their ~20 transfers, the dear ones (pageable, managed) drop to the floor, and every
+// series is measured within 15 minutes, again and again, at the default duty cycle.
+TEST(Scheduler, WithTheDeviceTimeTargetEverySeriesOfAnH200IsMeasuredWithinFifteenMinutes) {
+  Harness h;
+  SetH200sOnGen5x16(h.backend);
+  h.stop_after = 60;
+  Settings c = H200Config();
+  c.probe_time = Settings{}.probe_time;
+  h.Run(c);
+  using M = probes::TransferMode;
+  using D = probes::Direction;
+  int longest = 0;
+  for (const auto& [mode, direction] : probes::AllModeDirections()) {
+    const auto cycles = CyclesThatRan(h, mode, direction);
+    SCOPED_TRACE(std::string(probes::ToString(mode)) + " " +
+                 std::string(probes::ToString(direction)));
+    ASSERT_FALSE(cycles.empty());
+    longest = std::max(longest, cycles.front() + 1);
+    for (std::size_t i = 1; i < cycles.size(); ++i) {
+      longest = std::max(longest, cycles[i] - cycles[i - 1]);
+    }
+    longest = std::max(longest, 59 - cycles.back());
+  }
+  std::printf("H200 costs, 25 ms target: every series at least every %d cycles (60 s)\n", longest);
+  EXPECT_LE(longest, 15);
+  EXPECT_EQ(CyclesThatRan(h, M::kPinned, D::kH2D).size(), 60u);
+  // And within the cap over the hour: the refill plus what the allowance started with.
+  const double span = 60 * 60.0;
+  EXPECT_LE(TotalDevice(h) / 2, c.max_duty_cycle * span + InitialAllowance(c) + 0.5);
 }
 
 TEST(Scheduler, UnmeasuredProbeCostIsEstimatedFromItsBytesAtTheLink) {
@@ -393,7 +428,8 @@ TEST(Scheduler, LinkPathReadOncePerGpuPerCycle) {
   Harness h;
   h.stop_after = 3;
   h.Run(SmallConfig());
-  EXPECT_EQ(h.backend.link_reads, 6);
+  // Once per GPU at the start (the rate its probe sizes follow), then once per cycle.
+  EXPECT_EQ(h.backend.link_reads, 2 + 6);
 }
 
 // A backend call that never returns, not even when asked to stop: CheckStall reports it
@@ -583,15 +619,26 @@ TEST(Scheduler, ConfirmationsSpendTheReserveTheRotationDoesNot) {
     if (!r.confirmation && r.number == 30) w.SetBandwidth(0.5);
   };
   w.Run(40 * 60s);
-  // Before the fault the rotation never dipped into the reserve.
+  // Before the fault the rotation never dipped into the reserve, save for series overdue
+  // (waited half their bound: the H200's 22-transfer probes rotate in about 17 minutes),
+  // which may spend half of it; the other half stays for confirmation.
+  bool dipped = false;
   for (const auto& r : w.reports) {
     if (r.number >= 30) break;
-    EXPECT_GE(r.devices.at(0).allowance_s, w.config.burst_reserve_s - 1e-9) << r.number;
+    bool overdue = false;
+    for (const auto& o : r.devices.at(0).outlook)
+      overdue = overdue || o.cls == ProbeClass::kOverdue;
+    EXPECT_GE(r.devices.at(0).allowance_s, w.config.burst_reserve_s / 2 - 1e-9) << r.number;
+    if (r.devices.at(0).allowance_s < w.config.burst_reserve_s - 1e-9) {
+      EXPECT_TRUE(overdue || dipped) << r.number << ": into the reserve with nothing overdue";
+      dipped = true;
+    }
   }
-  // The confirmation rounds did.
+  // The confirmation rounds spent below half of it.
   bool below = false;
-  for (const auto& r : w.reports)
-    below = below || (r.confirmation && r.devices.at(0).allowance_s < w.config.burst_reserve_s);
+  for (const auto& r : w.reports) {
+    below = below || (r.confirmation && r.devices.at(0).allowance_s < w.config.burst_reserve_s / 2);
+  }
   EXPECT_TRUE(below);
 }
 
@@ -634,6 +681,7 @@ TEST(SchedulerConcurrent, EachMemberPaysItsOwnDeviceTime) {
   Harness h;
   h.stop_after = 1;
   h.backend.device_time_s = 0.01;
+  h.backend.bandwidth = 50e9;  // what unmeasured costs are estimated from: all five fit
   Settings c = ConcurrentConfig();
   c.max_duty_cycle = 0.01;  // holds 6 s
   std::optional<double> after;
@@ -740,6 +788,27 @@ TEST(SchedulerConcurrent, OneGpuHasNoGroup) {
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_TRUE(reports[0].concurrent.empty());
   EXPECT_EQ(backend.runs, 5);
+}
+
+// Simulated time ([simulate] speedup): a wait passes `speedup` times faster than real
+// time, a probe moves the clock by exactly its simulated time, and a stop ends a wait.
+TEST(SimulatedClock, RunsFasterWhileWaitingAndMovesByWhatProbesTake) {
+  SimulatedClock clock(1000);
+  const SteadyTime t0 = clock.Now();
+  clock.Advance(2s);
+  EXPECT_EQ(clock.Now() - t0, std::chrono::duration_cast<SteadyTime::duration>(2s));
+  const auto real0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(clock.SleepUntil(t0 + 12s, std::stop_token{}));  // 10 s at 1000x: 10 ms
+  EXPECT_EQ(clock.Now(), t0 + std::chrono::duration_cast<SteadyTime::duration>(12s));
+  EXPECT_LT(std::chrono::steady_clock::now() - real0, 5s);
+  std::stop_source stop;
+  std::thread t([&] {
+    std::this_thread::sleep_for(20ms);
+    stop.request_stop();
+  });
+  EXPECT_FALSE(clock.SleepUntil(clock.Now() + 1000h, stop.get_token()));
+  t.join();
+  EXPECT_LT(clock.Now(), t0 + 1000h);
 }
 
 TEST(SteadyClock, SleepEndsEarlyOnStop) {

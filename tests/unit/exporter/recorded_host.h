@@ -80,6 +80,7 @@ class RecordedHost {
         obs.samples.push_back(std::move(s));
       }
       metrics_.RecordHealth(health_.Observe(obs));
+      metrics_.RecordSchedule(dev.index, 1.0, 0);  // as the service does after each cycle
     }
     metrics_.RecordCycle(0.1, CycleResult::kOk);
   }

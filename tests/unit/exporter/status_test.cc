@@ -155,6 +155,62 @@ TEST(StatusBoard, SaysWhatWasRecorded) {
   EXPECT_EQ(doc["incidents"][0]["to"], "degraded");
 }
 
+// Each reading's age on the daemon's clock, what is stale, the leading cause and the
+// causes ranked with their kind, the schedule (allowance, what was held back, when each
+// series runs next) and the bounds the ages are held to.
+TEST(StatusBoard, SaysHowOldEachReadingIsAndWhenEachSeriesRunsNext) {
+  core::IncidentLog log;
+  StatusBoard board(log);
+  board.SetDevice(Gpu(0));
+  const core::SteadyTime now = core::SteadyTime{} + std::chrono::hours(2);
+  core::DeviceHealth health = Degraded();
+  health.series[0].measured_at = now - std::chrono::seconds(40);
+  health.series[0].measured_wall = std::chrono::system_clock::now();
+  health.series[0].headline = true;
+  core::SeriesHealth old = health.series[0];
+  old.mode = TransferMode::kPageable;
+  old.degraded = old.below_band = old.below_baseline = false;
+  old.stale = true;
+  old.headline = false;
+  old.measured_at = now - std::chrono::minutes(31);
+  health.series.push_back(old);
+  health.diagnoses.insert(health.diagnoses.begin(),
+                          {core::DiagnosisCause::kCapabilityMismatch, "capped", "not a fault"});
+  core::RankCauses(health.diagnoses);
+  board.RecordHealth(health, log.Observe(health, false, 1, std::chrono::system_clock::now()),
+                     false);
+  GpuSchedule schedule{0.9, 2.5, 1.0, 0.0025, 1, {}};
+  probes::ProbeSpec pinned, managed;
+  managed.mode = TransferMode::kManaged;
+  schedule.series.push_back(
+      {pinned, core::ProbeClass::kHeadline, false, now + std::chrono::seconds(60)});
+  schedule.series.push_back({managed, core::ProbeClass::kRotating, true, std::nullopt});
+  board.RecordSchedule(0, schedule);
+  DaemonStatus daemon;
+  daemon.now = now;
+  daemon.freshness = {210, 1800, 150};
+  const json doc = Render(board, daemon);
+  const json& g = doc["gpus"][0];
+  EXPECT_EQ(g["series"][0]["age_seconds"], 40);
+  EXPECT_EQ(g["series"][0]["stale"], false);
+  EXPECT_EQ(g["series"][1]["age_seconds"], 31 * 60);
+  EXPECT_EQ(g["series"][1]["stale"], true);
+  EXPECT_EQ(g["stale_series"], 1);
+  EXPECT_EQ(g["headline"]["cause"], "link_downtrained");
+  EXPECT_EQ(g["causes"][0]["cause"], "link_downtrained");
+  EXPECT_EQ(g["causes"][0]["leads"], true);
+  EXPECT_EQ(g["causes"][0]["fault"], true);
+  EXPECT_EQ(g["causes"].back()["cause"], "capability_mismatch");
+  EXPECT_EQ(g["causes"].back()["fault"], false);
+  EXPECT_EQ(g["schedule"]["allowance_seconds"], 0.9);
+  EXPECT_EQ(g["schedule"]["held_back"], 1);
+  EXPECT_EQ(g["schedule"]["series"][0]["class"], "headline");
+  EXPECT_EQ(g["schedule"]["series"][0]["next_run_in_seconds"], 60);
+  EXPECT_EQ(g["schedule"]["series"][1]["held_back"], true);
+  EXPECT_TRUE(g["schedule"]["series"][1]["next_run_in_seconds"].is_null());
+  EXPECT_EQ(doc["daemon"]["freshness"]["degraded_seconds"], 150);
+}
+
 TEST(StatusBoard, LinkErrorsAppearOnceAReaderHandsThemOver) {
   core::IncidentLog log;
   StatusBoard board(log);

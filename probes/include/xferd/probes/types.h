@@ -63,8 +63,14 @@ struct ProbeSpec {
   TransferMode mode = TransferMode::kPinned;
   Direction direction = Direction::kH2D;
   std::uint64_t size_bytes = 64ull << 20;
-  int iterations = 20;  // timed transfers, each kept as a sample
+  int iterations = 20;  // timed transfers, each kept as a sample (the most, with a target)
   int warmup = 2;       // untimed transfers before them
+  // A device-time target, as nvbench's min-time: timed transfers stop once there are at
+  // least min_iterations of them and the probe's device time, warm-up included, reaches
+  // target_device_s (never more than `iterations`), so a probe costs about the same on a
+  // slow link as on a fast one. 0 = exactly `iterations` (IsLastTransfer).
+  double target_device_s = 0;
+  int min_iterations = 1;  // at most `iterations` count (IsLastTransfer)
   // The whole probe (warm-up included) must finish by this; past it the result is kTimeout.
   std::chrono::milliseconds deadline{5000};
   // pinned_async only: chunks of chunk_bytes (>= kMinChunkBytes) over `streams` streams.
@@ -76,6 +82,18 @@ struct ProbeSpec {
 // do not add overlap and each costs events per chunk.
 inline constexpr std::uint64_t kMinChunkBytes = 256ull << 10;
 inline constexpr int kMaxStreams = 32;
+
+// Whether transfer `index` (0-based, the warm-ups first) is the probe's last, the one rule
+// both backends run their transfers by: `elapsed_s` is the device time of the transfers
+// before it, `previous_s` the duration of the one just before (0 for the first). With a
+// target, the last is the first timed transfer from min_iterations on after which the
+// device time, predicted from the transfer before it, reaches the target; never past
+// warmup + iterations. Decided before the transfer runs, so a backend can check the last
+// one in full.
+bool IsLastTransfer(const ProbeSpec& spec, int index, double elapsed_s, double previous_s);
+// How many transfers (warm-ups included) IsLastTransfer runs when each takes `transfer_s`:
+// what a probe of `spec` costs, for an estimate before it ran.
+int ExpectedTransfers(const ProbeSpec& spec, double transfer_s);
 
 // What makes `spec` unrunnable on any backend, as a sentence that names the fix; "" when
 // it is fine. Both backends refuse such a spec with this message; config checks the same

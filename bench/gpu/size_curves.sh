@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The verdict's cadence on a real GPU: (1) each mode's size curve from 1 to 64 MiB and what
+# each probe of the default plan costs (its size for the link, the 25 ms device-time target,
+# its timed transfers); (2) `xferd run` with the shipped defaults (60 s interval,
+# max_duty_cycle 0.0025, every mode at 64 MiB) for SECONDS, its status document read every
+# 5 s: when each of the 13 series was first measured, the longest any waited for a reading,
+# what the allowance held back, the duty cycle.
+#
+#   bench/gpu/size_curves.sh OUT_DIR [SECONDS] [GPU]   (from the repository root; default
+#   390 s and GPU 0; the whole script takes SECONDS + about 90 s)
+#
+# Runs the bundle made on the build machine (XFERD_BUNDLE, default .devbundle; its xferd).
+# Writes size_curves.md and size_curves.json (1), coverage.json, status_final.json,
+# daemon.log and summary.txt (2) to OUT_DIR. What to look for: in size_curves.md, each
+# link-bound probe at 8-64 MiB within a few % of its 64 MiB figure (the plateau), the
+# default plan's device times (pinned ~26 ms, pageable and managed at the 5-transfer floor);
+# in summary.txt, "13 of 13 series measured", each within 15 minutes, and the duty cycle
+# at most 0.0025 plus the start's allowance.
+set -uo pipefail
+out=${1:?usage: size_curves.sh OUT_DIR [SECONDS] [GPU]}
+secs=${2:-390}
+gpu=${3:-0}
+bundle=${XFERD_BUNDLE:-.devbundle}
+# shellcheck disable=SC1091
+. "$bundle/env.sh"
+b=$bundle/build
+mkdir -p "$out"
+work=$(mktemp -d)
+pid=""
+trap '[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; rm -rf "$work"' EXIT
+port=19743
+
+echo "== $(date -u +%T) size curves and the default plan's costs on GPU $gpu"
+python3 bench/size_curves.py --xferd "$b/xferd" --real --gpu "$gpu" \
+  --json "$out/size_curves.json" > "$out/size_curves.md" 2> "$out/size_curves.err"
+echo "size curves: exit $? ($(wc -l < "$out/size_curves.md") lines)"
+
+echo "== $(date -u +%T) xferd run, the shipped defaults, ${secs}s"
+cat > "$work/xferd.toml" <<TOML
+[web]
+listen_address = "127.0.0.1:$port"
+[daemon]
+state_dir = "$work/state"
+[probe]
+gpus = ["$gpu"]
+TOML
+"$b/xferd" run --config "$work/xferd.toml" > "$out/daemon.log" 2>&1 &
+pid=$!
+python3 - "$port" "$secs" "$out" <<'PY'
+import json, sys, time, urllib.request
+port, secs, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+def status():
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/status", timeout=10) as r:
+        return json.loads(r.read())
+start = time.monotonic()
+first, longest, held, doc = {}, 0.0, [], None
+while time.monotonic() - start < secs:
+    try:
+        doc = status()
+    except Exception:
+        time.sleep(1)
+        continue
+    g = doc["gpus"][0]
+    up = doc["daemon"]["uptime_seconds"]
+    planned = [(s["mode"], s["direction"], s["size"]) for s in (g["schedule"] or {}).get("series", [])]
+    ages = {(s["mode"], s["direction"], s["size"]): s["age_seconds"] for s in g["series"]}
+    for k in planned:
+        if ages.get(k) is not None and k not in first:
+            first[k] = up - ages[k]
+    waits = [ages[k] if ages.get(k) is not None else up for k in planned]
+    longest = max([longest] + waits)
+    if g["schedule"]:
+        held.append(g["schedule"]["held_back"])
+    time.sleep(5)
+metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+device = sum(float(l.rsplit(" ", 1)[1]) for l in metrics.splitlines()
+             if l.startswith("xferd_probe_device_seconds_total{"))
+up = doc["daemon"]["uptime_seconds"] if doc else 0
+g = doc["gpus"][0] if doc else {}
+planned = [(s["mode"], s["direction"], s["size"]) for s in (g.get("schedule") or {}).get("series", [])]
+result = {
+    "uptime_s": up, "planned": len(planned), "measured": len(first),
+    "first_measured_s": {" ".join(k): round(v, 1) for k, v in sorted(first.items(), key=lambda x: x[1])},
+    "never_measured": [" ".join(k) for k in planned if k not in first],
+    "longest_wait_s": round(longest, 1), "duty_cycle": device / up if up else None,
+    "held_back_per_cycle": held[-20:], "verdict": doc["verdict"] if doc else None,
+    "summary": doc["summary"] if doc else None,
+}
+json.dump(result, open(f"{out}/coverage.json", "w"), indent=2)
+json.dump(doc, open(f"{out}/status_final.json", "w"), indent=2)
+lines = [f"{result['measured']} of {result['planned']} series measured in {up:.0f} s",
+         f"all measured by {max(first.values()):.0f} s" if first and not result["never_measured"]
+         else f"never measured: {', '.join(result['never_measured'])}",
+         f"longest wait for a reading: {longest:.0f} s",
+         f"duty cycle over the run: {result['duty_cycle']:.5f}" if result["duty_cycle"] else "",
+         f"verdict: {result['verdict']}; {result['summary']}"]
+open(f"{out}/summary.txt", "w").write("\n".join(l for l in lines if l) + "\n")
+print("\n".join(l for l in lines if l))
+PY
+kill -TERM "$pid"; wait "$pid"; echo "daemon exit $?"; pid=""
+grep -E "cycle [0-9]+:" "$out/daemon.log" | tail -3 | cut -c1-300
+echo "== $(date -u +%T) done"
