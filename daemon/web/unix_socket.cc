@@ -28,9 +28,9 @@ UnixAddress::UnixAddress(const std::filesystem::path& path) {
     const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
     directory_ = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (directory_ < 0) {
-      throw HttpError(
-          "socket " + platform::PrintablePath(path.string()) + ": cannot open its directory: " + std::strerror(errno),
-          "check the path");
+      throw HttpError("socket " + platform::PrintablePath(path.string()) +
+                          ": cannot open its directory: " + std::strerror(errno),
+                      "check the path");
     }
     name = "/proc/self/fd/" + std::to_string(directory_) + "/" + path.filename().string();
     if (name.size() >= sizeof(address_.sun_path)) {

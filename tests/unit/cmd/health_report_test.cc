@@ -29,12 +29,14 @@ json Degraded(int index, json causes, json headline) {
 
 // The node's verdict as the daemon gives it: degraded if any GPU is, else pending if any is.
 std::string NodeVerdict(const json& gpus) {
-  std::string verdict = "ok";
+  // As the daemon gives it: degraded, else pending, else stale, else ok.
+  bool pending = false, stale = false;
   for (const json& g : gpus) {
     if (g["verdict"] == "degraded") return "degraded";
-    if (g["verdict"] == "pending") verdict = "pending";
+    pending = pending || g["verdict"] == "pending";
+    stale = stale || g["verdict"] == "stale";
   }
-  return verdict;
+  return pending ? "pending" : stale ? "stale" : "ok";
 }
 
 json Doc(json gpus, double age = 5, double stale_after = 195) {

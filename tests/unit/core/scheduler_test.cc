@@ -739,6 +739,7 @@ TEST(SchedulerConcurrent, AGroupTheBudgetNeverFitsIsSaidOnceWithTheFix) {
   // Each GPU's pinned h2d takes 2 s: the cycle's own probes take 4 s of a 3 s budget.
   h.backend.cost[{probes::TransferMode::kPinned, probes::Direction::kH2D}] = 2.0;
   Settings c = ConcurrentConfig();
+  c.probe_time = 0ms;  // exactly `iterations` transfers: the cost as set
   c.cycle_budget = 3s;
   c.concurrent_interval = 10s;
   h.Run(c);
@@ -759,6 +760,7 @@ TEST(SchedulerConcurrent, AGroupHeldBackOnceIsNotReported) {
   Harness h;
   h.stop_after = 6;
   Settings c = ConcurrentConfig();
+  c.probe_time = 0ms;  // exactly `iterations` transfers: the cost as set
   c.cycle_budget = 3s;
   c.concurrent_interval = 10s;
   // Slow only in the first two cycles.
