@@ -79,7 +79,10 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   seams.on_reload = [sim = made.sim](const Config& c) {
     if (sim != nullptr) sim->SetFaults(c.sim.faults);
   };
-  seams.link_errors = MakeLinkErrorReader(config, made.sim, options.flags.sysfs_root.value_or("/sys"));
+  seams.link_errors =
+      MakeLinkErrorReader(config, made.sim, options.flags.sysfs_root.value_or("/sys"));
+  seams.link_state =
+      MakeLinkStateReader(config, made.sim, options.flags.sysfs_root.value_or("/sys"));
   seams.jitter_seed = JitterSeed();
   seams.config_name = file.empty() ? "(defaults and flags)" : file;
   Service service(std::move(config), *made.backend, std::move(devices), std::move(seams));

@@ -81,6 +81,12 @@ void WarnRestartOnly(const Config& running, const Config& next) {
        running.sim.numa_nodes != next.sim.numa_nodes)) {
     warn("the simulated device (devices, seed, link, time_scale, integrated, its topology)");
   }
+  if (running.simulate && next.simulate &&
+      running.sim_pcie_bytes_per_s != next.sim_pcie_bytes_per_s) {
+    warn(
+        "simulate.pcie_bytes_per_second (for the link watch's simulated traffic; the busy check "
+        "follows it now)");
+  }
 }
 
 }  // namespace
@@ -116,11 +122,10 @@ HealthState Service::Healthz() const {
   const SteadyTime since = last.value_or(started_);
   const auto age = seams_.clock->Now() - since;
   if (age > stale_after) {
-    return {false,
-            fmt::format("no probe cycle finished for {} (interval {}, stale after {})",
-                        FormatSeconds(duration<double>(age).count(), 0),
-                        FormatSeconds(duration<double>(config->interval).count(), 0),
-                        FormatSeconds(duration<double>(stale_after).count(), 0))};
+    return {false, fmt::format("no probe cycle finished for {} (interval {}, stale after {})",
+                               FormatSeconds(duration<double>(age).count(), 0),
+                               FormatSeconds(duration<double>(config->interval).count(), 0),
+                               FormatSeconds(duration<double>(stale_after).count(), 0))};
   }
   return {true, last ? "ok" : "starting: first probe cycle running"};
 }
@@ -189,6 +194,13 @@ void Service::OnCycle(const CycleReport& report) {
     obs.samples = dc.samples;
     obs.busy = dc.skipped_busy;
     obs.link_errors = ReadLinkErrors(dc);
+    if (link_watch_) {
+      // The capability of each link as read while probing; and what the watch saw since.
+      if (dc.link_read) link_watch_->SetPath(dc.device, dc.link_path);
+      obs.link_watch = link_watch_->State(dc.device.uuid);
+      metrics_.RecordLinkWatch(dc.device.index, obs.link_watch);
+      status_board_.RecordLinkWatch(dc.device.index, obs.link_watch);
+    }
     const DeviceHealth health = health_.Observe(obs);
     metrics_.RecordHealth(health);
     status_board_.RecordHealth(health,
@@ -372,11 +384,12 @@ void Service::FinishReload() {
     WarnRestartOnly(*running, next);
     if (!running->textfile_path.empty() && next.textfile_path != running->textfile_path) {
       // Not removed: it may not be ours alone to remove; but not left to look current either.
-      spdlog::warn("reload: the textfile {} is no longer written ({}); node_exporter exports "
-                   "its last values until it is removed",
-                   running->textfile_path.string(),
-                   next.textfile_path.empty() ? "textfile_path is now unset"
-                                              : "now " + next.textfile_path.string());
+      spdlog::warn(
+          "reload: the textfile {} is no longer written ({}); node_exporter exports "
+          "its last values until it is removed",
+          running->textfile_path.string(),
+          next.textfile_path.empty() ? "textfile_path is now unset"
+                                     : "now " + next.textfile_path.string());
     }
     // What cannot change keeps its running value, so health and the scheduler stay
     // consistent with what is actually served and probed.
@@ -405,6 +418,7 @@ void Service::FinishReload() {
     }
     health_.Reconfigure(next);
     scheduler_->Reconfigure(next, std::move(busy));
+    if (link_watch_) link_watch_->Reconfigure(next);
     {
       std::lock_guard lock(config_mutex_);
       config_ = std::make_shared<const Config>(std::move(next));
@@ -515,6 +529,21 @@ void Service::Prepare(const Config& config) {
   };
   scheduler_ = std::make_unique<Scheduler>(backend_, devices_, config, std::move(busy),
                                            *seams_.clock, seams_.jitter_seed, std::move(callbacks));
+
+  if (seams_.link_state) {
+    LinkWatchHooks hooks;
+    hooks.probing_since = [this](int device) { return scheduler_->ProbingSince(device); };
+    hooks.on_change = [this](const probes::DeviceInfo& d, const LinkWatchState& state) {
+      metrics_.RecordLinkWatch(d.index, state);
+      status_board_.RecordLinkWatch(d.index, state);
+    };
+    link_watch_ = std::make_unique<LinkWatcher>(*seams_.link_state, devices_, config, *seams_.clock,
+                                                std::move(hooks));
+    // What each link can train to, from the path as it reads now (idle speeds do not
+    // matter: the maxima do); each cycle's reading while probing replaces it.
+    for (const auto& d : devices_) link_watch_->SetPath(d, backend_.ReadLinkPath(d.index));
+    spdlog::info("link watch: {}", link_watch_->Describe());
+  }
 }
 
 // The probe thread, and how it ended.
@@ -610,7 +639,9 @@ int Service::Run() {
   Prepare(*config);
   StartServing(*config);
   ProbeThread probe(*scheduler_);
+  if (link_watch_) link_watch_->Start();
   const int exit_code = Supervise(probe);
+  if (link_watch_) link_watch_->Stop();  // a poll takes microseconds: no wait to bound
 
   seams_.notifier->Stopping();
   if (!probe.Stop(kProbeStopWait)) {

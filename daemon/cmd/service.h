@@ -24,6 +24,7 @@
 #include "core/health_tracker.h"
 #include "core/incident_log.h"
 #include "core/link_errors.h"
+#include "core/link_watch.h"
 #include "core/scheduler.h"
 #include "core/state_file.h"
 #include "exporter/metrics.h"
@@ -35,6 +36,7 @@
 #include "web/http_server.h"
 #include "xferd/probes/backend.h"
 #include "xferd/probes/link_errors.h"
+#include "xferd/probes/link_watch.h"
 
 namespace xferd::cmd {
 
@@ -52,6 +54,9 @@ struct ServiceSeams {
   std::function<void(const config::Config&)> on_reload;
   // The link's error counters on each GPU's path, read after every cycle; none: not read.
   std::shared_ptr<probes::LinkErrorReader> link_errors;
+  // The links of each GPU's path, read between probes by the link watch ([health]
+  // link_watch_interval); none: not watched.
+  std::shared_ptr<probes::LinkStateReader> link_state;
   std::uint64_t jitter_seed = 1;
   std::string config_name = "(defaults)";  // for the log
 };
@@ -108,6 +113,7 @@ class Service {
   core::LinkErrorTracker link_errors_;
   core::StateFile state_;
   std::unique_ptr<core::Scheduler> scheduler_;
+  std::unique_ptr<core::LinkWatcher> link_watch_;  // with seams_.link_state
   std::unique_ptr<web::HttpServer> http_;
   std::string busy_description_;
 

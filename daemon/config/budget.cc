@@ -24,9 +24,9 @@ constexpr std::size_t kPerModeDirection = 1;               // xferd_bandwidth_de
 constexpr std::size_t kPerMode = 5 + 1;
 constexpr std::size_t kOverlap = 1;  // xferd_overlap_ratio, with pinned_async
 constexpr std::size_t kOwnBand = 2;  // a probed pair's own band (core::OwnBandPairs)
-// expected band 2, diagnosis 11, PCIe generation and width 6, device seconds 2, device and
-// host link info 2, foreign traffic 2 and the link's readability 1.
-constexpr std::size_t kFixedPerGpu = 2 + 11 + 6 + 2 + 2 + 2 + 1;
+// expected band 2, diagnosis 12, PCIe generation and width 6, device seconds 1, device info
+// 1, foreign traffic 2, the link watch's transitions and time below capability 2.
+constexpr std::size_t kFixedPerGpu = 2 + 12 + 6 + 1 + 1 + 2 + 2;
 // The link's error counters (exporter/link_error_metrics.h): per device of the path its 3
 // AER classes and whether they are readable, the root port's 3 totals, NVML's replay
 // counter and whether it is readable.

@@ -11,6 +11,7 @@
 
 #include "core/band.h"
 #include "core/link_errors.h"
+#include "core/link_watch.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
 
@@ -31,14 +32,15 @@ enum class DiagnosisCause {
   kLinkShared,           // "link_shared": foreign traffic on the link during a probe
   kCapabilityMismatch,   // "capability_mismatch": the GPU can do more than its path allows
   kLinkErrors,           // "link_errors": the path's error counters grew around a low reading
+  kLinkFlapping,         // "link_flapping": a link on the path flapped between probes
 };
-inline constexpr std::array<DiagnosisCause, 11> kAllDiagnosisCauses = {
+inline constexpr std::array<DiagnosisCause, 12> kAllDiagnosisCauses = {
     DiagnosisCause::kLinkDowntrained,  DiagnosisCause::kNumaRemote,
     DiagnosisCause::kIommuTranslating, DiagnosisCause::kPinnedPageableRatio,
     DiagnosisCause::kGpuBusy,          DiagnosisCause::kBelowBand,
     DiagnosisCause::kBelowBaseline,    DiagnosisCause::kSharedUplink,
     DiagnosisCause::kLinkShared,       DiagnosisCause::kCapabilityMismatch,
-    DiagnosisCause::kLinkErrors};
+    DiagnosisCause::kLinkErrors,       DiagnosisCause::kLinkFlapping};
 std::string_view ToString(DiagnosisCause cause);
 
 // The pinned/pageable h2d ratio outside which kPinnedPageableRatio fires. The usual figure
@@ -67,6 +69,9 @@ struct CycleObservation {
   // What the path's error counters grew by around this cycle (core/link_errors.h); empty
   // when they were not read.
   LinkErrorGrowth link_errors = {};
+  // What the link watch saw between probes over its last window (core/link_watch.h);
+  // empty when it does not watch.
+  LinkWatchState link_watch = {};
 };
 
 // One (mode, direction, size) series after a cycle.

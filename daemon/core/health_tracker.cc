@@ -76,7 +76,9 @@ std::vector<Diagnosis> DiagnoseOnce(const Settings& config, const CycleObservati
 }
 
 bool DeviceHealth::Degraded() const {
-  return std::any_of(verdicts.begin(), verdicts.end(), [](const auto& v) { return v.degraded; });
+  // A flapping link is a fault of its own: the probes see the link only while they run.
+  return Has(DiagnosisCause::kLinkFlapping) ||
+         std::any_of(verdicts.begin(), verdicts.end(), [](const auto& v) { return v.degraded; });
 }
 
 bool DeviceHealth::Has(DiagnosisCause cause) const {
@@ -331,7 +333,15 @@ std::string HealthTracker::Summary() const {
       if (v.degraded) ++degraded_pairs;
     }
     good += d.verdicts.size() - degraded_pairs;
-    if (degraded_pairs == 0) continue;
+    if (degraded_pairs == 0) {
+      // DEGRADED with every series within band: its link flaps between probes.
+      for (const Diagnosis& diag : d.diagnoses) {
+        if (diag.cause != DiagnosisCause::kLinkFlapping) continue;
+        problems.push_back("DEGRADED gpu" + std::to_string(d.gpu) + " PCIe link; likely: " +
+                           std::string(ToString(diag.cause)) + " (" + diag.detail + ")");
+      }
+      continue;
+    }
 
     // Headline: the degraded series that is furthest below what it should be.
     const SeriesHealth* worst = WorstDegraded(d);

@@ -55,6 +55,7 @@ struct DeviceHealth {
   std::vector<SeriesHealth> series;   // every series seen, ordered
   std::vector<PairVerdict> verdicts;  // every (mode, direction) seen, ordered
   std::vector<Diagnosis> diagnoses;   // the causes that hold after the last cycle
+  // Any (mode, direction) degraded, or a flapping link (link_flapping).
   bool Degraded() const;
   bool Has(DiagnosisCause cause) const;
 };

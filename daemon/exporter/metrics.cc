@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "core/band.h"
 #include "exporter/link_error_metrics.h"
@@ -172,8 +173,6 @@ Metrics::Metrics(prometheus::Registry& registry)
       device_seconds_(Register(prometheus::BuildCounter(), registry,
                                "xferd_probe_device_seconds_total",
                                "Device time spent probing; its rate() is the duty cycle.")),
-      cycle_device_(Register(prometheus::BuildGauge(), registry, "xferd_cycle_device_seconds",
-                             "Device time the last cycle spent on the GPU.")),
       cycle_duration_(Register(prometheus::BuildGauge(), registry, "xferd_cycle_duration_seconds",
                                "Wall time of the last probe cycle, all GPUs.")),
       cycles_(Register(prometheus::BuildCounter(), registry, "xferd_cycles_total",
@@ -196,15 +195,21 @@ Metrics::Metrics(prometheus::Registry& registry)
                                 "Another process's PCIe traffic seen in the last probe's "
                                 "window: the link's byte counters minus the probe's own "
                                 "bytes (direction h2d, d2h).")),
-      gpu_load_readable_(Register(prometheus::BuildGauge(), registry, "xferd_gpu_load_readable",
-                                  "1 when NVML reads the GPU's link around each probe; 0: "
-                                  "contended probes cannot be told apart (busy check only).")),
       device_info_(Register(prometheus::BuildGauge(), registry, "xferd_device_info",
                             "Constant 1; labels describe the device. simulated=\"1\" marks "
-                            "the simulated backend.")),
-      host_link_info_(Register(prometheus::BuildGauge(), registry, "xferd_host_link_info",
-                               "Constant 1; type says how the GPU reaches host memory: pcie, "
-                               "c2c (NVLink-C2C, Grace Hopper) or integrated (shared DRAM).")),
+                            "the simulated backend; host_link says how the GPU reaches host "
+                            "memory: pcie, c2c (NVLink-C2C, Grace Hopper) or integrated "
+                            "(shared DRAM).")),
+      link_transitions_(Register(prometheus::BuildCounter(), registry,
+                                 "xferd_pcie_link_transitions_total",
+                                 "Changes of a link on the GPU's PCIe path seen by the link "
+                                 "watch between probes: its width, or its speed while the GPU "
+                                 "moved data (speed changes at idle are power saving).")),
+      link_reduced_(Register(prometheus::BuildCounter(), registry,
+                             "xferd_pcie_link_reduced_seconds_total",
+                             "Seconds a link on the GPU's PCIe path ran below its capability "
+                             "as the link watch saw it: narrower at any time, or slower while "
+                             "the GPU moved data.")),
       concurrent_(Register(prometheus::BuildGauge(), registry,
                            "xferd_concurrent_bandwidth_bytes_per_second",
                            "Median bandwidth of the GPU's pinned probe while every GPU of the "
@@ -257,18 +262,14 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
             {"compute_capability",
              std::to_string(device.cc_major) + "." + std::to_string(device.cc_minor)},
             {"integrated", device.integrated ? "1" : "0"},
-            {"simulated", device.simulated ? "1" : "0"}})
-      .Set(1);
-  host_link_info_
-      .Add({{"gpu", gpu}, {"type", std::string(probes::ToString(probes::HostLinkOf(device)))}})
+            {"simulated", device.simulated ? "1" : "0"},
+            {"host_link", std::string(probes::ToString(probes::HostLinkOf(device)))}})
       .Set(1);
   for (DiagnosisCause cause : kAllDiagnosisCauses) {
     diagnosis_.Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}}).Set(0);
   }
   device_seconds_.Add({{"gpu", gpu}});
-  cycle_device_.Add({{"gpu", gpu}});
   std::lock_guard lock(mutex_);
-  cycle_device_s_.try_emplace(device.index, 0.0);
   devices_.push_back(device.index);
   for (TransferMode mode : modes_) AddRunCounters(device.index, mode);
 }
@@ -329,18 +330,20 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
     // A window that missed the probe's own bytes reads nothing (contention unknown).
     const bool readable =
         sample.traffic && sample.contention.state != probes::ContentionState::kUnknown;
-    gpu_load_readable_.Add({{"gpu", gpu}}).Set(readable ? 1 : 0);
-    if (readable) {
-      foreign_traffic_.Add({{"gpu", gpu}, {"direction", "h2d"}})
-          .Set(sample.contention.foreign_h2d_bytes_per_s);
-      foreign_traffic_.Add({{"gpu", gpu}, {"direction", "d2h"}})
-          .Set(sample.contention.foreign_d2h_bytes_per_s);
+    // Unreadable: no series, rather than a last value that reads as current.
+    for (const auto& [direction, rate] :
+         {std::pair{"h2d", sample.contention.foreign_h2d_bytes_per_s},
+          std::pair{"d2h", sample.contention.foreign_d2h_bytes_per_s}}) {
+      const Labels labels{{"gpu", gpu}, {"direction", direction}};
+      if (readable) {
+        foreign_traffic_.Add(labels).Set(rate);
+      } else if (foreign_traffic_.Has(labels)) {
+        foreign_traffic_.Remove(&foreign_traffic_.Add(labels));
+      }
     }
   }
   if (sample.device_time_s > 0 && std::isfinite(sample.device_time_s)) {
     device_seconds_.Add({{"gpu", gpu}}).Increment(sample.device_time_s);
-    std::lock_guard lock(mutex_);
-    cycle_device_s_[device.index] += sample.device_time_s;
   }
   if (result == ProbeResult::kContended) return;  // a neighbour's share, not the hardware's
   if (sample.overlap_ratio && std::isfinite(*sample.overlap_ratio)) {
@@ -410,8 +413,6 @@ void Metrics::RecordConcurrent(const core::GroupRun& run, const core::ExpectedBa
     }
     if (s.device_time_s > 0 && std::isfinite(s.device_time_s)) {
       device_seconds_.Add({{"gpu", Gpu(index)}}).Increment(s.device_time_s);
-      std::lock_guard lock(mutex_);
-      cycle_device_s_[index] += s.device_time_s;
     }
   }
   const Labels aggregate{{"group", group}, {"direction", direction}};
@@ -512,13 +513,31 @@ void Metrics::RecordCycle(double wall_seconds, CycleResult result) {
   const ChangeMark mark(generation_);
   cycle_duration_.Add({}).Set(wall_seconds);
   cycles_.Add({{"result", std::string(ToString(result))}}).Increment();
-  std::map<int, double> device_s;
-  {
-    std::lock_guard lock(mutex_);
-    device_s = cycle_device_s_;
-    for (auto& [gpu, seconds] : cycle_device_s_) seconds = 0;  // a skipped GPU spent none
+}
+
+void Metrics::RecordLinkWatch(int gpu_index, const core::LinkWatchState& state) {
+  if (!state.watching) return;
+  std::optional<ChangeMark> mark;  // bumped only when something changed: the watch polls often
+  std::lock_guard lock(mutex_);
+  auto [it, fresh] = link_watch_.try_emplace(gpu_index);
+  LinkWatchTotals& last = it->second;
+  const Labels labels{{"gpu", Gpu(gpu_index)}};
+  if (fresh) {
+    mark.emplace(generation_);
+    last.transitions_ = &link_transitions_.Add(labels);
+    last.reduced_ = &link_reduced_.Add(labels);
   }
-  for (const auto& [gpu, seconds] : device_s) cycle_device_.Add({{"gpu", Gpu(gpu)}}).Set(seconds);
+  // The counters follow the watch's totals, which only grow while the daemon runs.
+  if (state.transitions > last.transitions) {
+    if (!mark) mark.emplace(generation_);
+    last.transitions_->Increment(static_cast<double>(state.transitions - last.transitions));
+    last.transitions = state.transitions;
+  }
+  if (state.reduced_s > last.reduced_s) {
+    if (!mark) mark.emplace(generation_);
+    last.reduced_->Increment(state.reduced_s - last.reduced_s);
+    last.reduced_s = state.reduced_s;
+  }
 }
 
 void Metrics::RecordConfigReload(bool ok, double unix_seconds) {

@@ -101,9 +101,13 @@ class Metrics {
   // (exporter/link_error_metrics.h), after each reading.
   void RecordLinkErrors(const probes::DeviceInfo& device, const core::LinkErrorReading& reading);
 
-  // After each cycle (all GPUs): wall time and outcome; also publishes each GPU's device
-  // time of the cycle (summed from its samples since the previous call).
+  // After each cycle (all GPUs): wall time and outcome.
   void RecordCycle(double wall_seconds, CycleResult result);
+
+  // The link watch's counts of one GPU (core/link_watch.h): its transitions and time below
+  // capability, from its first reading on (the counters start at 0 then). Any thread; the
+  // generation moves only when a count did.
+  void RecordLinkWatch(int gpu, const core::LinkWatchState& state);
 
   void RecordConfigReload(bool ok, double unix_seconds);
   void RecordStateWrite(bool ok);
@@ -136,7 +140,6 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& probe_runs_;
   prometheus::Family<prometheus::Gauge>& last_success_;
   prometheus::Family<prometheus::Counter>& device_seconds_;
-  prometheus::Family<prometheus::Gauge>& cycle_device_;
   prometheus::Family<prometheus::Gauge>& cycle_duration_;
   prometheus::Family<prometheus::Counter>& cycles_;
   prometheus::Family<prometheus::Gauge>& reload_ok_;
@@ -144,9 +147,9 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& state_write_errors_;
   prometheus::Family<prometheus::Counter>& textfile_write_errors_;
   prometheus::Family<prometheus::Gauge>& foreign_traffic_;
-  prometheus::Family<prometheus::Gauge>& gpu_load_readable_;
   prometheus::Family<prometheus::Gauge>& device_info_;
-  prometheus::Family<prometheus::Gauge>& host_link_info_;
+  prometheus::Family<prometheus::Counter>& link_transitions_;
+  prometheus::Family<prometheus::Counter>& link_reduced_;
   prometheus::Family<prometheus::Gauge>& concurrent_;
   prometheus::Family<prometheus::Gauge>& aggregate_;
   prometheus::Family<prometheus::Gauge>& aggregate_expected_;
@@ -159,7 +162,14 @@ class Metrics {
 
   std::mutex mutex_;  // guards the maps below
   std::map<SeriesKey, prometheus::Histogram*> histograms_;
-  std::map<int, double> cycle_device_s_;  // device time of the cycle in progress, per GPU
+  // The link watch's totals last published, per GPU.
+  struct LinkWatchTotals {
+    std::uint64_t transitions = 0;
+    double reduced_s = 0;
+    prometheus::Counter* transitions_ = nullptr;
+    prometheus::Counter* reduced_ = nullptr;
+  };
+  std::map<int, LinkWatchTotals> link_watch_;
   std::map<std::string, prometheus::Gauge*> group_info_by_group_;  // its current labels
   std::vector<int> devices_;                                       // SetDevice's GPUs
   std::vector<probes::TransferMode> modes_;                        // SetPlan's modes

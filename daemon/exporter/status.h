@@ -77,6 +77,9 @@ class StatusBoard {
   // The link error counters of one GPU's path as judged this cycle (the reading
   // Metrics::RecordLinkErrors publishes), replacing the last ones.
   void RecordLinkErrors(const probes::DeviceInfo& device, const core::LinkErrorReading& reading);
+  // The link watch's counts of one GPU, as Metrics::RecordLinkWatch is handed them (any
+  // thread). Until the first, its "link.watch" says the links are not watched.
+  void RecordLinkWatch(int gpu, const core::LinkWatchState& state);
 
   // The document (JSON text, one line). `now` stamps it.
   std::string Render(const DaemonStatus& daemon, std::chrono::system_clock::time_point now) const;
@@ -96,13 +99,14 @@ class StatusBoard {
     core::DeviceVerdict verdict = core::DeviceVerdict::kPending;
     bool busy = false;
     std::map<ProbeKey, ProbeRecord> probes;
-    // Contention, as the last ok probe saw it (what xferd_gpu_load_readable and
-    // xferd_foreign_traffic_bytes_per_second show).
+    // Contention, as the last ok probe saw it (what xferd_foreign_traffic_bytes_per_second
+    // shows, and its absence when the link could not be read).
     std::optional<bool> traffic_readable;
     std::optional<double> foreign_h2d, foreign_d2h;
     std::optional<probes::ProbeSpec> last_probe;
     probes::ContentionState last_contention = probes::ContentionState::kUnknown;
     std::optional<std::vector<LinkErrorCounter>> link_errors;
+    std::optional<core::LinkWatchState> link_watch;
   };
 
   const core::IncidentLog& incidents_;

@@ -325,17 +325,40 @@ Capabilities SimBackend::GetCapabilities(int) const {
 
 LinkPath SimBackend::ReadLinkPath(int device) const {
   LinkPath path = state_->CurrentPath(device, state_->FaultsFor(device));
-  const int idle_gen = state_->options.idle_link_gen;
-  if (idle_gen > 0 && !path.links.empty() && device >= 0 &&
-      device < static_cast<int>(state_->devices.size())) {
-    const State::Device& dev = *state_->devices[static_cast<std::size_t>(device)];
-    std::lock_guard lock(dev.mutex);
-    const bool idle =
-        dev.probes == 0 || state_->Now(dev) - dev.busy_until_s > kSimIdleDownclockAfterS;
+  const int idle_gen = OwnLink(device).idle_gen;
+  if (idle_gen > 0 && !path.links.empty()) {
     int& gen = path.links.front().current_gen;
-    if (idle && gen > idle_gen) gen = idle_gen;
+    if (gen > idle_gen) gen = idle_gen;
   }
   return path;
+}
+
+SimBackend::OwnLinkCaps SimBackend::OwnLink(int device) const {
+  OwnLinkCaps caps;
+  if (device < 0 || device >= static_cast<int>(state_->devices.size())) return caps;
+  for (const SimFault& f : state_->FaultsFor(device)) {
+    if (f.kind != SimFault::Kind::kDownTrain) continue;
+    const auto lower = [](int cap, int value) { return cap > 0 ? std::min(cap, value) : value; };
+    if (f.gen > 0) caps.fault_gen = lower(caps.fault_gen, f.gen);
+    if (f.width > 0) caps.fault_width = lower(caps.fault_width, f.width);
+  }
+  const int idle_gen = state_->options.idle_link_gen;
+  if (idle_gen > 0) {
+    const State::Device& dev = *state_->devices[static_cast<std::size_t>(device)];
+    std::lock_guard lock(dev.mutex);
+    const double now = state_->Now(dev);
+    // Any traffic keeps a link trained: its own probes, and another process's.
+    const bool idle = (dev.probes == 0 || now - dev.busy_until_s > kSimIdleDownclockAfterS) && [&] {
+      const auto [h2d, d2h] = dev.link->ForeignRate(now);
+      return h2d + d2h <= 0;
+    }();
+    if (idle) caps.idle_gen = idle_gen;
+  }
+  return caps;
+}
+
+const std::filesystem::path& SimBackend::SysfsRoot() const {
+  return state_->options.sysfs_root;
 }
 
 // One probe of one device, computed without waiting: the sample and how long it takes in

@@ -15,10 +15,12 @@
 #include "core/contention.h"
 #include "core/health_tracker.h"
 #include "core/link_errors.h"
+#include "core/link_watch.h"
 #include "core/plan.h"
 #include "exporter/metrics.h"
 #include "xferd/probes/gpu_load.h"
 #include "xferd/probes/link_errors.h"
+#include "xferd/probes/link_watch.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::exporter {
@@ -42,11 +44,19 @@ std::size_t SeriesOfGpu0(const core::Settings& settings, const std::string& tree
   // Each probe inside its link-traffic window, as the scheduler runs it (the link readable).
   const auto load = probes::MakeSimGpuLoadReader(0, 0, &sim);
   const auto error_reader = probes::MakeSimLinkErrorReader(sim);
+  // The link watch, polled between the cycles as its thread does.
+  const auto link_reader = probes::MakeSimLinkStateReader(sim, 0);
+  core::SteadyClock clock;
+  core::LinkWatcher watch(*link_reader, {dev}, settings, clock, {});
+  watch.SetPath(dev, sim.ReadLinkPath(dev.index));
   for (int cycle = 0; cycle < 3; ++cycle) {
     core::CycleObservation obs;
     obs.device = dev;
     obs.link_path = sim.ReadLinkPath(dev.index);
     metrics.RecordLinkPath(dev.index, obs.link_path);
+    watch.Poll();
+    obs.link_watch = watch.State(dev.uuid);
+    metrics.RecordLinkWatch(dev.index, obs.link_watch);
     metrics.RecordLinkErrors(dev, errors.Observe(dev, error_reader->Read(dev, obs.link_path),
                                                  core::SteadyTime{} + std::chrono::minutes(cycle)));
     for (probes::ProbeSpec spec : core::PlanProbes(settings)) {

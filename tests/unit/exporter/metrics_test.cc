@@ -90,6 +90,9 @@ void RunCycle(probes::SimBackend& sim, Metrics& metrics, HealthTracker& health,
       metrics.RecordLinkErrors(dev,
                                errors->Observe(dev, error_reader->Read(dev, obs.link_path), now));
       obs.link_errors = errors->Growth(dev.uuid);
+      // The link watch has read the GPU's links (its counters start at 0), as in the daemon.
+      obs.link_watch.watching = true;
+      metrics.RecordLinkWatch(dev.index, obs.link_watch);
     }
     for (const auto& [mode, dir] : probes::AllModeDirections()) {
       load->BeginWindow(dev);
@@ -233,7 +236,8 @@ TEST(Metrics, DefaultConfigStaysWithinSeriesBudget) {
   EXPECT_EQ(gpu0.size(), gpu1.size());
   // The arithmetic of docs/metrics.md: 294 per GPU; if this moves, update the doc.
   EXPECT_EQ(gpu0.size(), 294u) << text;
-  EXPECT_EQ(SeriesWith(text, "xferd_pcie_").size() / 8, 6u + 21u);  // the link's, per GPU
+  // The link's, per GPU: generation and width, errors, the link watch's two counters.
+  EXPECT_EQ(SeriesWith(text, "xferd_pcie_").size() / 8, 6u + 21u + 2u);
   // And every family is there.
   for (const char* name : {"xferd_transfer_duration_seconds_bucket",
                            "xferd_transfer_duration_seconds_sum",
@@ -249,9 +253,9 @@ TEST(Metrics, DefaultConfigStaysWithinSeriesBudget) {
                            "xferd_probe_runs_total{",
                            "xferd_probe_last_success_timestamp_seconds{",
                            "xferd_probe_device_seconds_total{",
-                           "xferd_cycle_device_seconds{",
                            "xferd_device_info{",
-                           "xferd_host_link_info{",
+                           "xferd_pcie_link_transitions_total{",
+                           "xferd_pcie_link_reduced_seconds_total{",
                            "xferd_build_info{",
                            "xferd_cycles_total{",
                            "xferd_cycle_duration_seconds ",
@@ -259,7 +263,6 @@ TEST(Metrics, DefaultConfigStaysWithinSeriesBudget) {
                            "xferd_state_write_errors_total ",
                            "xferd_textfile_write_errors_total ",
                            "xferd_foreign_traffic_bytes_per_second{",
-                           "xferd_gpu_load_readable{",
                            "xferd_pcie_aer_errors_total{",
                            "xferd_pcie_aer_rootport_errors_total{",
                            "xferd_pcie_replays_total{",
@@ -380,7 +383,7 @@ TEST(Metrics, CountersStartAtZeroForEveryProbedModeAndResult) {
   metrics.RecordSkipped(0, TransferMode::kManaged, ProbeResult::kUnsupported);
   EXPECT_EQ(SeriesWith(Expose(registry), "result=\"unsupported\"").size(), 1u);
   EXPECT_EQ(SeriesWith(text, "xferd_cycles_total{").size(), 4u);
-  EXPECT_EQ(SeriesWith(text, "xferd_diagnosis{").size(), 11u);
+  EXPECT_EQ(SeriesWith(text, "xferd_diagnosis{").size(), 12u);
 }
 
 TEST(Metrics, AModeTheConfigDoesNotProbeHasNoSeries) {
@@ -488,9 +491,7 @@ TEST(Metrics, ResultsVerdictsAndDiagnosisReachTheExposition) {
   EXPECT_EQ(value("xferd_config_last_reload_successful "), 0);
   EXPECT_EQ(value("xferd_state_write_errors_total "), 1);
   EXPECT_EQ(value("xferd_textfile_write_errors_total "), 1);
-  EXPECT_GT(value("xferd_cycle_device_seconds{gpu=\"0\"}"), 0);
-  EXPECT_GT(value("xferd_probe_device_seconds_total{gpu=\"0\"}"),
-            value("xferd_cycle_device_seconds{gpu=\"0\"}"));
+  EXPECT_GT(value("xferd_probe_device_seconds_total{gpu=\"0\"}"), 0);
 }
 
 // One simulated GPU (Gen4 x16) known to a fresh Metrics.
