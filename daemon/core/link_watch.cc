@@ -82,10 +82,13 @@ void LinkFlapCounter::SetLinks(std::vector<probes::WatchedLink> links) {
   links_ = std::move(links);
 }
 
-std::string LinkFlapCounter::Link(std::size_t i, const probes::LinkState& state) const {
+std::string LinkFlapCounter::Name(std::size_t i) const {
   const probes::WatchedLink& l = links_[i];
-  return l.bdf + " " + probes::FormatLink(state.gen, state.width) + " (max " +
-         probes::FormatLink(l.max_gen, l.max_width) + ")";
+  return l.other_end_bdf.empty() ? l.bdf : l.bdf + "-" + l.other_end_bdf;
+}
+
+std::string LinkFlapCounter::Max(std::size_t i) const {
+  return " (max " + probes::FormatLink(links_[i].max_gen, links_[i].max_width) + ")";
 }
 
 bool LinkFlapCounter::Observe(const LinkPoll& poll, const LinkWatchRule& rule) {
@@ -109,14 +112,15 @@ bool LinkFlapCounter::Observe(const LinkPoll& poll, const LinkWatchRule& rule) {
       const bool slow = moving && cap.max_gen > 0 && now.gen < cap.max_gen;
       if (narrow || slow) {
         reduced = true;
-        last_seen_ = Link(i, now) + (narrow ? "" : " while moving data");
+        last_seen_ = Name(i) + " " + probes::FormatLink(now.gen, now.width) +
+                     (narrow ? "" : " while moving data") + Max(i);
       }
       if (!judged_ || !judged_->links[i].Readable()) continue;
       const probes::LinkState& before = judged_->links[i];
       if (before.width != now.width || (moving && judged_moving_ && before.gen != now.gen)) {
         ++transitions;
-        last_seen_ = links_[i].bdf + " " + probes::FormatLink(before.gen, before.width) + " -> " +
-                     Link(i, now);
+        last_seen_ = Name(i) + " " + probes::FormatLink(before.gen, before.width) + " -> " +
+                     probes::FormatLink(now.gen, now.width) + Max(i);
       }
     }
     // Held until this poll, at most kMaxHeldPolls intervals.
@@ -200,7 +204,23 @@ void LinkWatcher::SetPath(const probes::DeviceInfo& device, const probes::LinkPa
   std::lock_guard lock(mutex_);
   auto it = gpus_.find(device.uuid);
   if (it == gpus_.end()) return;
+  const auto same = [](const probes::WatchedLink& a, const probes::WatchedLink& b) {
+    return a.bdf == b.bdf && a.other_end_bdf == b.other_end_bdf && a.max_gen == b.max_gen &&
+           a.max_width == b.max_width;
+  };
+  const auto& before = it->second.counter.links();
+  if (before.size() == links.size() &&
+      std::equal(before.begin(), before.end(), links.begin(), same)) {
+    return;  // as every cycle reads it: nothing to redo
+  }
   it->second.counter.SetLinks(std::move(links));
+  // The snapshot the polls read, in device order.
+  auto watched = std::make_shared<std::vector<probes::WatchedGpu>>();
+  for (const std::string& uuid : order_) {
+    const Gpu& gpu = gpus_.at(uuid);
+    if (!gpu.counter.links().empty()) watched->push_back({gpu.device, gpu.counter.links()});
+  }
+  watched_ = std::move(watched);
 }
 
 void LinkWatcher::Reconfigure(const Settings& settings) {
@@ -236,73 +256,78 @@ std::string LinkWatcher::Describe() const {
 }
 
 void LinkWatcher::Poll() {
-  // What to read, taken under the lock; read without it (State() must not wait on sysfs or
-  // NVML).
-  std::vector<probes::WatchedGpu> watched;
-  std::vector<bool> had_traffic;
+  // What to read, taken under the lock (a snapshot SetPath replaces); read without it:
+  // State() must not wait on sysfs or NVML.
+  std::shared_ptr<const std::vector<probes::WatchedGpu>> watched;
   LinkWatchRule rule;
   {
     std::lock_guard lock(mutex_);
     rule = rule_;
-    for (const std::string& uuid : order_) {
-      const Gpu& gpu = gpus_.at(uuid);
-      if (gpu.counter.links().empty()) continue;
-      watched.push_back({gpu.device, gpu.counter.links()});
-      had_traffic.push_back(gpu.last_traffic.has_value());
+    watched = watched_;
+    had_traffic_.resize(watched ? watched->size() : 0);
+    for (std::size_t i = 0; watched && i < watched->size(); ++i) {
+      had_traffic_[i] = gpus_.at((*watched)[i].device.uuid).last_traffic.has_value();
     }
   }
-  if (watched.empty()) return;
-  const std::vector<probes::LinkWatchReading> readings = reader_.Read(watched);
+  if (!watched || watched->empty()) return;
+  const std::size_t n = watched->size();
+  reader_.Read(*watched, readings_);
   const SteadyTime at = clock_.Now();
-  std::vector<LinkPoll> polls(watched.size());
-  std::vector<std::optional<probes::LinkTrafficCount>> traffic(watched.size());
-  std::vector<bool> slow(watched.size(), false);
-  for (std::size_t i = 0; i < watched.size() && i < readings.size(); ++i) {
-    LinkPoll& poll = polls[i];
+  polls_.resize(n);
+  traffic_.assign(n, std::nullopt);
+  slow_.assign(n, false);
+  for (std::size_t i = 0; i < n && i < readings_.size(); ++i) {
+    const probes::WatchedGpu& gpu = (*watched)[i];
+    LinkPoll& poll = polls_[i];
     poll.at = at;
-    poll.links = readings[i].links;
+    poll.links = readings_[i].links;
+    poll.traffic_bytes_per_s.reset();
+    poll.probing = false;
     if (hooks_.probing_since) {
-      const auto since = hooks_.probing_since(watched[i].device.index);
+      const auto since = hooks_.probing_since(gpu.device.index);
       poll.probing = since && at - *since >= kProbeSettle;
     }
     // The traffic matters only around a reading whose speed is below capability: it is read
     // then, and at the poll after (the interval after the reading), not at every poll.
-    for (std::size_t l = 0; l < poll.links.size() && l < watched[i].links.size(); ++l) {
+    for (std::size_t l = 0; l < poll.links.size() && l < gpu.links.size(); ++l) {
       const probes::LinkState& state = poll.links[l];
-      slow[i] = slow[i] || (state.Readable() && state.gen < watched[i].links[l].max_gen);
+      slow_[i] = slow_[i] || (state.Readable() && state.gen < gpu.links[l].max_gen);
     }
-    if (slow[i] || had_traffic[i]) traffic[i] = reader_.Traffic(watched[i].device);
+    if (slow_[i] || had_traffic_[i]) traffic_[i] = reader_.Traffic(gpu.device);
   }
 
   std::vector<std::pair<probes::DeviceInfo, LinkWatchState>> changes;
   {
     std::lock_guard lock(mutex_);
-    for (std::size_t i = 0; i < watched.size() && i < readings.size(); ++i) {
-      const probes::DeviceInfo& device = watched[i].device;
+    for (std::size_t i = 0; i < n && i < readings_.size(); ++i) {
+      const probes::DeviceInfo& device = (*watched)[i].device;
       auto it = gpus_.find(device.uuid);
       if (it == gpus_.end()) continue;
       Gpu& gpu = it->second;
-      LinkPoll& poll = polls[i];
-      const auto& count = traffic[i];
+      LinkPoll& poll = polls_[i];
+      const auto& count = traffic_[i];
       if (count && gpu.last_traffic && count->at_s > gpu.last_traffic->at_s &&
           count->bytes >= gpu.last_traffic->bytes) {
         poll.traffic_bytes_per_s =
             (count->bytes - gpu.last_traffic->bytes) / (count->at_s - gpu.last_traffic->at_s);
       }
-      gpu.last_traffic = slow[i] ? count : std::nullopt;
-      gpu.source = readings[i].source;
-      if (readings[i].problem != gpu.problem) {
+      gpu.last_traffic = slow_[i] ? count : std::nullopt;
+      const probes::LinkWatchReading& reading = readings_[i];
+      if (gpu.source != reading.source) gpu.source = reading.source;
+      if (reading.problem != gpu.problem) {
         // Said when it starts and when it stops, not at every poll.
         platform::ScopedLogFields fields(std::to_string(device.index), "");
-        if (!readings[i].problem.empty()) {
+        if (!reading.problem.empty()) {
           spdlog::warn("gpu {}: link watch: {}; that link is not watched until it reads again",
-                       device.index, readings[i].problem);
+                       device.index, reading.problem);
         } else {
           spdlog::info("gpu {}: link watch: every link reads again", device.index);
         }
-        gpu.problem = readings[i].problem;
+        gpu.problem = reading.problem;
       }
       const bool changed = gpu.counter.Observe(poll, rule);
+      // The verdict moves when the counts do, and when the window lets old ones go.
+      if (!changed && !gpu.flapping) continue;
       LinkWatchState state = gpu.counter.State(at, rule);
       state.source = gpu.source;
       state.problem = gpu.problem;

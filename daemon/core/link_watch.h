@@ -54,7 +54,7 @@ inline constexpr double kFlapReducedShare = 0.1;
 
 // What the rule is held to (from core::Settings).
 struct LinkWatchRule {
-  std::chrono::milliseconds interval{1000};
+  std::chrono::milliseconds interval{2000};
   std::chrono::milliseconds window{10 * 60 * 1000};
   int transitions = 4;
   double busy_bytes_per_s = 2e9;  // [busy] pcie_bytes_per_second
@@ -88,8 +88,9 @@ struct LinkWatchState {
   // Flapping by its time below capability alone, with fewer transitions than the rule's: a
   // link that stays low, which a probe's own reading of the path names link_downtrained.
   bool low_only = false;
-  // What was seen last that counted: "0000:00:01.0 Gen5 x16 -> Gen5 x8 (max Gen5 x16)",
-  // "0000:00:01.0 Gen2 x16 while moving data (max Gen5 x16)"; "" when nothing did.
+  // What was seen last that counted, the link named by its two ends: "0000:00:01.0-
+  // 0000:01:00.0 Gen5 x16 -> Gen5 x8 (max Gen5 x16)", "0000:00:01.0-0000:01:00.0 Gen2 x16
+  // while moving data (max Gen5 x16)"; "" when nothing did in the window.
   std::string last_seen;
   std::string source;   // where the links were read ("sysfs", "simulated")
   std::string problem;  // why a link was not read, as the last poll said
@@ -116,7 +117,9 @@ class LinkFlapCounter {
     double reduced_s = 0;
   };
   void Add(SteadyTime at, int transitions, double reduced_s, const LinkWatchRule& rule);
-  std::string Link(std::size_t i, const probes::LinkState& state) const;
+  // "0000:00:01.0-0000:01:00.0" (the end read, the other end), " (max Gen5 x16)".
+  std::string Name(std::size_t i) const;
+  std::string Max(std::size_t i) const;
 
   std::vector<probes::WatchedLink> links_;
   std::optional<LinkPoll> pending_;  // the last poll, judged at the next
@@ -178,6 +181,13 @@ class LinkWatcher {
   LinkWatchRule rule_;
   std::map<std::string, Gpu> gpus_;  // by UUID
   std::vector<std::string> order_;   // UUIDs in device order
+  // What each poll reads, replaced by SetPath when a path changes.
+  std::shared_ptr<const std::vector<probes::WatchedGpu>> watched_;
+  // The poll's working storage, reused (the watch's thread only).
+  std::vector<probes::LinkWatchReading> readings_;
+  std::vector<LinkPoll> polls_;
+  std::vector<std::optional<probes::LinkTrafficCount>> traffic_;
+  std::vector<bool> slow_, had_traffic_;
   std::jthread thread_;
 };
 

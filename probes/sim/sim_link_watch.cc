@@ -31,21 +31,22 @@ class SimLinkStateReader final : public LinkStateReader {
     return out;
   }
 
-  std::vector<LinkWatchReading> Read(const std::vector<WatchedGpu>& gpus) override {
-    std::vector<LinkWatchReading> out;
+  void Read(const std::vector<WatchedGpu>& gpus, std::vector<LinkWatchReading>& out) override {
     if (tree_) {
-      out = tree_->Read(gpus);
+      tree_->Read(gpus, out);
     } else {
-      for (const WatchedGpu& gpu : gpus) {
+      out.resize(gpus.size());
+      for (std::size_t g = 0; g < gpus.size(); ++g) {
         // In memory: ReadLinkPath applies the device's faults and idle speed itself.
-        const LinkPath path = sim_.ReadLinkPath(gpu.device.index);
-        LinkWatchReading reading;
-        for (std::size_t i = 0; i < gpu.links.size(); ++i) {
-          reading.links.push_back(i < path.links.size() ? LinkState{path.links[i].current_gen,
-                                                                    path.links[i].current_width}
-                                                        : LinkState{});
+        const LinkPath path = sim_.ReadLinkPath(gpus[g].device.index);
+        LinkWatchReading& reading = out[g];
+        reading.problem.clear();
+        reading.links.resize(gpus[g].links.size());
+        for (std::size_t i = 0; i < gpus[g].links.size(); ++i) {
+          reading.links[i] = i < path.links.size()
+                                 ? LinkState{path.links[i].current_gen, path.links[i].current_width}
+                                 : LinkState{};
         }
-        out.push_back(std::move(reading));
       }
     }
     for (std::size_t g = 0; g < gpus.size() && g < out.size(); ++g) {
@@ -62,7 +63,6 @@ class SimLinkStateReader final : public LinkStateReader {
       cap(own.width, caps.fault_width);
       if (load_ <= 0) cap(own.gen, caps.idle_gen);
     }
-    return out;
   }
 
   std::optional<LinkTrafficCount> Traffic(const DeviceInfo& device) override {
@@ -76,7 +76,10 @@ class SimLinkStateReader final : public LinkStateReader {
 
   std::string Describe() const override {
     return fmt::format("simulated: {}; traffic of the simulated link{}",
-                       tree_ ? tree_->Describe() : std::string("the built-in host's links"),
+                       tree_ ? "current_link_speed/width under " +
+                                   (sim_.SysfsRoot() / "bus/pci/devices").string() +
+                                   ", each link at its upper end"
+                             : std::string("the built-in host's links"),
                        load_ > 0 ? fmt::format(" plus a steady {:.1f} GB/s", load_ / 1e9) : "");
   }
 

@@ -98,16 +98,17 @@ class SysfsLinkStateReader final : public LinkStateReader {
     return links;
   }
 
-  std::vector<LinkWatchReading> Read(const std::vector<WatchedGpu>& gpus) override {
+  void Read(const std::vector<WatchedGpu>& gpus, std::vector<LinkWatchReading>& out) override {
     std::lock_guard lock(mutex_);
     const auto now = steady_clock::now();
     ++poll_;
-    std::vector<LinkWatchReading> out;
-    out.reserve(gpus.size());
-    for (const WatchedGpu& gpu : gpus) {
-      LinkWatchReading reading;
+    out.resize(gpus.size());
+    for (std::size_t g = 0; g < gpus.size(); ++g) {
+      const WatchedGpu& gpu = gpus[g];
+      LinkWatchReading& reading = out[g];
       reading.source = "sysfs";
-      reading.links.reserve(gpu.links.size());
+      reading.problem.clear();
+      reading.links.resize(gpu.links.size());
       for (std::size_t i = 0; i < gpu.links.size(); ++i) {
         LinkState state = ReadEnd(gpu.links[i].bdf, now, reading.problem);
         // The GPU's own link where sysfs does not show it: NVML's.
@@ -117,11 +118,9 @@ class SysfsLinkStateReader final : public LinkStateReader {
             reading.source = "sysfs, NVML (the GPU's own link)";
           }
         }
-        reading.links.push_back(state);
+        reading.links[i] = state;
       }
-      out.push_back(std::move(reading));
     }
-    return out;
   }
 
   std::optional<LinkTrafficCount> Traffic(const DeviceInfo& device) override {
@@ -166,9 +165,13 @@ class SysfsLinkStateReader final : public LinkStateReader {
       if (width) end.state.width = ParseLinkWidth(*width);
       if (end.problem.empty()) end.problem = width_problem;
       if (end.problem.empty() && !end.state.Readable()) {
+        const auto line = [](std::optional<std::string_view> text) {
+          std::string_view v = text.value_or("");
+          while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+          return platform::Printable(v, 40, true);
+        };
         end.problem = fmt::format("{}: link speed/width not known (\"{}\", \"{}\")", bdf,
-                                  platform::Printable(speed.value_or(""), 40, true),
-                                  platform::Printable(width.value_or(""), 40, true));
+                                  line(speed), line(width));
       }
     }
     if (!end.problem.empty() && problem.empty()) problem = end.problem;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/health_tracker.h"
+#include "core/incident_log.h"
 
 namespace xferd::core {
 
@@ -126,7 +127,8 @@ TEST(Baseline, RobustToAnOutlierCycle) {
   HealthTracker h(TestConfig());
   for (int i = 0; i < 9; ++i) h.Observe(PinnedCycle(25.0 + 0.1 * (i % 3)));
   h.Observe(PinnedCycle(250.0));  // one absurd reading (not low, so it is learned)
-  const double base = h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize);
+  const double base =
+      h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize);
   EXPECT_NEAR(base, 25.1e9, 0.15e9);
 }
 
@@ -138,8 +140,8 @@ TEST(Baseline, NotLearnedFromBusyOrFailedOrDriftingCycles) {
   h.Observe(busy);
   h.Observe(Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 0, ProbeStatus::kError)}));
   for (int i = 0; i < 10; ++i) h.Observe(PinnedCycle(12.0));  // below 0.8 x 25: not learned
-  EXPECT_NEAR(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize), 25e9,
-              0.01e9);
+  EXPECT_NEAR(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize),
+              25e9, 0.01e9);
   const auto snap = h.Snapshot();
   EXPECT_EQ(snap.at("GPU-0000-test").at("pinned/h2d/64MiB").size(), 6u);
 }
@@ -428,8 +430,9 @@ TEST(Restore, RestoredHistoryJudgesTheFirstCycles) {
 
   HealthTracker second(TestConfig(1));
   second.Restore(saved);
-  EXPECT_NEAR(second.Baseline("GPU-0000-test", TransferMode::kManaged, Direction::kH2D, kHealthSize), 4e9,
-              1e6);
+  EXPECT_NEAR(
+      second.Baseline("GPU-0000-test", TransferMode::kManaged, Direction::kH2D, kHealthSize), 4e9,
+      1e6);
   // A drop right after the restart is caught against the old history.
   DeviceHealth r = second.Observe(Cycle({Sample(TransferMode::kManaged, Direction::kH2D, 1.0)}));
   EXPECT_TRUE(r.Degraded());
@@ -532,7 +535,8 @@ TEST(Verdict, ContendedReadingsAreNeitherJudgedNorLearned) {
                          Contended(Sample(TransferMode::kPageable, Direction::kH2D, 1.0), 13.0)}));
   }
   EXPECT_FALSE(r.Degraded());
-  EXPECT_EQ(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize), baseline);
+  EXPECT_EQ(h.Baseline("GPU-0000-test", TransferMode::kPinned, Direction::kH2D, kHealthSize),
+            baseline);
   EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBand));
   EXPECT_FALSE(r.Has(DiagnosisCause::kBelowBaseline));
   // Not a 24x pinned/pageable ratio either: the readings say nothing about staging.
@@ -608,6 +612,77 @@ TEST(Band, ManagedPrefetchHostToDeviceHasItsOwnShareOfTheBand) {
       EXPECT_EQ(d.detail, "managed_prefetch h2d 15.0 GB/s < 15.9 GB/s band");
     }
   }
+}
+
+}  // namespace
+}  // namespace xferd::core
+
+namespace xferd::core {
+namespace {
+
+// What the link watch hands a cycle when the link flapped between probes.
+LinkWatchState Flapping(bool low_only = false) {
+  LinkWatchState w;
+  w.watching = true;
+  w.window_s = 600;
+  w.window_transitions = low_only ? 1 : 6;
+  w.window_reduced_s = low_only ? 90 : 12;
+  w.flapping = true;
+  w.low_only = low_only;
+  w.last_seen = "0000:00:01.0-0000:01:00.0 Gen4 x8 -> Gen4 x16 (max Gen4 x16)";
+  return w;
+}
+
+TEST(Diagnosis, AFlappingLinkIsAFaultOfItsOwnWhileEveryReadingIsGood) {
+  HealthTracker h(TestConfig());
+  CycleObservation obs = PinnedCycle(25.0);
+  obs.link_watch = Flapping();
+  const DeviceHealth r = h.Observe(obs);
+  ASSERT_TRUE(r.Has(DiagnosisCause::kLinkFlapping));
+  EXPECT_FALSE(PinnedDegraded(r));  // the readings are fine ...
+  EXPECT_TRUE(r.Degraded());        // ... the GPU is not: its link flaps between probes
+  for (const Diagnosis& d : r.diagnoses) {
+    if (d.cause != DiagnosisCause::kLinkFlapping) continue;
+    EXPECT_EQ(d.detail,
+              "6 transitions and 12 s below capability in the last 10 min; last "
+              "0000:00:01.0-0000:01:00.0 Gen4 x8 -> Gen4 x16 (max Gen4 x16)");
+    EXPECT_NE(d.advice.find("lspci -vv -s 0000:01:00.0"), std::string::npos) << d.advice;
+  }
+  EXPECT_EQ(h.Summary(),
+            "DEGRADED gpu0 PCIe link; likely: link_flapping (6 transitions and 12 s below "
+            "capability in the last 10 min; last 0000:00:01.0-0000:01:00.0 Gen4 x8 -> Gen4 x16 "
+            "(max Gen4 x16))");
+  // So does the incident log, with the cause and no series.
+  IncidentLog log;
+  EXPECT_EQ(log.Observe(r, false, 3, std::chrono::system_clock::now()), DeviceVerdict::kDegraded);
+  ASSERT_EQ(log.Incidents().size(), 1u);
+  EXPECT_TRUE(log.Incidents()[0].pairs.empty());
+  EXPECT_EQ(log.Incidents()[0].causes.front().cause, "link_flapping");
+  // Busy cycles too: a workload that keeps the GPU busy skips the probes, not the watch.
+  CycleObservation busy = Cycle({});
+  busy.busy = true;
+  busy.link_watch = Flapping();
+  EXPECT_TRUE(h.Observe(busy).Degraded());
+  // Once the watch's window lets it go, the GPU is ok again.
+  EXPECT_FALSE(h.Observe(PinnedCycle(25.0)).Degraded());
+  EXPECT_EQ(h.Summary().rfind("ok: ", 0), 0u) << h.Summary();
+}
+
+TEST(Diagnosis, ALinkThatStaysLowIsNamedOnceWhereTheProbeSawIt) {
+  // The watch saw the link low for 90 s with one transition, and the probe's own reading of
+  // the path shows it trained down: link_downtrained names it, not link_flapping too.
+  HealthTracker h(TestConfig());
+  CycleObservation obs =
+      Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 10.0)}, Gen4Path(4, 16, 4, 8));
+  obs.link_watch = Flapping(/*low_only=*/true);
+  const DeviceHealth r = h.Observe(obs);
+  EXPECT_TRUE(r.Has(DiagnosisCause::kLinkDowntrained));
+  EXPECT_FALSE(r.Has(DiagnosisCause::kLinkFlapping));
+  // Where the probes read the link healthy (a workload keeps it low, probes skipped), the
+  // watch's time below capability is the one witness.
+  CycleObservation unseen = PinnedCycle(25.0);
+  unseen.link_watch = Flapping(/*low_only=*/true);
+  EXPECT_TRUE(h.Observe(unseen).Has(DiagnosisCause::kLinkFlapping));
 }
 
 }  // namespace

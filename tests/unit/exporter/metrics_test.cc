@@ -494,6 +494,57 @@ TEST(Metrics, ResultsVerdictsAndDiagnosisReachTheExposition) {
   EXPECT_GT(value("xferd_probe_device_seconds_total{gpu=\"0\"}"), 0);
 }
 
+TEST(Metrics, TheLinkWatchCountersFollowItsTotalsFromZero) {
+  prometheus::Registry registry;
+  Metrics metrics(registry);
+  core::LinkWatchState w;
+  metrics.RecordLinkWatch(0, w);  // not watching (no link to read): no series
+  EXPECT_TRUE(SeriesWith(Expose(registry), "xferd_pcie_link_").empty());
+  w.watching = true;
+  metrics.RecordLinkWatch(0, w);
+  EXPECT_EQ(SeriesWith(Expose(registry), "xferd_pcie_link_transitions_total{gpu=\"0\"} 0").size(),
+            1u);
+  EXPECT_EQ(
+      SeriesWith(Expose(registry), "xferd_pcie_link_reduced_seconds_total{gpu=\"0\"} 0").size(),
+      1u);
+  // The watch polls every few seconds: only a change moves the generation (and re-renders).
+  const std::uint64_t generation = metrics.Generation();
+  metrics.RecordLinkWatch(0, w);
+  EXPECT_EQ(metrics.Generation(), generation);
+  w.transitions = 6;
+  w.reduced_s = 2.5;
+  metrics.RecordLinkWatch(0, w);
+  EXPECT_GT(metrics.Generation(), generation);
+  w.transitions = 9;
+  metrics.RecordLinkWatch(0, w);
+  const std::string text = Expose(registry);
+  EXPECT_EQ(SeriesWith(text, "xferd_pcie_link_transitions_total{gpu=\"0\"} 9").size(), 1u) << text;
+  EXPECT_EQ(SeriesWith(text, "xferd_pcie_link_reduced_seconds_total{gpu=\"0\"} 2.5").size(), 1u)
+      << text;
+}
+
+TEST(Metrics, AnUnreadableLinkWindowLeavesNoForeignTrafficSeries) {
+  prometheus::Registry registry;
+  Metrics metrics(registry);
+  probes::SimBackend sim(FastSim());
+  const probes::DeviceInfo dev = sim.Devices().at(0);
+  metrics.SetDevice(dev);
+  const auto load = probes::MakeSimGpuLoadReader(0, 0, &sim);
+  load->BeginWindow(dev);
+  probes::ProbeSample s = sim.Run(dev.index, Spec(TransferMode::kPinned, Direction::kH2D));
+  s.traffic = load->EndWindow(dev);
+  s.contention = core::JudgeContention(s, {});
+  metrics.RecordSample(dev, s);
+  EXPECT_EQ(SeriesWith(Expose(registry), "xferd_foreign_traffic_bytes_per_second{").size(), 2u);
+  // The next window could not be read (NVML lost the GPU): the last value is not left to
+  // look current.
+  probes::ProbeSample unread = sim.Run(dev.index, Spec(TransferMode::kPinned, Direction::kH2D));
+  metrics.RecordSample(dev, unread);
+  EXPECT_TRUE(SeriesWith(Expose(registry), "xferd_foreign_traffic_bytes_per_second{").empty());
+  // And the device says how it reaches host memory.
+  EXPECT_EQ(SeriesWith(Expose(registry), "host_link=\"pcie\"").size(), 1u);
+}
+
 // One simulated GPU (Gen4 x16) known to a fresh Metrics.
 class OneGpuMetrics : public ::testing::Test {
  protected:
@@ -525,11 +576,11 @@ TEST_F(OneGpuMetrics, OnlyLinkBoundProbesUnderTheBandsSizeAreMarkedExempt) {
     spec.size_bytes = size;
     metrics.RecordSample(dev, sim.Run(0, spec));
   };
-  run(TransferMode::kPinned, Direction::kH2D, 1 << 20);             // under 4 MiB
-  run(TransferMode::kPinned, Direction::kH2D, 64 << 20);            // held
-  run(TransferMode::kManagedPrefetch, Direction::kH2D, 16 << 20);   // under its 64 MiB
-  run(TransferMode::kManagedPrefetch, Direction::kH2D, 64 << 20);   // held
-  run(TransferMode::kPageable, Direction::kH2D, 1 << 20);           // not link-bound at all
+  run(TransferMode::kPinned, Direction::kH2D, 1 << 20);            // under 4 MiB
+  run(TransferMode::kPinned, Direction::kH2D, 64 << 20);           // held
+  run(TransferMode::kManagedPrefetch, Direction::kH2D, 16 << 20);  // under its 64 MiB
+  run(TransferMode::kManagedPrefetch, Direction::kH2D, 64 << 20);  // held
+  run(TransferMode::kPageable, Direction::kH2D, 1 << 20);          // not link-bound at all
   const auto exempt = SeriesWith(Expose(registry), "xferd_band_exempt{");
   ASSERT_EQ(exempt.size(), 2u) << ::testing::PrintToString(exempt);
   EXPECT_NE(exempt[0].find("mode=\"managed_prefetch\",size=\"16MiB\""), std::string::npos)
@@ -559,8 +610,7 @@ TEST(Metrics, AnNvlinkC2cGpuMarksTheModesItKeepsToTheirBaseline) {
   const auto exempt = SeriesWith(Expose(registry), "xferd_band_exempt{");
   EXPECT_EQ(exempt.size(), 7u) << ::testing::PrintToString(exempt);
   for (const std::string& line : exempt) {
-    EXPECT_EQ(line.find("direction=\"h2d\",gpu=\"0\",mode=\"pinned\""), std::string::npos)
-        << line;
+    EXPECT_EQ(line.find("direction=\"h2d\",gpu=\"0\",mode=\"pinned\""), std::string::npos) << line;
   }
 }
 

@@ -68,8 +68,9 @@ class LinkStateReader {
   // The links the watch reads for `device` on `path` (WatchedLinks, or what the reader knows
   // better: NVML's view of the GPU's own link where sysfs shows none).
   virtual std::vector<WatchedLink> Links(const DeviceInfo& device, const LinkPath& path) = 0;
-  // Every link of every GPU, read now; one reading per GPU, in the order given.
-  virtual std::vector<LinkWatchReading> Read(const std::vector<WatchedGpu>& gpus) = 0;
+  // Every link of every GPU, read now, into `out`: one reading per GPU, in the order given
+  // (`out`'s storage is reused from poll to poll: a poll allocates nothing).
+  virtual void Read(const std::vector<WatchedGpu>& gpus, std::vector<LinkWatchReading>& out) = 0;
   // The GPU's link byte counter now; nullopt: it cannot be read.
   virtual std::optional<LinkTrafficCount> Traffic(const DeviceInfo& device) = 0;
   // What it reads, for the start-up log.
