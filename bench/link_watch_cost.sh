@@ -7,10 +7,13 @@
 #      caches) and as the daemon's thread polls, after a sleep (the figure that counts);
 #   2. the daemon's own CPU time, `xferd run` on the simulated 8-GPU node on that tree, with
 #      the watch on ([health] link_watch_interval = "2s") and off ("0s"), SECONDS each (120),
-#      probes only in the first cycle (interval 1h) so the watch is what is left; and the
-#      watch's own thread (named xferd-linkwatch) in the run with it on.
+#      in PAIRS alternating pairs, probes only in the first cycle (interval 1h) so the watch
+#      is what is left; and the watch's own thread (named xferd-linkwatch) in the runs with it
+#      on: the figure that is the watch's alone (the daemon's whole differs by the noise of
+#      a shared machine too).
 #
-#   bench/link_watch_cost.sh [SECONDS]      (from the repository root; XFERD_BUILD=build)
+#   bench/link_watch_cost.sh [SECONDS]      (from the repository root; XFERD_BUILD=build,
+#                                            PAIRS=2 on/off pairs: 4 x SECONDS in all)
 #
 # CPU times are the kernel's per-thread run times (/proc/PID/task/*/schedstat, nanoseconds)
 # summed over the daemon's threads, from 5 s after it is ready to the end of the run. The
@@ -97,16 +100,27 @@ TOML
   echo "$((t1 - t0)) $((w1 - w0)) $(python3 -c "print($s1 - $s0)")"
 }
 
-echo "== xferd run on the simulated 8-GPU node ($tree), ${secs} s each, probes only at the start"
-read -r on_ns on_watch_ns on_s < <(run_daemon on 2s)
-read -r off_ns _ off_s < <(run_daemon off 0s)
-python3 - "$on_ns" "$on_watch_ns" "$on_s" "$off_ns" "$off_s" <<'PY'
-import sys
-on_ns, watch_ns, on_s, off_ns, off_s = (float(x) for x in sys.argv[1:])
-on, off, watch = on_ns / 1e9 / on_s, off_ns / 1e9 / off_s, watch_ns / 1e9 / on_s
-print(f"daemon, watch on  (every 2 s): {on_ns/1e6:8.2f} ms CPU in {on_s:.0f} s = {100*on:.4f} % of a core")
-print(f"daemon, watch off            : {off_ns/1e6:8.2f} ms CPU in {off_s:.0f} s = {100*off:.4f} % of a core")
-print(f"difference (on - off)        : {100*(on-off):+.4f} % of a core")
-print(f"the watch's own thread       : {watch_ns/1e6:8.2f} ms CPU in {on_s:.0f} s = {100*watch:.5f} % "
-      f"of a core ({1e6*watch:.1f} millionths; budget 100)")
+pairs=${PAIRS:-2}
+echo "== xferd run on the simulated 8-GPU node ($tree): $pairs pairs of runs, watch on then off," \
+  "${secs} s each, probes only at the start"
+: > "$work/runs"
+for i in $(seq 1 "$pairs"); do
+  read -r on_ns on_watch_ns on_s < <(run_daemon on 2s)
+  read -r off_ns _ off_s < <(run_daemon off 0s)
+  echo "$on_ns $on_watch_ns $on_s $off_ns $off_s" >> "$work/runs"
+done
+python3 - "$work/runs" <<'PY'
+import statistics, sys
+rows = [[float(x) for x in line.split()] for line in open(sys.argv[1])]
+diffs, watches = [], []
+for n, (on_ns, watch_ns, on_s, off_ns, off_s) in enumerate(rows, 1):
+    on, off, watch = on_ns / 1e9 / on_s, off_ns / 1e9 / off_s, watch_ns / 1e9 / on_s
+    diffs.append(on - off)
+    watches.append(watch)
+    print(f"pair {n}: daemon {100*on:.4f} % of a core with the watch on (every 2 s), "
+          f"{100*off:.4f} % off: {100*(on-off):+.4f} %; the watch's own thread "
+          f"{watch_ns/1e6:.2f} ms in {on_s:.0f} s = {100*watch:.5f} %")
+print(f"median: daemon on - off {100*statistics.median(diffs):+.4f} % of a core; the watch's own "
+      f"thread {100*statistics.median(watches):.5f} % ({1e6*statistics.median(watches):.1f} "
+      f"millionths; budget 100)")
 PY

@@ -155,7 +155,7 @@ void LinkFlapCounter::Add(SteadyTime at, int transitions, double reduced_s,
 
 LinkWatchState LinkFlapCounter::State(SteadyTime now, const LinkWatchRule& rule) const {
   LinkWatchState s;
-  s.watching = !links_.empty() && judged_.has_value();
+  s.watching = Watching();
   s.transitions = transitions_;
   s.reduced_s = reduced_s_;
   s.window_s = duration<double>(rule.window).count();
@@ -266,7 +266,7 @@ void LinkWatcher::Poll() {
     watched = watched_;
     had_traffic_.resize(watched ? watched->size() : 0);
     for (std::size_t i = 0; watched && i < watched->size(); ++i) {
-      had_traffic_[i] = gpus_.at((*watched)[i].device.uuid).last_traffic.has_value();
+      had_traffic_[i] = gpus_.at((*watched)[i].device.uuid).traffic_polls > 0;
     }
   }
   if (!watched || watched->empty()) return;
@@ -287,8 +287,9 @@ void LinkWatcher::Poll() {
       const auto since = hooks_.probing_since(gpu.device.index);
       poll.probing = since && at - *since >= kProbeSettle;
     }
-    // The traffic matters only around a reading whose speed is below capability: it is read
-    // then, and at the poll after (the interval after the reading), not at every poll.
+    // The traffic matters only around readings whose speed is below capability: it is read
+    // then and for kTrafficPollsAfterSlow polls after (the intervals after them, and the
+    // readings back at full speed between two slow ones), not at every poll.
     for (std::size_t l = 0; l < poll.links.size() && l < gpu.links.size(); ++l) {
       const probes::LinkState& state = poll.links[l];
       slow_[i] = slow_[i] || (state.Readable() && state.gen < gpu.links[l].max_gen);
@@ -311,7 +312,12 @@ void LinkWatcher::Poll() {
         poll.traffic_bytes_per_s =
             (count->bytes - gpu.last_traffic->bytes) / (count->at_s - gpu.last_traffic->at_s);
       }
-      gpu.last_traffic = slow_[i] ? count : std::nullopt;
+      gpu.last_traffic = count;
+      if (slow_[i]) {
+        gpu.traffic_polls = kTrafficPollsAfterSlow;
+      } else if (gpu.traffic_polls > 0) {
+        --gpu.traffic_polls;
+      }
       const probes::LinkWatchReading& reading = readings_[i];
       if (gpu.source != reading.source) gpu.source = reading.source;
       if (reading.problem != gpu.problem) {
@@ -325,7 +331,9 @@ void LinkWatcher::Poll() {
         }
         gpu.problem = reading.problem;
       }
-      const bool changed = gpu.counter.Observe(poll, rule);
+      bool changed = gpu.counter.Observe(poll, rule);
+      // Its first judged reading: the counters start (at 0) from here.
+      if (!gpu.announced && gpu.counter.Watching()) changed = gpu.announced = true;
       // The verdict moves when the counts do, and when the window lets old ones go.
       if (!changed && !gpu.flapping) continue;
       LinkWatchState state = gpu.counter.State(at, rule);

@@ -47,6 +47,10 @@ namespace xferd::core {
 // xferd's own probe counts as moving data once it has run this long: the link trains up
 // within a moment of the first copy.
 inline constexpr std::chrono::milliseconds kProbeSettle{10};
+// The link's traffic is read at a reading whose speed is below capability and at this many
+// polls after the last such reading: a link that flips between full speed and less is judged
+// at both.
+inline constexpr int kTrafficPollsAfterSlow = 5;
 // The time below capability is held at most this many poll intervals past a reading.
 inline constexpr int kMaxHeldPolls = 3;
 // A link that spends this share of the flap window below its capability flaps.
@@ -107,6 +111,8 @@ class LinkFlapCounter {
   const std::vector<probes::WatchedLink>& links() const { return links_; }
   // Folds one poll in; true when the counts changed (a transition, time below capability).
   bool Observe(const LinkPoll& poll, const LinkWatchRule& rule);
+  // Links to read, and a reading judged.
+  bool Watching() const { return !links_.empty() && judged_.has_value(); }
   // The counts, and the last window's, at `now`.
   LinkWatchState State(SteadyTime now, const LinkWatchRule& rule) const;
 
@@ -168,8 +174,10 @@ class LinkWatcher {
   struct Gpu {
     probes::DeviceInfo device;
     LinkFlapCounter counter;
-    bool flapping = false;                                 // as last logged and handed to on_change
+    bool flapping = false;   // as last logged and handed to on_change
+    bool announced = false;  // its first judged reading was handed to on_change
     std::optional<probes::LinkTrafficCount> last_traffic;  // read at the previous poll
+    int traffic_polls = 0;  // polls left to read the traffic at after a slow reading
     std::string source, problem;
   };
   void Run(std::stop_token stop);

@@ -233,7 +233,11 @@ TEST(LinkWatcher, PollsEveryGpuAndReportsWhatChanged) {
   }
   EXPECT_EQ(reader.reads, 3);
   EXPECT_EQ(reader.traffic_reads, 0);  // every link at full speed: no traffic asked
-  EXPECT_TRUE(changes.empty());
+  // Each GPU reported once, at its first judged reading: its counters start at 0 then.
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_TRUE(changes[0].second.watching);
+  EXPECT_EQ(changes[0].second.transitions, 0u);
+  changes.clear();
   EXPECT_TRUE(watch.State("GPU-0").watching);
   EXPECT_EQ(watch.State("GPU-0").source, "scripted");
 
@@ -288,6 +292,18 @@ TEST(LinkWatcher, ReadsTrafficAroundASlowReadingToJudgeIt) {
   EXPECT_GE(s.reduced_s, 60.0);
   EXPECT_TRUE(s.flapping);
   EXPECT_TRUE(s.low_only);
+
+  // Now it flips every other poll, data moving all along: the full-speed readings between
+  // the slow ones are judged too, so each flip is a transition.
+  const std::uint64_t before = watch.State("GPU-0").transitions;
+  for (int i = 0; i < 20; ++i) {
+    reader.links[0] = i % 2 ? kFull : LinkState{2, 16};
+    reader.bytes[0] += 10e9;
+    reader.seconds += 1;
+    clock.Advance(1s);
+    watch.Poll();
+  }
+  EXPECT_GE(watch.State("GPU-0").transitions - before, 18u);
 }
 
 }  // namespace
