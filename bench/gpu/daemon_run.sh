@@ -74,8 +74,6 @@ cycles = sum(float(v) for n, s, v in series if n == "xferd_cycles_total")
 print(json.dumps({
     "bandwidth_gb_per_s": bw, "probe_runs": runs, "cycles": cycles,
     "last_cycle_wall_s": one.get("xferd_cycle_duration_seconds"),
-    "last_cycle_device_s": {labels(s).get("gpu"): float(v) for n, s, v in series
-                            if n == "xferd_cycle_device_seconds"},
     "device_seconds_total": dev, "wall_s": t0 - start,
     "duty_cycle_this_run": dev / (t0 - start) if t0 > start else None,
     "ready_after_s": ready - start, "sigterm_exit_s": t1 - t0, "exit_code": rc,

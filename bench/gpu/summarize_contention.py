@@ -259,15 +259,12 @@ def daemon_figures(out, name, reference):
             causes.setdefault(c, set()).add("log")
     fig["diagnosis_causes"] = {c: sorted(g) for c, g in sorted(causes.items())}
 
-    for metric, key, scale in (("xferd_foreign_traffic_bytes_per_second", "foreign_traffic_max_gb_per_s", 1e9),
-                               ("xferd_gpu_load_readable", "gpu_load_readable_min", 1)):
-        values = [v for s in scrapes for _, v in series(s, metric)]
-        if not values:
-            fig[key] = ABSENT
-        elif key.endswith("_max_gb_per_s"):
-            fig[key] = max(values) / scale
-        else:
-            fig[key] = min(values)
+    values = [v for s in scrapes for _, v in series(s, "xferd_foreign_traffic_bytes_per_second")]
+    fig["foreign_traffic_max_gb_per_s"] = max(values) / 1e9 if values else ABSENT
+    # The link read around the probes: the foreign traffic has a series (absent where not).
+    fig["traffic_readable_scrapes"] = (
+        sum(1 for s in scrapes if series(s, "xferd_foreign_traffic_bytes_per_second")) / len(scrapes)
+        if scrapes else ABSENT)
 
     # The lowest each baseline went, against the uncontended figure of its mode.
     lowest = {}
@@ -407,7 +404,8 @@ def render(doc):
     row("contended probes (runs_total{result=contended})", lambda x: f(x["contended_probes"], "{:g}"))
     row("baselines learned from contended probes", lambda x: str(x["baselines_learned_contended"]))
     row("foreign traffic seen, max GB/s", lambda x: f(x["foreign_traffic_max_gb_per_s"], "{:.2f}"))
-    row("xferd_gpu_load_readable (min)", lambda x: f(x["gpu_load_readable_min"], "{:g}"))
+    row("scrapes with the link readable (foreign traffic series)",
+        lambda x: f(x["traffic_readable_scrapes"], "{:.0%}"))
     row("diagnosis causes seen", lambda x: ", ".join(x["diagnosis_causes"]) or "none")
     for name, x in (("B", b), ("D", d)):
         lines.append(f"{name} probe runs by result: " + (", ".join(

@@ -228,7 +228,7 @@ void Scheduler::Book(Round& round, DeviceCycle& dc, const Measured& measured, bo
       spdlog::info(
           "gpu {}: the link cannot be read around its probes ({}): another process's "
           "traffic cannot be told from a slow link, so readings are judged as they come "
-          "(xferd_gpu_load_readable 0; said once)",
+          "(no xferd_foreign_traffic_bytes_per_second series; said once)",
           gpu, round.busy->Describe());
     }
   }

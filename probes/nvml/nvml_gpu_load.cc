@@ -304,7 +304,7 @@ class NvmlGpuLoadReader final : public GpuLoadReader {
     if (rc != kNvmlSuccess) {
       spdlog::warn(
           "NVML does not know GPU {} ({} {}): {}; probing it without a busy check or "
-          "contention detection (xferd_gpu_load_readable{{gpu=\"{}\"}} 0)",
+          "contention detection (no xferd_foreign_traffic_bytes_per_second{{gpu=\"{}\"}})",
           device.index, device.pci_bus_id, device.uuid, nvml_->ErrorText(rc), device.index);
     }
     handles_[device.uuid] = dev;
@@ -330,7 +330,8 @@ class NvmlGpuLoadReader final : public GpuLoadReader {
     if (said_.insert(device.uuid + "window: " + why).second) {
       spdlog::log(level,
                   "contention: {} of GPU {} cannot be read around a probe: {}; such probes are "
-                  "judged without contention detection (xferd_gpu_load_readable{{gpu=\"{}\"}} 0; "
+                  "judged without contention detection (no "
+                  "xferd_foreign_traffic_bytes_per_second{{gpu=\"{}\"}}; "
                   "said once)",
                   what, device.index, why, device.index);
     }

@@ -70,7 +70,8 @@ def test_contended_probes_are_counted_but_never_published_judged_or_learned(daem
     assert ok >= 10
     assert shared_seen == 1, "no cycle named link_shared"
     assert foreign_seen > 15e9, "the 20 GB/s bursts did not show as foreign traffic"
-    assert d.value("xferd_gpu_load_readable", gpu="0") == 1
+    # The link was readable around the probes: the foreign traffic has its series.
+    assert d.value("xferd_foreign_traffic_bytes_per_second", gpu="0", direction="h2d") is not None
     # Published bandwidth carries uncontended readings only: a contended pinned probe reads
     # about half (the burst takes its share of the link).
     for key, v in lowest.items():

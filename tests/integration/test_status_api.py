@@ -123,7 +123,7 @@ def check_against_metrics(doc, m):
 
         # The link.
         link = g["link"]
-        types = [dict(ls)["type"] for ls in series(m, "xferd_host_link_info", gpu=gpu)]
+        types = [dict(ls)["host_link"] for ls in series(m, "xferd_device_info", gpu=gpu)]
         assert types == [link["host_link"]]
         pcie = link["pcie"]
         for state, got in (("current", pcie["current"]), ("max", pcie["max"]),
@@ -154,8 +154,9 @@ def check_against_metrics(doc, m):
 
         # Contention.
         c = g["contention"]
-        readable = one(m, "xferd_gpu_load_readable", gpu=gpu)
-        assert c["traffic_readable"] == (readable == 1)
+        # Readable: the foreign traffic has its series (absent where the link cannot be read).
+        readable = one(m, "xferd_foreign_traffic_bytes_per_second", gpu=gpu, direction="h2d")
+        assert c["traffic_readable"] == (readable is not None)
         for direction in ("h2d", "d2h"):
             foreign = one(m, "xferd_foreign_traffic_bytes_per_second", gpu=gpu,
                           direction=direction)
