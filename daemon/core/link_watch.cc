@@ -82,6 +82,13 @@ void LinkFlapCounter::SetLinks(std::vector<probes::WatchedLink> links) {
   links_ = std::move(links);
 }
 
+bool LinkFlapCounter::Possible(std::size_t i, const probes::LinkState& state) const {
+  // Above what the link can train to: a device reading all ones (x63), not a link state.
+  const probes::WatchedLink& l = links_[i];
+  return state.Readable() && (l.max_gen == 0 || state.gen <= l.max_gen) &&
+         (l.max_width == 0 || state.width <= l.max_width);
+}
+
 std::string LinkFlapCounter::Name(std::size_t i) const {
   const probes::WatchedLink& l = links_[i];
   return l.other_end_bdf.empty() ? l.bdf : l.bdf + "-" + l.other_end_bdf;
@@ -106,7 +113,7 @@ bool LinkFlapCounter::Observe(const LinkPoll& poll, const LinkWatchRule& rule) {
     bool reduced = false;
     for (std::size_t i = 0; i < links_.size(); ++i) {
       const probes::LinkState& now = k.links[i];
-      if (!now.Readable()) continue;
+      if (!Possible(i, now)) continue;
       const probes::WatchedLink& cap = links_[i];
       const bool narrow = cap.max_width > 0 && now.width < cap.max_width;
       const bool slow = moving && cap.max_gen > 0 && now.gen < cap.max_gen;
@@ -115,7 +122,7 @@ bool LinkFlapCounter::Observe(const LinkPoll& poll, const LinkWatchRule& rule) {
         last_seen_ = Name(i) + " " + probes::FormatLink(now.gen, now.width) +
                      (narrow ? "" : " while moving data") + Max(i);
       }
-      if (!judged_ || !judged_->links[i].Readable()) continue;
+      if (!judged_ || !Possible(i, judged_->links[i])) continue;
       const probes::LinkState& before = judged_->links[i];
       if (before.width != now.width || (moving && judged_moving_ && before.gen != now.gen)) {
         ++transitions;

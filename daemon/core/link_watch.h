@@ -14,6 +14,8 @@
 //     it: the link takes a moment to train up when traffic starts and drops its speed soon
 //     after traffic stops, and neither is a fault. A reading is therefore judged one poll
 //     after it is taken;
+//   - a reading above what the link can train to (a device that answers all ones: x63) is
+//     no reading;
 //   - a transition is a change of a link's width between two readings, or of its speed
 //     between two readings taken while the GPU moved data; one per link and reading;
 //   - the time below capability is held from one reading to the next (at most
@@ -123,6 +125,8 @@ class LinkFlapCounter {
     double reduced_s = 0;
   };
   void Add(SteadyTime at, int transitions, double reduced_s, const LinkWatchRule& rule);
+  // Readable, and no more than the link can train to (a device reading all ones is not).
+  bool Possible(std::size_t i, const probes::LinkState& state) const;
   // "0000:00:01.0-0000:01:00.0" (the end read, the other end), " (max Gen5 x16)".
   std::string Name(std::size_t i) const;
   std::string Max(std::size_t i) const;

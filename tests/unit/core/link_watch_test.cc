@@ -163,6 +163,9 @@ TEST_F(FlapRule, AnUnreadableReadingCountsNothing) {
   // x8 was seen (a second below capability), but no two readable readings in a row differ.
   EXPECT_EQ(State().transitions, 0u);
   EXPECT_DOUBLE_EQ(State().reduced_s, 1.0);
+  // A device that does not answer reads all ones: x63 at 32 GT/s, no state of this link.
+  for (int i = 0; i < 6; ++i) Poll(i % 2 ? LinkState{5, 63} : kFull);
+  EXPECT_EQ(State().transitions, 0u);
 }
 
 // A reader the test scripts: each GPU's links as set, its traffic counter as set.
