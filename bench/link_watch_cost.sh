@@ -13,7 +13,8 @@
 #      a shared machine too).
 #
 #   bench/link_watch_cost.sh [SECONDS]      (from the repository root; XFERD_BUILD=build,
-#                                            PAIRS=2 on/off pairs: 4 x SECONDS in all)
+#                                            PAIRS=2 on/off pairs: 4 x SECONDS in all;
+#                                            INTERVAL=2s the watch's interval when on)
 #
 # CPU times are the kernel's per-thread run times (/proc/PID/task/*/schedstat, nanoseconds)
 # summed over the daemon's threads, from 5 s after it is ready to the end of the run. The
@@ -105,7 +106,7 @@ echo "== xferd run on the simulated 8-GPU node ($tree): $pairs pairs of runs, wa
   "${secs} s each, probes only at the start"
 : > "$work/runs"
 for i in $(seq 1 "$pairs"); do
-  read -r on_ns on_watch_ns on_s < <(run_daemon on 2s)
+  read -r on_ns on_watch_ns on_s < <(run_daemon on "${INTERVAL:-2s}")
   read -r off_ns _ off_s < <(run_daemon off 0s)
   echo "$on_ns $on_watch_ns $on_s $off_ns $off_s" >> "$work/runs"
 done
@@ -117,7 +118,7 @@ for n, (on_ns, watch_ns, on_s, off_ns, off_s) in enumerate(rows, 1):
     on, off, watch = on_ns / 1e9 / on_s, off_ns / 1e9 / off_s, watch_ns / 1e9 / on_s
     diffs.append(on - off)
     watches.append(watch)
-    print(f"pair {n}: daemon {100*on:.4f} % of a core with the watch on (every 2 s), "
+    print(f"pair {n}: daemon {100*on:.4f} % of a core with the watch on, "
           f"{100*off:.4f} % off: {100*(on-off):+.4f} %; the watch's own thread "
           f"{watch_ns/1e6:.2f} ms in {on_s:.0f} s = {100*watch:.5f} %")
 print(f"median: daemon on - off {100*statistics.median(diffs):+.4f} % of a core; the watch's own "
