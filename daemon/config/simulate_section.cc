@@ -1,4 +1,5 @@
-// [simulate]: the simulated device, its load and its injected faults.
+// [simulate]: the simulated device and its load; its injected faults are read by
+// simulate_faults.cc.
 #include <algorithm>
 #include <climits>
 #include <regex>
@@ -7,27 +8,19 @@
 
 #include "config/messages.h"
 #include "config/sections.h"
+#include "config/simulate_faults.h"
 #include "config/toml_reader.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::config {
 namespace {
 
-using Kind = probes::SimFault::Kind;
-
-bool ValidWidth(std::int64_t width) {
-  return width == 1 || width == 2 || width == 4 || width == 8 || width == 12 || width == 16 ||
-         width == 32;
-}
-
-constexpr const char* kWidthFix = "use 1, 2, 4, 8, 12, 16 or 32";
-
 // "gen4x16" -> (4, 16); the key's error otherwise.
 std::pair<int, int> ParseLinkText(const TableReader& r, std::string_view key,
                                   const std::string& text) {
   static const std::regex kLink("[Gg][Ee][Nn]([1-6])[Xx]([0-9]{1,2})");
   std::smatch m;
-  if (!std::regex_match(text, m, kLink) || !ValidWidth(std::stoi(m[2].str()))) {
+  if (!std::regex_match(text, m, kLink) || !ValidPcieWidth(std::stoi(m[2].str()))) {
     r.Fail(
         *r.Find(key), key, "not a PCIe link: " + Quote(text),
         "write " + std::string(key) + " = \"gen4x16\" (gen 1-6, width 1, 2, 4, 8, 12, 16 or 32)");
@@ -47,9 +40,9 @@ void ReadLink(const TableReader& r, probes::SimOptions& sim) {
   }
   if (auto v = r.Integer("link_gen", 1, 6, 4)) sim.link_gen = static_cast<int>(*v);
   if (auto v = r.Integer("link_width", 1, 32, 16)) {
-    if (!ValidWidth(*v)) {
+    if (!ValidPcieWidth(*v)) {
       r.Fail(*r.Find("link_width"), "link_width", "PCIe has no x" + std::to_string(*v) + " link",
-             kWidthFix);
+             kPcieWidthFix);
     }
     sim.link_width = static_cast<int>(*v);
   }
@@ -99,151 +92,6 @@ void ReadUnsupported(const TableReader& r, probes::SimOptions& sim) {
     }
     sim.unsupported[*mode] = **text;
   }
-}
-
-std::string KindNames() {
-  std::string kinds;
-  for (Kind k : {Kind::kDegrade, Kind::kDownTrain, Kind::kErrorEvery, Kind::kHang, Kind::kSlow,
-                 Kind::kLost, Kind::kLinkErrors, Kind::kRemoteNuma, Kind::kSlowStaging}) {
-    kinds += (kinds.empty() ? "" : ", ") + std::string(probes::ToString(k));
-  }
-  return kinds;
-}
-
-// kind = "link_errors": which counter grows, how fast, where on the path, and what it costs.
-void ReadLinkErrorsFault(const TableReader& f, probes::SimFault& fault) {
-  if (auto v = f.String("counter", "\"correctable\"")) {
-    const auto counter = probes::ParseSimErrorCounter(*v);
-    if (!counter) {
-      f.Fail(*f.Find("counter"), "counter", "unknown counter " + Quote(*v),
-             "use \"correctable\", \"nonfatal\", \"fatal\" (the kernel's AER counts) or "
-             "\"replay\" (NVML's replay counter of the GPU's link)");
-    }
-    fault.counter = *counter;
-  }
-  const auto rate = f.Number("rate", 0, 1e6, true, 10);
-  if (!rate) {
-    f.FailAt(f.TableLine(), "rate", "missing: how many errors per second",
-             "add rate = 10 (errors per second of simulated time, > 0)");
-  }
-  fault.rate = *rate;
-  if (auto v = f.Integer("hop", -1, 15, 1)) fault.hop = static_cast<int>(*v);
-  if (fault.counter == probes::SimFault::ErrorCounter::kReplay && fault.hop != 0) {
-    f.Fail(*f.Find("hop"), "hop",
-           "replays are counted by the GPU on its own link (hop 0), not at hop " +
-               std::to_string(fault.hop),
-           "remove hop, or count AER errors there: counter = \"correctable\"");
-  }
-  if (auto v = f.Number("factor", 0, 1, true, 0.6)) fault.factor = *v;
-}
-
-// The parameters of one fault: each kind takes only its own, so a misplaced one is not
-// silently ignored.
-void ReadFaultParameters(const TableReader& f, const std::string& kind_text,
-                         const probes::SimOptions& sim, probes::SimFault& fault) {
-  const auto only = [&](std::initializer_list<std::string_view> allowed) {
-    for (std::string_view key : {"factor", "gen", "width", "every", "counter", "rate", "hop"}) {
-      const toml::node* node = f.Find(key);
-      if (node && std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-        f.Fail(*node, key, "kind " + Quote(kind_text) + " takes no " + std::string(key),
-               "remove it");
-      }
-    }
-  };
-  const auto required = [&](const auto& value, std::string_view key, const char* missing,
-                            const char* add) {
-    if (!value) f.FailAt(f.TableLine(), key, missing, add);
-    return *value;
-  };
-  switch (fault.kind) {
-    case Kind::kDegrade:
-      only({"factor"});
-      fault.factor =
-          required(f.Number("factor", 0, 1, true, 0.5), "factor",
-                   "missing: how much bandwidth is left", "add factor = 0.5 (0 < factor <= 1)");
-      break;
-    case Kind::kSlow:
-      only({"factor"});
-      fault.factor = required(f.Number("factor", 1, 1e6, false, 10), "factor",
-                              "missing: how many times slower", "add factor = 10 (factor >= 1)");
-      break;
-    case Kind::kDownTrain: {
-      only({"gen", "width"});
-      const auto gen = f.Integer("gen", 1, 6, 3);
-      const auto width = f.Integer("width", 1, 32, 8);
-      if (!gen && !width) {
-        f.FailAt(f.TableLine(), "gen", "missing: the link it trained down to",
-                 "add gen = 3 and/or width = 8");
-      }
-      if (width && !ValidWidth(*width)) {
-        f.Fail(*f.Find("width"), "width", "PCIe has no x" + std::to_string(*width) + " link",
-               kWidthFix);
-      }
-      fault.gen = gen ? static_cast<int>(*gen) : sim.link_gen;
-      fault.width = width ? static_cast<int>(*width) : sim.link_width;
-      break;
-    }
-    case Kind::kLinkErrors:
-      only({"counter", "rate", "hop", "factor"});
-      ReadLinkErrorsFault(f, fault);
-      break;
-    case Kind::kRemoteNuma:
-      only({"factor"});
-      // A far node's memory over the socket link: a third of the bandwidth lost is usual
-      // on two-socket hosts.
-      fault.factor = f.Number("factor", 0, 1, true, 0.7).value_or(0.7);
-      if (sim.integrated) {
-        f.Fail(*f.Find("kind"), "kind",
-               "an integrated GPU shares the host's memory: it has no remote NUMA node",
-               "remove the fault, or integrated = true");
-      }
-      if (sim.sysfs_root.empty() && sim.numa_nodes < 2) {
-        f.Fail(*f.Find("kind"), "kind",
-               "the simulated host has one NUMA node (numa_nodes = 1): no other node to "
-               "place the host buffers on",
-               "set numa_nodes = 2 in [simulate]");
-      }
-      break;
-    case Kind::kSlowStaging:
-      only({"factor"});
-      // The default takes pageable h2d from ~1/3.6 of pinned to ~1/14: past the 10x the
-      // diagnosis names.
-      fault.factor = f.Number("factor", 0, 1, true, 0.25).value_or(0.25);
-      break;
-    case Kind::kErrorEvery:
-      only({"every"});
-      fault.every =
-          static_cast<int>(required(f.Integer("every", 1, 1000000, 3), "every",
-                                    "missing: every how many probes one fails", "add every = 3"));
-      break;
-    case Kind::kHang:
-    case Kind::kLost: only({}); break;
-  }
-}
-
-// [[simulate.fault]] number `index`.
-probes::SimFault ReadFault(const std::string& file, const toml::table& table, std::size_t index,
-                           const probes::SimOptions& sim) {
-  TableReader f(file, table, "simulate.fault");
-  f.SetDisplayPrefix("simulate.fault[" + std::to_string(index) + "]");
-  probes::SimFault fault;
-  const auto kind_text = f.String("kind", "\"degrade\"");
-  if (!kind_text) {
-    f.FailAt(f.TableLine(), "kind", "missing: what fault to inject",
-             "add kind = one of " + KindNames());
-  }
-  const auto kind = probes::ParseSimFaultKind(*kind_text);
-  if (!kind) {
-    f.Fail(*f.Find("kind"), "kind", "unknown fault kind " + Quote(*kind_text),
-           "use one of " + KindNames());
-  }
-  fault.kind = *kind;
-  // A sysfs tree's GPUs are counted when the backend reads it, which checks the index.
-  const int last_device = sim.sysfs_root.empty() ? sim.devices - 1 : 63;
-  if (auto v = f.Integer("device", -1, last_device, -1)) fault.device = static_cast<int>(*v);
-  ReadFaultParameters(f, *kind_text, sim, fault);
-  f.RejectUnknown();
-  return fault;
 }
 
 // Another process's traffic on each simulated GPU's link, in bursts at random moments: the

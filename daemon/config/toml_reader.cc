@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "config/messages.h"
+#include "config/simulate_faults.h"
 #include "config/units.h"
 #include "xferd/probes/types.h"
 
@@ -65,8 +66,7 @@ const std::vector<Section>& Schema() {
         "foreign_traffic_bytes_per_second",
         "foreign_traffic_duty",
         "foreign_traffic_direction"}},
-      {"simulate.fault",
-       {"kind", "device", "factor", "gen", "width", "every", "counter", "rate", "hop"}},
+      {"simulate.fault", SimulateFaultKeys()},
   };
   return kSchema;
 }

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "platform/exit_codes.h"
+#include "probes/sim/fault_kind.h"
 #include "probes/sim/foreign_traffic.h"
 #include "probes/sim/sim_topology.h"
 #include "xferd/probes/shared_paths.h"
@@ -99,49 +100,6 @@ ProbeSample Failed(const ProbeSpec& spec, ProbeStatus status, std::string messag
 
 }  // namespace
 
-std::string_view ToString(SimFault::Kind kind) {
-  switch (kind) {
-    case SimFault::Kind::kDegrade: return "degrade";
-    case SimFault::Kind::kDownTrain: return "downtrain";
-    case SimFault::Kind::kErrorEvery: return "error_every";
-    case SimFault::Kind::kHang: return "hang";
-    case SimFault::Kind::kSlow: return "slow";
-    case SimFault::Kind::kLost: return "lost";
-    case SimFault::Kind::kLinkErrors: return "link_errors";
-    case SimFault::Kind::kRemoteNuma: return "remote_numa";
-    case SimFault::Kind::kSlowStaging: return "slow_staging";
-  }
-  return "unknown";
-}
-
-std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text) {
-  for (auto kind :
-       {SimFault::Kind::kDegrade, SimFault::Kind::kDownTrain, SimFault::Kind::kErrorEvery,
-        SimFault::Kind::kHang, SimFault::Kind::kSlow, SimFault::Kind::kLost,
-        SimFault::Kind::kLinkErrors, SimFault::Kind::kRemoteNuma, SimFault::Kind::kSlowStaging}) {
-    if (ToString(kind) == text) return kind;
-  }
-  return std::nullopt;
-}
-
-std::string_view ToString(SimFault::ErrorCounter counter) {
-  switch (counter) {
-    case SimFault::ErrorCounter::kCorrectable: return "correctable";
-    case SimFault::ErrorCounter::kNonFatal: return "nonfatal";
-    case SimFault::ErrorCounter::kFatal: return "fatal";
-    case SimFault::ErrorCounter::kReplay: return "replay";
-  }
-  return "correctable";
-}
-
-std::optional<SimFault::ErrorCounter> ParseSimErrorCounter(std::string_view text) {
-  for (auto counter : {SimFault::ErrorCounter::kCorrectable, SimFault::ErrorCounter::kNonFatal,
-                       SimFault::ErrorCounter::kFatal, SimFault::ErrorCounter::kReplay}) {
-    if (ToString(counter) == text) return counter;
-  }
-  return std::nullopt;
-}
-
 struct SimBackend::State {
   struct Device {
     // The RNG, counter and link; the caller serialises a device's probes, and the link is
@@ -160,8 +118,9 @@ struct SimBackend::State {
 
   mutable std::mutex faults_mutex;
   std::vector<SimFault> faults;
-  // The link_errors faults' counts: when each began on each device's timeline, and what
-  // faults replaced since counted, per (device, hop, counter), so counters never go back.
+  // The link errors the faults count (SimFaultKind::CountErrors): when each fault began on
+  // each device's timeline, and what faults replaced since counted, per (device, hop,
+  // counter), so counters never go back.
   std::vector<std::vector<double>> error_since_s;  // per fault, per device
   std::map<std::tuple<int, int, SimFault::ErrorCounter>, double> banked_errors;
 
@@ -181,49 +140,63 @@ struct SimBackend::State {
   explicit State(const SimOptions& o) : options(o), topology(o) {}
 
   bool AppliesTo(const SimFault& f, int device) const { return f.device < 0 || f.device == device; }
+  bool Valid(int device) const { return device >= 0 && device < static_cast<int>(devices.size()); }
   // The device's "now", its lock taken.
   double NowOf(int device) const {
     const Device& dev = *devices[device];
     std::lock_guard lock(dev.mutex);
     return Now(dev);
   }
-  // Called with faults_mutex held: the link_errors faults' counts from here on.
+  // Called with faults_mutex held: the faults' error counts from here on.
   void StartErrorFaults() {
     error_since_s.assign(faults.size(), {});
     for (std::size_t i = 0; i < faults.size(); ++i) {
-      if (faults[i].kind != SimFault::Kind::kLinkErrors) continue;
       for (int d = 0; d < static_cast<int>(devices.size()); ++d) {
         error_since_s[i].push_back(NowOf(d));
       }
     }
   }
-  // Called with faults_mutex held: what each link_errors fault counted until now, banked.
+  // Called with faults_mutex held: fault `i`'s errors on `device` until `now_s`, into
+  // `counts`.
+  void CountErrors(std::size_t i, int device, double now_s, SimErrorCounts& counts) const {
+    const SimFault& f = faults[i];
+    if (i >= error_since_s.size() || !AppliesTo(f, device)) return;
+    const auto& since = error_since_s[i];
+    if (static_cast<std::size_t>(device) >= since.size()) return;
+    FaultKindOf(f.kind).CountErrors(f, since[static_cast<std::size_t>(device)], now_s, counts);
+  }
+  // Called with faults_mutex held: what each fault counted until now, banked.
   void BankErrorFaults() {
     for (std::size_t i = 0; i < faults.size() && i < error_since_s.size(); ++i) {
-      const SimFault& f = faults[i];
-      if (f.kind != SimFault::Kind::kLinkErrors) continue;
       for (int d = 0; d < static_cast<int>(error_since_s[i].size()); ++d) {
-        if (!AppliesTo(f, d)) continue;
-        banked_errors[{d, f.hop, f.counter}] +=
-            f.rate * std::max(0.0, NowOf(d) - error_since_s[i][static_cast<std::size_t>(d)]);
+        SimErrorCounts counts;
+        CountErrors(i, d, NowOf(d), counts);
+        for (const auto& [key, count] : counts) {
+          banked_errors[{d, key.first, key.second}] += count;
+        }
       }
     }
   }
 
-  // The path as trained now: the topology's, the GPU's own link lowered by any downtrain
-  // fault.
-  LinkPath CurrentPath(int device, const std::vector<SimFault>& device_faults) const {
+  // What the device can do with `device_faults`: the modes every simulated device is told it
+  // cannot do, and those the faults take away.
+  Capabilities CapabilitiesWith(const std::vector<SimFault>& device_faults) const {
+    Capabilities caps;
+    caps.unsupported = options.unsupported;
+    for (const SimFault& f : device_faults) FaultKindOf(f.kind).ShapeCapabilities(f, caps);
+    return caps;
+  }
+
+  // The path as trained at `now_s`: the topology's, shaped by the faults.
+  LinkPath CurrentPath(int device, const std::vector<SimFault>& device_faults, double now_s) const {
     LinkPath path = topology.Path(device);
     if (path.links.empty()) return path;
-    PcieLink& own = path.links.front();
-    for (const SimFault& f : device_faults) {
-      if (f.kind != SimFault::Kind::kDownTrain) continue;
-      if (f.gen > 0)
-        own.current_gen = own.current_gen > 0 ? std::min(own.current_gen, f.gen) : f.gen;
-      if (f.width > 0)
-        own.current_width = own.current_width > 0 ? std::min(own.current_width, f.width) : f.width;
-    }
+    for (const SimFault& f : device_faults) FaultKindOf(f.kind).ShapePath(f, now_s, path);
     return path;
+  }
+  // The same with the device's faults now (its lock not held).
+  LinkPath CurrentPath(int device) const {
+    return CurrentPath(device, FaultsFor(device), Valid(device) ? NowOf(device) : 0.0);
   }
 
   std::chrono::steady_clock::time_point Clock() const {
@@ -234,6 +207,13 @@ struct SimBackend::State {
   double Now(const Device& device) const {
     const double clock = std::chrono::duration<double>(Clock() - epoch).count();
     return std::max(clock, device.busy_until_s);
+  }
+  // The link idle at `now_s` (its lock held): no probe of its own for a while, and no other
+  // process's traffic, which keeps a link trained as well.
+  bool Idle(const Device& device, double now_s) const {
+    if (device.probes != 0 && now_s - device.busy_until_s <= kSimIdleDownclockAfterS) return false;
+    const auto [h2d, d2h] = device.link->ForeignRate(now_s);
+    return h2d + d2h <= 0;
   }
   // A fake clock follows simulated time (time_scale 0, SimOptions::advance).
   void Advance(double seconds) const {
@@ -266,20 +246,7 @@ SimBackend::SimBackend(SimOptions options) {
                                 "; name one of them, or -1 for every device");
     }
   }
-  for (const SimFault& f : options.faults) {
-    if (f.kind != SimFault::Kind::kRemoteNuma) continue;
-    for (int d = 0; d < state_->topology.size(); ++d) {
-      if ((f.device < 0 || f.device == d) && state_->topology.Path(d).numa_node < 0) {
-        throw platform::Error(
-            platform::Failure::kConfig,
-            "a remote_numa [[simulate.fault]] applies to device " + std::to_string(d) +
-                " but the " + state_->topology.Describe() +
-                " gives it no NUMA node (numa_node -1: a single-node host), so there is no "
-                "far node for its host buffers; limit the fault to a GPU with a NUMA node "
-                "(device = N), or give the tree's GPU a numa_node");
-      }
-    }
-  }
+  for (const SimFault& f : options.faults) FaultKindOf(f.kind).Check(f, state_->topology);
   state_->faults = options.faults;
   for (int i = 0; i < state_->options.devices; ++i) {
     auto device = std::make_unique<State::Device>();
@@ -317,42 +284,44 @@ std::vector<DeviceInfo> SimBackend::Devices() const {
   return out;
 }
 
-Capabilities SimBackend::GetCapabilities(int) const {
-  Capabilities caps;
-  caps.unsupported = state_->options.unsupported;
-  return caps;
+Capabilities SimBackend::GetCapabilities(int device) const {
+  return state_->CapabilitiesWith(state_->FaultsFor(device));
 }
 
 LinkPath SimBackend::ReadLinkPath(int device) const {
-  LinkPath path = state_->CurrentPath(device, state_->FaultsFor(device));
-  const int idle_gen = OwnLink(device).idle_gen;
+  if (!state_->Valid(device)) return state_->CurrentPath(device, state_->FaultsFor(device), 0);
+  const std::vector<SimFault> faults = state_->FaultsFor(device);
+  const State::Device& dev = *state_->devices[static_cast<std::size_t>(device)];
+  std::lock_guard lock(dev.mutex);
+  const double now_s = state_->Now(dev);
+  LinkPath path = state_->CurrentPath(device, faults, now_s);
+  // PCIe power saving: the GPU's own link drops to idle_link_gen a while after its last
+  // probe, and trains back up with the next.
+  const int idle_gen = state_->options.idle_link_gen;
   if (idle_gen > 0 && !path.links.empty()) {
     int& gen = path.links.front().current_gen;
-    if (gen > idle_gen) gen = idle_gen;
+    if (state_->Idle(dev, now_s) && gen > idle_gen) gen = idle_gen;
   }
   return path;
 }
 
 SimBackend::OwnLinkCaps SimBackend::OwnLink(int device) const {
   OwnLinkCaps caps;
-  if (device < 0 || device >= static_cast<int>(state_->devices.size())) return caps;
-  for (const SimFault& f : state_->FaultsFor(device)) {
-    if (f.kind != SimFault::Kind::kDownTrain) continue;
-    const auto lower = [](int cap, int value) { return cap > 0 ? std::min(cap, value) : value; };
-    if (f.gen > 0) caps.fault_gen = lower(caps.fault_gen, f.gen);
-    if (f.width > 0) caps.fault_width = lower(caps.fault_width, f.width);
-  }
-  const int idle_gen = state_->options.idle_link_gen;
-  if (idle_gen > 0) {
-    const State::Device& dev = *state_->devices[static_cast<std::size_t>(device)];
-    std::lock_guard lock(dev.mutex);
-    const double now = state_->Now(dev);
-    // Any traffic keeps a link trained: its own probes, and another process's.
-    const bool idle = (dev.probes == 0 || now - dev.busy_until_s > kSimIdleDownclockAfterS) && [&] {
-      const auto [h2d, d2h] = dev.link->ForeignRate(now);
-      return h2d + d2h <= 0;
-    }();
-    if (idle) caps.idle_gen = idle_gen;
+  if (!state_->Valid(device)) return caps;
+  const std::vector<SimFault> faults = state_->FaultsFor(device);
+  const State::Device& dev = *state_->devices[static_cast<std::size_t>(device)];
+  std::lock_guard lock(dev.mutex);
+  const double now_s = state_->Now(dev);
+  // What the faults do to a link that could run at anything: their caps, whatever the kind.
+  constexpr int kUncapped = 1 << 20;
+  LinkPath probe;
+  probe.links.push_back({"", kUncapped, kUncapped, kUncapped, kUncapped});
+  for (const SimFault& f : faults) FaultKindOf(f.kind).ShapePath(f, now_s, probe);
+  const PcieLink& own = probe.links.front();
+  if (own.current_gen < kUncapped) caps.fault_gen = own.current_gen;
+  if (own.current_width < kUncapped) caps.fault_width = own.current_width;
+  if (state_->options.idle_link_gen > 0 && state_->Idle(dev, now_s)) {
+    caps.idle_gen = state_->options.idle_link_gen;
   }
   return caps;
 }
@@ -360,6 +329,53 @@ SimBackend::OwnLinkCaps SimBackend::OwnLink(int device) const {
 const std::filesystem::path& SimBackend::SysfsRoot() const {
   return state_->options.sysfs_root;
 }
+
+namespace {
+
+// The noise of one probe, drawn from its device's RNG: the distributions live as long as the
+// probe (a normal distribution keeps the second value of each pair it draws for the next
+// call).
+struct ProbeNoise {
+  std::lognormal_distribution<double> drift{0.0, kProbeDriftSigma};
+  std::lognormal_distribution<double> floor{0.0, kFloorSigma};
+  std::lognormal_distribution<double> stream{0.0, kStreamSigma};
+  std::uniform_real_distribution<double> unit{0.0, 1.0};
+  std::uniform_real_distribution<double> tail{kTailMinFactor, kTailMaxFactor};
+};
+
+// One probe's transfers as the link model sees them, before the noise of each.
+struct TransferModel {
+  double bandwidth = 0;           // bytes/s of the streaming part, drift and faults included
+  std::uint64_t bytes = 0;        // per transfer, both directions summed
+  double fixed_s = 0;             // the fixed cost of one transfer
+  std::optional<double> overlap;  // pinned_async: copy/compute overlap
+};
+
+// Draws the probe's drift (and pinned_async's overlap), in that order.
+TransferModel ModelTransfers(const ProbeSpec& spec, double link_rate, double bandwidth_factor,
+                             ProbeNoise& noise, std::mt19937_64& rng) {
+  const ModeModel model = ModelFor(spec.mode, spec.direction);
+  TransferModel out;
+  out.bandwidth = link_rate * model.link_fraction * bandwidth_factor * noise.drift(rng);
+  out.bytes = spec.size_bytes;
+  out.fixed_s = model.latency_floor_s;
+  if (spec.direction == Direction::kBidirectional) {
+    out.bytes = 2 * spec.size_bytes;
+    out.bandwidth *= kBidirectionalGain;
+  }
+  if (spec.mode == TransferMode::kPinnedAsync) {
+    const std::uint64_t chunks = (spec.size_bytes + spec.chunk_bytes - 1) / spec.chunk_bytes;
+    out.fixed_s += static_cast<double>(chunks) * kChunkOverheadS;
+    // A pipeline of depth d hides all but 1/d of the compute behind copies; one stream (or
+    // one chunk) serialises everything.
+    const double depth = static_cast<double>(
+        std::min<std::uint64_t>(static_cast<std::uint64_t>(spec.streams), chunks));
+    out.overlap = std::clamp(0.97 * (1.0 - 1.0 / depth) * noise.stream(rng), 0.0, 1.0);
+  }
+  return out;
+}
+
+}  // namespace
 
 // One probe of one device, computed without waiting: the sample and how long it takes in
 // simulated time. `link_share` (0 < share <= 1) is the part of its path's rate the device
@@ -374,100 +390,52 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
   if (std::string problem = SpecProblem(spec); !problem.empty()) {
     return {Failed(spec, ProbeStatus::kError, problem)};
   }
-  if (auto it = o.unsupported.find(spec.mode); it != o.unsupported.end()) {
+  const std::vector<SimFault> faults = state_->FaultsFor(device);
+  const Capabilities caps = state_->CapabilitiesWith(faults);
+  if (auto it = caps.unsupported.find(spec.mode); it != caps.unsupported.end()) {
     return {Failed(spec, ProbeStatus::kUnsupported, it->second)};
   }
 
-  const std::vector<SimFault> faults = state_->FaultsFor(device);
   State::Device& dev = *state_->devices[device];
   std::lock_guard device_lock(dev.mutex);
-  const std::uint64_t probe_number = ++dev.probes;
-
-  double degrade = 1.0, slow = 1.0;
-  bool remote_numa = false;
+  const double start_s = state_->Now(dev);
+  const SimProbe probe{.device = device,
+                       .spec = spec,
+                       .number = ++dev.probes,
+                       .now_s = start_s,
+                       .integrated = o.integrated};
+  SimProbeEffect effect;
   for (const SimFault& f : faults) {
-    switch (f.kind) {
-      case SimFault::Kind::kLost:
-        return {Failed(spec, ProbeStatus::kError, "device lost (simulated fault)")};
-      case SimFault::Kind::kErrorEvery:
-        if (f.every > 0 && probe_number % static_cast<std::uint64_t>(f.every) == 0) {
-          return {Failed(spec, ProbeStatus::kError,
-                         "simulated error on probe " + std::to_string(probe_number) +
-                             " (fault: every " + std::to_string(f.every) + ")")};
-        }
-        break;
-      case SimFault::Kind::kHang: {
-        Outcome hung{Failed(spec, ProbeStatus::kError, "cancelled")};
-        hung.hang = true;
-        return hung;
-      }
-      case SimFault::Kind::kDegrade:
-        if (f.factor > 0) degrade *= std::min(f.factor, 1.0);
-        break;
-      case SimFault::Kind::kSlow:
-        if (f.factor > 0) slow *= f.factor;
-        break;
-      case SimFault::Kind::kDownTrain: break;  // in CurrentPath
-      case SimFault::Kind::kLinkErrors:
-        // Replays and retries cost bandwidth as they grow, as much as the fault says.
-        if (f.factor > 0) degrade *= std::min(f.factor, 1.0);
-        break;
-      case SimFault::Kind::kRemoteNuma:
-        // Every mode reads or writes host memory across the socket link.
-        remote_numa = true;
-        if (f.factor > 0) degrade *= std::min(f.factor, 1.0);
-        break;
-      case SimFault::Kind::kSlowStaging:
-        if (spec.mode == TransferMode::kPageable && f.factor > 0)
-          degrade *= std::min(f.factor, 1.0);
-        break;
+    FaultKindOf(f.kind).ShapeProbe(f, probe, effect);
+    if (effect.Ends()) {
+      Outcome ended{Failed(spec, *effect.status, effect.message)};
+      ended.hang = effect.hang;
+      return ended;
     }
   }
 
-  const LinkPath path = state_->CurrentPath(device, faults);
+  const LinkPath path = state_->CurrentPath(device, faults, start_s);
   const double link_rate = PathRate(path) * std::clamp(link_share, 0.0, 1.0);
   if (link_rate <= 0) {
     return {Failed(spec, ProbeStatus::kError,
                    "no link rate known on the simulated GPU's path" +
                        (path.note.empty() ? std::string() : ": " + path.note))};
   }
-  const ModeModel model = ModelFor(spec.mode, spec.direction);
-  std::lognormal_distribution<double> drift(0.0, kProbeDriftSigma);
-  std::lognormal_distribution<double> floor_noise(0.0, kFloorSigma);
-  std::lognormal_distribution<double> stream_noise(0.0, kStreamSigma);
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  std::uniform_real_distribution<double> tail(kTailMinFactor, kTailMaxFactor);
-
-  double bandwidth = link_rate * model.link_fraction * degrade * drift(dev.rng);
-  std::uint64_t bytes = spec.size_bytes;
-  double fixed_s = model.latency_floor_s;
-  if (spec.direction == Direction::kBidirectional) {
-    bytes = 2 * spec.size_bytes;
-    bandwidth *= kBidirectionalGain;
-  }
-  std::optional<double> overlap;
-  if (spec.mode == TransferMode::kPinnedAsync) {
-    const std::uint64_t chunks = (spec.size_bytes + spec.chunk_bytes - 1) / spec.chunk_bytes;
-    fixed_s += static_cast<double>(chunks) * kChunkOverheadS;
-    // A pipeline of depth d hides all but 1/d of the compute behind copies; one stream (or
-    // one chunk) serialises everything.
-    const double depth = static_cast<double>(
-        std::min<std::uint64_t>(static_cast<std::uint64_t>(spec.streams), chunks));
-    overlap = std::clamp(0.97 * (1.0 - 1.0 / depth) * stream_noise(dev.rng), 0.0, 1.0);
-  }
-  const double streaming_s = static_cast<double>(bytes) / bandwidth;
-
+  ProbeNoise noise;
+  const TransferModel model = ModelTransfers(spec, link_rate, effect.bandwidth, noise, dev.rng);
+  const double streaming_s = static_cast<double>(model.bytes) / model.bandwidth;
   auto one_transfer = [&] {
-    double d = (fixed_s * floor_noise(dev.rng) + streaming_s * stream_noise(dev.rng)) * slow;
-    if (unit(dev.rng) < kTailProbability) d *= tail(dev.rng);
+    double d = (model.fixed_s * noise.floor(dev.rng) + streaming_s * noise.stream(dev.rng)) *
+               effect.duration;
+    if (noise.unit(dev.rng) < kTailProbability) d *= noise.tail(dev.rng);
     return d;
   };
 
   // Foreign bursts in the same direction take their share of what the link carries at most
   // (what pinned copies reach), stretching the transfers they overlap.
   const double capacity = link_rate * ModelFor(TransferMode::kPinned, spec.direction).link_fraction;
-  const double own_rate = spec.direction == Direction::kBidirectional ? bandwidth / 2 : bandwidth;
-  const double start_s = state_->Now(dev);
+  const double own_rate =
+      spec.direction == Direction::kBidirectional ? model.bandwidth / 2 : model.bandwidth;
   // What the probe moves over the link per transfer: managed memory migrates its pages
   // both ways each round (home first, then where the transfer takes them).
   const bool both_ways = spec.direction == Direction::kBidirectional ||
@@ -485,8 +453,8 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
   const double deadline_s = std::chrono::duration<double>(spec.deadline).count();
   ProbeSample sample;
   sample.spec = spec;
-  sample.bytes_per_transfer = bytes;
-  sample.overlap_ratio = overlap;
+  sample.bytes_per_transfer = model.bytes;
+  sample.overlap_ratio = model.overlap;
   double elapsed = 0;
   const int total = spec.warmup + spec.iterations;
   for (int i = 0; i < total; ++i) {
@@ -499,7 +467,7 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
                  "probe did not finish within its " + std::to_string(spec.deadline.count()) +
                      " ms deadline (" + std::to_string(i) + " of " + std::to_string(total) +
                      " transfers done)");
-      timed_out.bytes_per_transfer = bytes;
+      timed_out.bytes_per_transfer = model.bytes;
       timed_out.device_time_s = deadline_s;
       return {std::move(timed_out), deadline_s - elapsed};
     }
@@ -511,12 +479,9 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
   sample.link_d2h_bytes = static_cast<std::uint64_t>(d2h_each * total);
   sample.status = ProbeStatus::kOk;
   sample.device_time_s = elapsed;
-  // Buffers placed on the GPU's node, or with remote_numa on another one (node 0's
-  // neighbour is 1); a single-node host has no other node to place them on.
+  // Buffers placed on the GPU's node (the faults may say otherwise).
   sample.host_numa_node = o.integrated ? 0 : path.numa_node;
-  if (remote_numa && !o.integrated && path.numa_node >= 0) {
-    sample.host_numa_node = path.numa_node == 0 ? 1 : 0;
-  }
+  for (const SimFault& f : faults) FaultKindOf(f.kind).ShapeSample(f, probe, path, sample);
   return {std::move(sample), elapsed};
 }
 
@@ -541,9 +506,8 @@ std::vector<ProbeSample> SimBackend::RunConcurrent(const std::vector<int>& devic
   // test at time_scale 0 sees the same split as a run in real time.
   std::vector<LinkPath> paths;
   for (int device : devices) {
-    paths.push_back(device >= 0 && device < state_->options.devices
-                        ? state_->CurrentPath(device, state_->FaultsFor(device))
-                        : LinkPath{});
+    paths.push_back(device >= 0 && device < state_->options.devices ? state_->CurrentPath(device)
+                                                                    : LinkPath{});
   }
   const std::vector<double> shares = FairShares(paths);
   std::vector<Outcome> outcomes;
@@ -641,7 +605,7 @@ LinkErrors SimBackend::ReadLinkErrors(int device, const LinkPath& path) const {
     out.replays = {std::nullopt, "an integrated GPU has no PCIe link to replay on", true};
   }
   // What each counter counted: banked by faults since replaced, and the faults' own.
-  std::map<std::pair<int, SimFault::ErrorCounter>, double> counts;
+  SimErrorCounts counts;
   const double now = state_->NowOf(device);
   {
     std::lock_guard lock(state_->faults_mutex);
@@ -650,12 +614,7 @@ LinkErrors SimBackend::ReadLinkErrors(int device, const LinkPath& path) const {
       if (d == device) counts[{hop, counter}] += count;
     }
     for (std::size_t i = 0; i < state_->faults.size(); ++i) {
-      const SimFault& f = state_->faults[i];
-      if (f.kind != SimFault::Kind::kLinkErrors || !state_->AppliesTo(f, device)) continue;
-      const auto& since = state_->error_since_s[i];
-      if (static_cast<std::size_t>(device) >= since.size()) continue;
-      counts[{f.hop, f.counter}] +=
-          f.rate * std::max(0.0, now - since[static_cast<std::size_t>(device)]);
+      state_->CountErrors(i, device, now, counts);
     }
   }
   for (const auto& [key, count] : counts) {

@@ -19,7 +19,11 @@
 
 namespace xferd::probes {
 
+// A fault injected into the simulated device ([[simulate.fault]]). What each kind does is
+// its own file in probes/sim/faults/ (probes/sim/README.md: how to add one); the fields below
+// are the parameters the kinds take.
 struct SimFault {
+  // In the order of the kinds' table (probes/sim/fault_kinds.cc).
   enum class Kind {
     kDegrade,     // bandwidth of every mode x factor (0 < factor <= 1)
     kDownTrain,   // link trained down to (gen, width): bandwidth follows the link
@@ -53,6 +57,7 @@ struct SimFault {
 
 std::string_view ToString(SimFault::Kind kind);  // "degrade", "downtrain", ...
 std::optional<SimFault::Kind> ParseSimFaultKind(std::string_view text);
+std::vector<SimFault::Kind> AllSimFaultKinds();  // every kind, in the enum's order
 // "correctable", "nonfatal", "fatal", "replay"
 std::string_view ToString(SimFault::ErrorCounter counter);
 std::optional<SimFault::ErrorCounter> ParseSimErrorCounter(std::string_view text);
