@@ -92,6 +92,18 @@ std::string Problem(const json& gpu, const std::optional<std::string>& wanted) {
     if (cause.empty() && !causes.empty()) cause = causes.front();
   }
   line += ": " + (cause.empty() ? std::string("cause not visible to xferd") : cause);
+  if (!headline.is_object() && !cause.empty()) {
+    // No series below anything (a link that flaps between probes): the cause's own figures.
+    const auto causes_it = gpu.find("causes");
+    if (causes_it != gpu.end() && causes_it->is_array()) {
+      for (const json& c : *causes_it) {
+        if (Str(c, "cause") == cause && !Str(c, "detail").empty()) {
+          line += " (" + Str(c, "detail") + ")";
+          break;
+        }
+      }
+    }
+  }
   if (headline.is_object()) {
     const auto reading = Num(headline, "reading_bytes_per_second");
     const auto reference = Num(headline, "reference_bytes_per_second");
@@ -120,7 +132,7 @@ int HealthExitCode(HealthOutcome state, bool nagios) {
 std::string NagiosLine(const HealthReport& report) {
   const char* word = report.state == HealthOutcome::kOk        ? "OK"
                      : report.state == HealthOutcome::kProblem ? "CRITICAL"
-                                                             : "UNKNOWN";
+                                                               : "UNKNOWN";
   return std::string("XFERD ") + word + " - " + report.line;
 }
 
