@@ -541,7 +541,13 @@ void Service::Prepare(const Config& config) {
                                                 std::move(hooks));
     // What each link can train to, from the path as it reads now (idle speeds do not
     // matter: the maxima do); each cycle's reading while probing replaces it.
-    for (const auto& d : devices_) link_watch_->SetPath(d, backend_.ReadLinkPath(d.index));
+    for (const auto& d : devices_) {
+      link_watch_->SetPath(d, backend_.ReadLinkPath(d.index));
+      // Its counters at 0 from the first scrape, where it has links to read.
+      const LinkWatchState state = link_watch_->State(d.uuid);
+      metrics_.RecordLinkWatch(d.index, state);
+      status_board_.RecordLinkWatch(d.index, state);
+    }
     spdlog::info("link watch: {}", link_watch_->Describe());
   }
 }

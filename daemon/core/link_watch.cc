@@ -247,6 +247,7 @@ LinkWatchState LinkWatcher::State(const std::string& uuid) const {
   auto it = gpus_.find(uuid);
   if (it == gpus_.end()) return {};
   LinkWatchState s = it->second.counter.State(clock_.Now(), rule_);
+  s.watching = s.watching && rule_.interval.count() > 0;
   s.source = it->second.source;
   s.problem = it->second.problem;
   return s;
@@ -339,7 +340,7 @@ void LinkWatcher::Poll() {
         gpu.problem = reading.problem;
       }
       bool changed = gpu.counter.Observe(poll, rule);
-      // Its first judged reading: the counters start (at 0) from here.
+      // Its first reading: reported, as what the watch reads (the source) is known now.
       if (!gpu.announced && gpu.counter.Watching()) changed = gpu.announced = true;
       // The verdict moves when the counts do, and when the window lets old ones go.
       if (!changed && !gpu.flapping) continue;

@@ -84,7 +84,7 @@ struct LinkPoll {
 
 // One GPU's watch as it stands.
 struct LinkWatchState {
-  bool watching = false;          // links to read, and at least one reading
+  bool watching = false;          // the watch is on and has links of this GPU to read
   std::uint64_t transitions = 0;  // since the daemon started
   double reduced_s = 0;           // below capability since the daemon started
   double window_s = 0;            // the flap window
@@ -113,8 +113,8 @@ class LinkFlapCounter {
   const std::vector<probes::WatchedLink>& links() const { return links_; }
   // Folds one poll in; true when the counts changed (a transition, time below capability).
   bool Observe(const LinkPoll& poll, const LinkWatchRule& rule);
-  // Links to read, and a reading judged.
-  bool Watching() const { return !links_.empty() && judged_.has_value(); }
+  // Links to read.
+  bool Watching() const { return !links_.empty(); }
   // The counts, and the last window's, at `now`.
   LinkWatchState State(SteadyTime now, const LinkWatchRule& rule) const;
 
@@ -179,7 +179,7 @@ class LinkWatcher {
     probes::DeviceInfo device;
     LinkFlapCounter counter;
     bool flapping = false;   // as last logged and handed to on_change
-    bool announced = false;  // its first judged reading was handed to on_change
+    bool announced = false;  // its first reading was handed to on_change
     std::optional<probes::LinkTrafficCount> last_traffic;  // read at the previous poll
     int traffic_polls = 0;  // polls left to read the traffic at after a slow reading
     std::string source, problem;

@@ -105,7 +105,7 @@ class Metrics {
   void RecordCycle(double wall_seconds, CycleResult result);
 
   // The link watch's counts of one GPU (core/link_watch.h): its transitions and time below
-  // capability, from its first reading on (the counters start at 0 then). Any thread; the
+  // capability (the counters start at 0 once it watches the GPU's links). Any thread; the
   // generation moves only when a count did.
   void RecordLinkWatch(int gpu, const core::LinkWatchState& state);
 

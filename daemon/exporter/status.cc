@@ -80,8 +80,8 @@ json Watch(const std::optional<core::LinkWatchState>& watch) {
   if (!watch || !watch->watching) {
     return {{"watching", false},
             {"reason",
-             "not watched: the link watch is off, has no link to read on this GPU, or "
-             "has not read one yet"}};
+             "not watched: the link watch is off, or has no link of this GPU to read (an "
+             "integrated or NVLink-C2C GPU, a path neither sysfs nor NVML shows)"}};
   }
   const core::LinkWatchState& w = *watch;
   return {{"watching", true},

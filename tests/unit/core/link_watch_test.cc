@@ -236,7 +236,7 @@ TEST(LinkWatcher, PollsEveryGpuAndReportsWhatChanged) {
   }
   EXPECT_EQ(reader.reads, 3);
   EXPECT_EQ(reader.traffic_reads, 0);  // every link at full speed: no traffic asked
-  // Each GPU reported once, at its first judged reading: its counters start at 0 then.
+  // Each GPU reported once, at its first reading (with the source it was read from).
   ASSERT_EQ(changes.size(), 2u);
   EXPECT_TRUE(changes[0].second.watching);
   EXPECT_EQ(changes[0].second.transitions, 0u);
