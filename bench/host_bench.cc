@@ -5,28 +5,44 @@
 //   - rendering /metrics in full (prometheus-cpp's TextSerializer over the registry plus
 //     the procfs process metrics), with the bytes and series of the exposition as
 //     counters; and a scrape as `xferd run` answers it, the registry's text cached;
-//   - the process metrics alone (procfs reads on every scrape).
+//   - the process metrics alone (procfs reads on every scrape);
+//   - one poll of the link watch over an 8-GPU node's PCIe paths (the fake tree
+//     tests/data/sysfs/hgx-8gpu, or the tree XFERD_LINK_WATCH_ROOT names, e.g. /sys on a GPU
+//     host): the sysfs reader as the daemon runs it (attributes kept open, one pread each),
+//     the same files opened and read at every poll instead, and the watch's whole poll
+//     (reading and counting), back to back and as the daemon's thread makes it, after a
+//     sleep (cold caches, the wake-up counted). `core_ppm_at_2s` is the share of one core it
+//     takes at the default interval of 2 s, in millionths: the CPU time of one poll / 2 s
+//     (the budget, 0.01 % of a core, is 100).
 //
 //   build-bench/bench/xferd_bench_host [--benchmark_filter=...] [--benchmark_format=json]
 //
 // Figures and how to read them: docs/performance.md.
 #include <benchmark/benchmark.h>
 #include <prometheus/registry.h>
+#include <time.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "config/config.h"
 #include "core/health_tracker.h"
+#include "core/link_watch.h"
 #include "core/plan.h"
 #include "core/scheduler.h"
 #include "exporter/exposition.h"
 #include "exporter/metrics.h"
 #include "exporter/process_metrics.h"
 #include "exporter/routes.h"
+#include "platform/files.h"
+#include "probes/sim/sim_topology.h"
+#include "xferd/probes/link_watch.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::exporter {
@@ -237,6 +253,130 @@ void BM_ProcessMetrics(benchmark::State& state) {
   state.counters["families"] = static_cast<double>(families);
 }
 BENCHMARK(BM_ProcessMetrics)->Unit(benchmark::kMicrosecond);
+
+// --- The link watch ---------------------------------------------------------------------
+
+std::filesystem::path LinkWatchRoot() {
+  if (const char* root = std::getenv("XFERD_LINK_WATCH_ROOT"); root != nullptr && *root != 0) {
+    return root;
+  }
+  return std::filesystem::path(XFERD_SOURCE_DIR) / "tests/data/sysfs/hgx-8gpu";
+}
+
+// Every NVIDIA GPU of the tree with the links the watch reads, as the daemon sets them up.
+std::vector<probes::WatchedGpu> WatchedGpus(probes::LinkStateReader& reader) {
+  const auto root = LinkWatchRoot();
+  std::vector<probes::WatchedGpu> gpus;
+  int index = 0;
+  for (const std::string& bdf : probes::FindNvidiaGpus(root)) {
+    probes::DeviceInfo device;
+    device.index = index++;
+    device.uuid = "GPU-" + bdf;
+    device.pci_bus_id = bdf;
+    gpus.push_back({device, reader.Links(device, probes::ReadLinkPath(root, bdf))});
+  }
+  return gpus;
+}
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+void ReportPollCost(benchmark::State& state, double cpu_s, std::size_t gpus, std::size_t files) {
+  const double per_poll =
+      cpu_s / static_cast<double>(std::max<std::int64_t>(1, state.iterations()));
+  state.counters["gpus"] = static_cast<double>(gpus);
+  state.counters["files"] = static_cast<double>(files);
+  state.counters["cpu_us_per_poll"] = per_poll * 1e6;
+  state.counters["core_ppm_at_2s"] = per_poll / 2.0 * 1e6;  // the budget: 100 (0.01 %)
+}
+
+std::size_t FilesRead(const std::vector<probes::WatchedGpu>& gpus) {
+  std::set<std::string> ends;
+  for (const auto& g : gpus) {
+    for (const auto& l : g.links) ends.insert(l.bdf);
+  }
+  return 2 * ends.size();  // current_link_speed and current_link_width of each
+}
+
+// What the daemon's link watch reads at each poll: every link of every GPU, each shared link
+// once, through attributes kept open.
+void BM_LinkWatchRead(benchmark::State& state) {
+  const auto reader = probes::MakeLinkStateReader(LinkWatchRoot(), nullptr);
+  const auto gpus = WatchedGpus(*reader);
+  std::vector<probes::LinkWatchReading> readings;
+  reader->Read(gpus, readings);  // opens the files, as the first poll does
+  const double start = ThreadCpuSeconds();
+  for (auto _ : state) {
+    reader->Read(gpus, readings);
+    benchmark::DoNotOptimize(readings.data());
+  }
+  ReportPollCost(state, ThreadCpuSeconds() - start, gpus.size(), FilesRead(gpus));
+}
+BENCHMARK(BM_LinkWatchRead)->Unit(benchmark::kMicrosecond);
+
+// The same files opened, read and closed at every poll (the way ReadLinkPath reads them).
+void BM_LinkWatchReadReopening(benchmark::State& state) {
+  const auto root = LinkWatchRoot();
+  const auto reader = probes::MakeLinkStateReader(root, nullptr);
+  const auto gpus = WatchedGpus(*reader);
+  std::set<std::string> ends;
+  for (const auto& g : gpus) {
+    for (const auto& l : g.links) ends.insert(l.bdf);
+  }
+  const double start = ThreadCpuSeconds();
+  for (auto _ : state) {
+    for (const std::string& bdf : ends) {
+      const auto dir = root / "bus/pci/devices" / bdf;
+      auto speed = platform::TryReadFileBounded(dir / "current_link_speed", 4096);
+      auto width = platform::TryReadFileBounded(dir / "current_link_width", 4096);
+      benchmark::DoNotOptimize(speed);
+      benchmark::DoNotOptimize(width);
+    }
+  }
+  ReportPollCost(state, ThreadCpuSeconds() - start, gpus.size(), 2 * ends.size());
+}
+BENCHMARK(BM_LinkWatchReadReopening)->Unit(benchmark::kMicrosecond);
+
+// The watch's whole poll (core::LinkWatcher::Poll): the reading and the counting rule.
+void BM_LinkWatchPoll(benchmark::State& state) {
+  const auto root = LinkWatchRoot();
+  const auto reader = probes::MakeLinkStateReader(root, nullptr);
+  const auto gpus = WatchedGpus(*reader);
+  std::vector<probes::DeviceInfo> devices;
+  for (const auto& g : gpus) devices.push_back(g.device);
+  SteadyClock clock;
+  LinkWatcher watch(*reader, devices, Settings{}, clock, {});
+  for (const auto& d : devices) watch.SetPath(d, probes::ReadLinkPath(root, d.pci_bus_id));
+  watch.Poll();
+  const double start = ThreadCpuSeconds();
+  for (auto _ : state) watch.Poll();
+  ReportPollCost(state, ThreadCpuSeconds() - start, gpus.size(), FilesRead(gpus));
+}
+BENCHMARK(BM_LinkWatchPoll)->Unit(benchmark::kMicrosecond);
+
+// The same poll as the daemon's thread makes it: after a sleep (caches and branch predictors
+// cold, the thread woken), so the CPU time counted includes the wake-up.
+void BM_LinkWatchPollAfterSleep(benchmark::State& state) {
+  const auto root = LinkWatchRoot();
+  const auto reader = probes::MakeLinkStateReader(root, nullptr);
+  const auto gpus = WatchedGpus(*reader);
+  std::vector<probes::DeviceInfo> devices;
+  for (const auto& g : gpus) devices.push_back(g.device);
+  SteadyClock clock;
+  LinkWatcher watch(*reader, devices, Settings{}, clock, {});
+  for (const auto& d : devices) watch.SetPath(d, probes::ReadLinkPath(root, d.pci_bus_id));
+  watch.Poll();
+  const double start = ThreadCpuSeconds();
+  for (auto _ : state) {
+    clock.SleepUntil(clock.Now() + std::chrono::milliseconds(state.range(0)), {});
+    watch.Poll();
+  }
+  ReportPollCost(state, ThreadCpuSeconds() - start, gpus.size(), FilesRead(gpus));
+}
+BENCHMARK(BM_LinkWatchPollAfterSleep)->Arg(200)->Iterations(25)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace xferd::exporter

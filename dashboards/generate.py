@@ -348,6 +348,20 @@ def device_dashboard():
         mappings=[{"type": "value", "options": {"0": {"text": "no", "color": "orange", "index": 0},
                                                 "1": {"text": "yes", "color": "green", "index": 1}}}]),
         10, 8)
+    lay.add(timeseries(
+        "PCIe link transitions and time below capability, last 10 minutes",
+        "What the link watch saw between probes on every link of the GPU's path (read every 2 "
+        "s): transitions (a width changing, or a speed changing while the GPU moved data; "
+        "a speed drop while idle is power saving and not counted) and the seconds a link ran "
+        "below what it can train to. At 4 transitions or 60 s in 10 minutes the link flaps: "
+        "the GPU is DEGRADED with the cause link_flapping, and XferdPcieLinkFlapping fires. "
+        "A probe reading the link for a moment a minute misses all of this.",
+        [target("max by (gpu) (increase(xferd_pcie_link_transitions_total{%s}[10m]))" % DEVICE,
+                "gpu{{gpu}} transitions", "A"),
+         target("max by (gpu) (increase(xferd_pcie_link_reduced_seconds_total{%s}[10m]))" % DEVICE,
+                "gpu{{gpu}} seconds below capability", "B")],
+        "none", legend_calcs=("lastNotNull", "max")),
+        24, 8)
 
     lay.row("Host aggregates")
     lay.add(timeseries(

@@ -316,6 +316,34 @@ std::size_t BoundedFile::Read(char* buffer, std::size_t size) {
   return static_cast<std::size_t>(n);
 }
 
+PolledFile::PolledFile(const std::filesystem::path& path, std::size_t max_bytes)
+    : path_(path), max_bytes_(max_bytes), buffer_(max_bytes + 1, '\0') {
+  ReadFailure failure;
+  fd_ = OpenChecked(path, max_bytes, Secrecy::kPublic, failure);
+  if (fd_ < 0) ThrowReadError(path, "file", failure);
+}
+
+PolledFile::~PolledFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::optional<std::string_view> PolledFile::Read() {
+  ssize_t n = 0;
+  do {
+    n = ::pread(fd_, buffer_.data(), buffer_.size(), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    problem_ = std::strerror(errno);
+    return std::nullopt;
+  }
+  if (static_cast<std::size_t>(n) > max_bytes_) {
+    problem_ = TooLarge(max_bytes_);
+    return std::nullopt;
+  }
+  problem_.clear();
+  return std::string_view(buffer_.data(), static_cast<std::size_t>(n));
+}
+
 std::optional<std::string> TryReadFileBounded(const std::filesystem::path& path,
                                               std::size_t max_bytes) {
   ReadFailure ignored;

@@ -70,6 +70,37 @@ class BoundedFile {
 // change, is refused as ssh refuses such a private key, and every fix says 0600 or 0640,
 // never a mode that lets every user read it.
 enum class Secrecy { kPublic, kSecret };
+// A small file kept open and read again from its start at every reading: the sysfs
+// attributes the link watch polls every second (current_link_speed, current_link_width),
+// where opening the file costs more than reading it (docs/performance.md, "The link
+// watch"). Opened once with the checks every read makes (a regular file, looked at before
+// opening, opened non-blocking, at most `max_bytes`); each reading is then one pread from
+// offset 0 of at most `max_bytes` + 1 bytes, which sysfs answers with the attribute's value
+// as it is now. A reading past `max_bytes` is refused (the file grew into something else).
+// A file replaced by another (rename) keeps being read as the old one: sysfs attributes
+// never are; the caller opens it again when a reading fails.
+class PolledFile {
+ public:
+  // Throws FileError: cannot be opened, not a regular file, or larger than `max_bytes`.
+  PolledFile(const std::filesystem::path& path, std::size_t max_bytes);
+  ~PolledFile();
+  PolledFile(const PolledFile&) = delete;
+  PolledFile& operator=(const PolledFile&) = delete;
+
+  // The file's content now, valid until the next Read; nullopt when the read failed (the
+  // device is gone: ENODEV, EIO) or returned more than `max_bytes`, with `problem()` saying
+  // which.
+  std::optional<std::string_view> Read();
+  const std::string& problem() const { return problem_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::size_t max_bytes_;
+  int fd_ = -1;
+  std::string buffer_;
+  std::string problem_;
+};
 
 // The whole of `path`, at most `max_bytes`. `what` names the file in messages ("config
 // file", "TLS certificate"). Throws FileError.

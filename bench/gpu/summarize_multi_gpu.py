@@ -226,8 +226,7 @@ def check_run(work, gpus, report):
 
     for g in gpus:
         gpu = f'gpu="{g}"'
-        for family in ("xferd_bandwidth_bytes_per_second", "xferd_device_info",
-                       "xferd_host_link_info"):
+        for family in ("xferd_bandwidth_bytes_per_second", "xferd_device_info"):
             if not present(family, gpu):
                 missing.append(f"{family}{{{gpu}}}")
         if len(gpus) >= 2 and not present("xferd_concurrent_bandwidth_bytes_per_second", gpu,
@@ -335,8 +334,7 @@ def synthetic(work, probe_scale=1.0, aggregate_scale=1.0, drop_series=False, exi
     for g in (0, 1):
         if not (drop_series and g == 1):
             lines.append(f'xferd_bandwidth_bytes_per_second{{direction="h2d",gpu="{g}",mode="pinned",size="64MiB"}} 5e10')
-        lines.append(f'xferd_device_info{{gpu="{g}",name="x"}} 1')
-        lines.append(f'xferd_host_link_info{{gpu="{g}",type="pcie"}} 1')
+        lines.append(f'xferd_device_info{{gpu="{g}",host_link="pcie",name="x"}} 1')
         lines.append(f'xferd_concurrent_bandwidth_bytes_per_second{{direction="h2d",gpu="{g}",group="host"}} 2.5e10')
     lines.append('xferd_host_aggregate_bandwidth_bytes_per_second{direction="h2d",group="host"} 5e10')
     write(f"{work}/metrics.prom", "\n".join(lines) + "\n")

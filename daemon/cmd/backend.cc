@@ -64,4 +64,13 @@ std::unique_ptr<probes::LinkErrorReader> MakeLinkErrorReader(
   return probes::MakeLinkErrorReader(sysfs_root, probes::OpenNvml());
 }
 
+std::unique_ptr<probes::LinkStateReader> MakeLinkStateReader(
+    const config::Config& config, probes::SimBackend* sim,
+    const std::filesystem::path& sysfs_root) {
+  if (config.simulate && sim != nullptr) {
+    return probes::MakeSimLinkStateReader(*sim, config.sim_pcie_bytes_per_s);
+  }
+  return probes::MakeLinkStateReader(sysfs_root, probes::OpenNvml());
+}
+
 }  // namespace xferd::cmd

@@ -11,6 +11,7 @@
 #include "core/busy_detector.h"
 #include "xferd/probes/backend.h"
 #include "xferd/probes/link_errors.h"
+#include "xferd/probes/link_watch.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::cmd {
@@ -39,6 +40,13 @@ std::unique_ptr<core::BusyDetector> MakeBusyDetector(const config::Config& confi
 // The link-error counters of the backend's GPUs: the simulated device's (with `sim`), else
 // the AER files under `sysfs_root` and NVML's replay counter.
 std::unique_ptr<probes::LinkErrorReader> MakeLinkErrorReader(
+    const config::Config& config, probes::SimBackend* sim,
+    const std::filesystem::path& sysfs_root = "/sys");
+
+// The link watch's reader of the backend's GPUs' links: the simulated device's (with `sim`:
+// its tree or built-in host, its faults and power saving, its traffic plus [simulate]
+// pcie_bytes_per_second), else sysfs under `sysfs_root` and NVML.
+std::unique_ptr<probes::LinkStateReader> MakeLinkStateReader(
     const config::Config& config, probes::SimBackend* sim,
     const std::filesystem::path& sysfs_root = "/sys");
 

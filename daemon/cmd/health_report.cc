@@ -279,6 +279,18 @@ std::string Problem(const json& gpu, const std::optional<std::string>& wanted) {
     }
   }
   line += ": " + (cause.empty() ? std::string("cause not visible to xferd") : cause);
+  if (!headline.is_object() && !cause.empty()) {
+    // No series below anything (a link that flaps between probes): the cause's own figures.
+    const auto causes_it = gpu.find("causes");
+    if (causes_it != gpu.end() && causes_it->is_array()) {
+      for (const json& c : *causes_it) {
+        if (Str(c, "cause") == cause && !Str(c, "detail").empty()) {
+          line += " (" + Str(c, "detail") + ")";
+          break;
+        }
+      }
+    }
+  }
   if (headline.is_object()) {
     const auto reading = Num(headline, "reading_bytes_per_second");
     const auto reference = Num(headline, "reference_bytes_per_second");

@@ -113,6 +113,8 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   };
   seams.link_errors =
       MakeLinkErrorReader(config, made.sim, options.flags.sysfs_root.value_or("/sys"));
+  seams.link_state =
+      MakeLinkStateReader(config, made.sim, options.flags.sysfs_root.value_or("/sys"));
   seams.jitter_seed = JitterSeed();
   seams.config_name = file.empty() ? "(defaults and flags)" : file;
   seams.reload_at_start = reload_asked;

@@ -85,6 +85,12 @@ void WarnRestartOnly(const Config& running, const Config& next) {
         "the simulated device (devices, seed, link, time_scale, speedup, integrated, its "
         "topology)");
   }
+  if (running.simulate && next.simulate &&
+      running.sim_pcie_bytes_per_s != next.sim_pcie_bytes_per_s) {
+    warn(
+        "simulate.pcie_bytes_per_second (for the link watch's simulated traffic; the busy check "
+        "follows it now)");
+  }
 }
 
 }  // namespace
@@ -214,6 +220,13 @@ void Service::OnCycle(const CycleReport& report) {
     obs.at_wall = std::chrono::system_clock::now();
     obs.confirmation = report.confirmation;
     for (const DeviceCycle::Outlook& o : dc.outlook) obs.planned.push_back(o.spec);
+    if (link_watch_) {
+      // The capability of each link as read while probing; and what the watch saw since.
+      if (dc.link_read) link_watch_->SetPath(dc.device, dc.link_path);
+      obs.link_watch = link_watch_->State(dc.device.uuid);
+      metrics_.RecordLinkWatch(dc.device.index, obs.link_watch);
+      status_board_.RecordLinkWatch(dc.device.index, obs.link_watch);
+    }
     const DeviceHealth health = health_.Observe(obs);
     metrics_.RecordHealth(health);
     const DeviceVerdict verdict =
@@ -512,6 +525,7 @@ void Service::FinishReload() {
     }
     health_.Reconfigure(next);
     scheduler_->Reconfigure(next, std::move(busy));
+    if (link_watch_) link_watch_->Reconfigure(next);
     {
       std::lock_guard lock(config_mutex_);
       config_ = std::make_shared<const Config>(std::move(next));
@@ -680,6 +694,27 @@ void Service::Prepare(const Config& config) {
   };
   scheduler_ = std::make_unique<Scheduler>(backend_, devices_, config, std::move(busy),
                                            *seams_.clock, seams_.jitter_seed, std::move(callbacks));
+
+  if (seams_.link_state) {
+    LinkWatchHooks hooks;
+    hooks.probing_since = [this](int device) { return scheduler_->ProbingSince(device); };
+    hooks.on_change = [this](const probes::DeviceInfo& d, const LinkWatchState& state) {
+      metrics_.RecordLinkWatch(d.index, state);
+      status_board_.RecordLinkWatch(d.index, state);
+    };
+    link_watch_ = std::make_unique<LinkWatcher>(*seams_.link_state, devices_, config, *seams_.clock,
+                                                std::move(hooks));
+    // What each link can train to, from the path as it reads now (idle speeds do not
+    // matter: the maxima do); each cycle's reading while probing replaces it.
+    for (const auto& d : devices_) {
+      link_watch_->SetPath(d, backend_.ReadLinkPath(d.index));
+      // Its counters at 0 from the first scrape, where it has links to read.
+      const LinkWatchState state = link_watch_->State(d.uuid);
+      metrics_.RecordLinkWatch(d.index, state);
+      status_board_.RecordLinkWatch(d.index, state);
+    }
+    spdlog::info("link watch: {}", link_watch_->Describe());
+  }
 }
 
 // The probe thread, and how it ended.
@@ -787,7 +822,9 @@ int Service::Run() {
   Prepare(*config);
   StartServing(*config);
   ProbeThread probe(*scheduler_);
+  if (link_watch_) link_watch_->Start();
   const int exit_code = Supervise(probe);
+  if (link_watch_) link_watch_->Stop();  // a poll takes microseconds: no wait to bound
 
   seams_.notifier->Stopping();
   if (!probe.Stop(kProbeStopWait)) {

@@ -25,6 +25,7 @@
 #include "core/health_tracker.h"
 #include "core/incident_log.h"
 #include "core/link_errors.h"
+#include "core/link_watch.h"
 #include "core/scheduler.h"
 #include "core/state_file.h"
 #include "exporter/metrics.h"
@@ -36,6 +37,7 @@
 #include "web/http_server.h"
 #include "xferd/probes/backend.h"
 #include "xferd/probes/link_errors.h"
+#include "xferd/probes/link_watch.h"
 
 namespace xferd::cmd {
 
@@ -53,6 +55,9 @@ struct ServiceSeams {
   std::function<void(const config::Config&)> on_reload;
   // The link's error counters on each GPU's path, read after every cycle; none: not read.
   std::shared_ptr<probes::LinkErrorReader> link_errors;
+  // The links of each GPU's path, read between probes by the link watch ([health]
+  // link_watch_interval); none: not watched.
+  std::shared_ptr<probes::LinkStateReader> link_state;
   std::uint64_t jitter_seed = 1;
   std::string config_name = "(defaults)";  // for the log
   // A reload (SIGHUP) came while the configuration was read at start: the file may have
@@ -122,6 +127,7 @@ class Service {
   core::StateFile state_;
   std::unique_ptr<core::Scheduler> scheduler_;
   mutable std::mutex servers_mutex_;  // http_ and health_socket_ as refusal_metrics_ reads them
+  std::unique_ptr<core::LinkWatcher> link_watch_;  // with seams_.link_state
   std::unique_ptr<web::HttpServer> http_;
   std::unique_ptr<web::HttpServer> health_socket_;  // none when off or not possible
   std::string busy_description_;

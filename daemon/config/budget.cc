@@ -24,15 +24,17 @@ constexpr std::size_t kPerModeDirection = 1;               // xferd_bandwidth_de
 constexpr std::size_t kPerMode = 5;
 constexpr std::size_t kOverlap = 1;  // xferd_overlap_ratio, with pinned_async
 constexpr std::size_t kOwnBand = 2;  // a probed pair's own band (core::OwnBandPairs)
-// expected band 2, diagnosis 11, PCIe generation and width 6, device seconds 1, device, gpu
-// (dcgm-exporter's labels) and host link info 3, foreign traffic 2 and the link's
-// readability 1, the last success 1, the allowance 1, the series held back 1 and stale 1.
-constexpr std::size_t kFixedPerGpu = 2 + 11 + 6 + 1 + 3 + 2 + 1 + 1 + 3;
-// The fleet profile (exporter/families.def): the expected band 2, diagnosis 11, PCIe
-// generation and width 6, device seconds 1, the three info series 3, the allowance, the
-// series held back and stale 3; per probed mode nothing of its own: the run counters summed
-// over modes (5 results); and the last success (1).
-constexpr std::size_t kFleetFixedPerGpu = 2 + 11 + 6 + 1 + 3 + 3;
+// expected band 2, diagnosis 12, PCIe generation and width 6, device seconds 1, device and
+// gpu (dcgm-exporter's labels) info 2 (the host link is a label of the first), foreign
+// traffic 2 (absent while the link's traffic cannot be read) and the link's readability 1,
+// the last success 1, the allowance 1, the series held back 1 and stale 1, the link watch's
+// transitions and time below capability 2.
+constexpr std::size_t kFixedPerGpu = 2 + 12 + 6 + 1 + 2 + 2 + 1 + 1 + 3 + 2;
+// The fleet profile (exporter/families.def): the expected band 2, diagnosis 12, PCIe
+// generation and width 6, device seconds 1, the two info series 2, the allowance, the
+// series held back and stale 3, the link watch's 2; per probed mode nothing of its own: the
+// run counters summed over modes (5 results); and the last success (1).
+constexpr std::size_t kFleetFixedPerGpu = 2 + 12 + 6 + 1 + 2 + 3 + 2;
 constexpr std::size_t kFleetRuns = 5 + 1;
 // The link's error counters over the path: AER per class 3 and whether the path's AER is
 // readable 1 (where the path has a device); NVML's replay counter and its readability 2.

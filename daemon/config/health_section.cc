@@ -19,6 +19,30 @@ void ReadHealth(const std::string& file, const toml::table& root, Config& config
   if (auto v = r.Number("drift_fraction", 0, 1, true, 0.8)) config.drift_fraction = *v;
   if (auto v = r.Number("band_lower_fraction", 0, 1, true, 0.63)) config.band_lower_fraction = *v;
   if (auto v = r.Number("band_upper_fraction", 0, 1, true, 0.83)) config.band_upper_fraction = *v;
+  if (auto v = r.Duration("link_watch_interval", std::chrono::milliseconds(0),
+                          std::chrono::milliseconds(3600 * 1000), "2s")) {
+    if (v->count() > 0 && *v < std::chrono::milliseconds(100)) {
+      r.Fail(*r.Find("link_watch_interval"), "link_watch_interval",
+             "must be 0 (the link watch off) or at least 100ms, got " + FormatDuration(*v),
+             "set link_watch_interval = \"2s\"");
+    }
+    config.link_watch_interval = *v;
+  }
+  if (auto v = r.Duration("link_flap_window", std::chrono::milliseconds(1000),
+                          std::chrono::milliseconds(24 * 3600 * 1000), "10m")) {
+    config.link_flap_window = *v;
+  }
+  if (auto v = r.Integer("link_flap_transitions", 1, 100000, 4))
+    config.link_flap_transitions = static_cast<int>(*v);
+  if (config.link_watch_interval.count() > 0 &&
+      config.link_flap_window < 10 * config.link_watch_interval) {
+    const char* key = r.Find("link_flap_window") ? "link_flap_window" : "link_watch_interval";
+    r.Fail(*r.Find(key), key,
+           "link_flap_window (" + FormatDuration(config.link_flap_window) +
+               ") must hold at least 10 polls of link_watch_interval (" +
+               FormatDuration(config.link_watch_interval) + ")",
+           "set link_flap_window = \"10m\" and link_watch_interval = \"2s\"");
+  }
   if (config.band_lower_fraction > config.band_upper_fraction) {
     const char* key = r.Find("band_lower_fraction") ? "band_lower_fraction" : "band_upper_fraction";
     r.Fail(*r.Find(key), key,

@@ -50,6 +50,7 @@ std::string_view ToString(DiagnosisCause cause) {
     case DiagnosisCause::kLinkShared: return "link_shared";
     case DiagnosisCause::kCapabilityMismatch: return "capability_mismatch";
     case DiagnosisCause::kLinkErrors: return "link_errors";
+    case DiagnosisCause::kLinkFlapping: return "link_flapping";
   }
   return "unknown";
 }
@@ -74,12 +75,14 @@ bool IsNote(DiagnosisCause cause) {
 int CauseRank(DiagnosisCause cause) {
   switch (cause) {
     case DiagnosisCause::kLinkDowntrained: return 0;
-    case DiagnosisCause::kLinkErrors: return 1;
-    case DiagnosisCause::kIommuTranslating: return 2;
-    case DiagnosisCause::kNumaRemote: return 3;
-    case DiagnosisCause::kPinnedPageableRatio: return 4;
-    case DiagnosisCause::kBelowBand: return 5;
-    case DiagnosisCause::kBelowBaseline: return 6;
+    // A link that retrains between probes: what the probes read depends on when they run.
+    case DiagnosisCause::kLinkFlapping: return 1;
+    case DiagnosisCause::kLinkErrors: return 2;
+    case DiagnosisCause::kIommuTranslating: return 3;
+    case DiagnosisCause::kNumaRemote: return 4;
+    case DiagnosisCause::kPinnedPageableRatio: return 5;
+    case DiagnosisCause::kBelowBand: return 6;
+    case DiagnosisCause::kBelowBaseline: return 7;
     // The notes, after every fault.
     case DiagnosisCause::kSharedUplink: return 10;
     case DiagnosisCause::kCapabilityMismatch: return 11;
@@ -286,6 +289,26 @@ std::optional<Diagnosis> LinkErrors(const LinkErrorGrowth& g, const std::string&
   return Diagnosis{DiagnosisCause::kLinkErrors, detail, advice};
 }
 
+// A link on the path changed its width, or its speed while the GPU moved data, again and
+// again between probes, or ran below its capability for a tenth of the watch's window: a
+// fault whatever the probes read, since they see the link only while they run. A link that
+// stays low and that the probe's own reading names link_downtrained is named once, there.
+std::optional<Diagnosis> LinkFlapping(const LinkWatchState& watch, bool downtrained,
+                                      const std::string& gpu_bdf) {
+  if (!watch.flapping || (watch.low_only && downtrained)) return std::nullopt;
+  const std::string at = gpu_bdf.empty() ? "<the GPU's bus id>" : gpu_bdf;
+  return Diagnosis{
+      DiagnosisCause::kLinkFlapping, watch.Describe(),
+      "A PCIe link on the GPU's path retrains between probes (its width changes, or its speed "
+      "drops while data moves): a signal problem that costs bandwidth whenever it happens and "
+      "that a snapshot misses. Reseat the GPU and its riser or cable, check the retimers and the "
+      "slot (move the card to tell them apart), and the BIOS PCIe speed setting; `watch -n1 "
+      "lspci -vv -s " +
+          at +
+          "` shows LnkSta changing, `dmesg | grep -i -e pcie -e aer` the kernel's view. Speed "
+          "changes while the GPU is idle are power saving and are not counted."};
+}
+
 // The series furthest below the band (per direction) and below its baseline (by ratio).
 std::pair<const SeriesHealth*, const SeriesHealth*> Worst(
     const std::vector<const SeriesHealth*>& observed) {
@@ -313,7 +336,11 @@ std::vector<Diagnosis> Diagnose(const CycleObservation& obs, const ExpectedBand&
   const auto [worst_band, worst_baseline] = Worst(observed);
   const bool low = worst_band != nullptr || worst_baseline != nullptr;
   const probes::LinkPath& path = obs.link_path;
-  if (auto d = LinkDowntrained(path)) out.push_back(std::move(*d));
+  const std::optional<Diagnosis> downtrained = LinkDowntrained(path);
+  if (downtrained) out.push_back(*downtrained);
+  if (auto d = LinkFlapping(obs.link_watch, downtrained.has_value(), obs.device.pci_bus_id)) {
+    out.push_back(std::move(*d));
+  }
   if (auto d = CapabilityMismatch(path)) out.push_back(std::move(*d));
   if (auto d = NumaRemote(obs)) out.push_back(std::move(*d));
   if (low && (path.iommu_type == "DMA" || path.iommu_type == "DMA-FQ")) {

@@ -14,6 +14,7 @@
 #include "core/band.h"
 #include "core/clock.h"
 #include "core/link_errors.h"
+#include "core/link_watch.h"
 #include "xferd/probes/topology.h"
 #include "xferd/probes/types.h"
 
@@ -34,14 +35,15 @@ enum class DiagnosisCause {
   kLinkShared,           // "link_shared": foreign traffic on the link during a probe
   kCapabilityMismatch,   // "capability_mismatch": the GPU can do more than its path allows
   kLinkErrors,           // "link_errors": the path's error counters grew around a low reading
+  kLinkFlapping,         // "link_flapping": a link on the path flapped between probes
 };
-inline constexpr std::array<DiagnosisCause, 11> kAllDiagnosisCauses = {
+inline constexpr std::array<DiagnosisCause, 12> kAllDiagnosisCauses = {
     DiagnosisCause::kLinkDowntrained,  DiagnosisCause::kNumaRemote,
     DiagnosisCause::kIommuTranslating, DiagnosisCause::kPinnedPageableRatio,
     DiagnosisCause::kGpuBusy,          DiagnosisCause::kBelowBand,
     DiagnosisCause::kBelowBaseline,    DiagnosisCause::kSharedUplink,
     DiagnosisCause::kLinkShared,       DiagnosisCause::kCapabilityMismatch,
-    DiagnosisCause::kLinkErrors};
+    DiagnosisCause::kLinkErrors,       DiagnosisCause::kLinkFlapping};
 std::string_view ToString(DiagnosisCause cause);
 std::optional<DiagnosisCause> ParseDiagnosisCause(std::string_view label);
 
@@ -53,7 +55,8 @@ std::optional<DiagnosisCause> ParseDiagnosisCause(std::string_view label);
 //     traffic: those readings were set aside), gpu_busy (nothing was measured). A note never
 //     leads a verdict; it is listed after the faults.
 //   - Faults rank by how directly they explain a low reading: a link that trained down,
-//     then one erring, the IOMMU translating, buffers on the far NUMA node, the
+//     then one that flaps between probes (link_flapping: a fault even when every reading
+//     is within band), then one erring, the IOMMU translating, buffers on the far NUMA node, the
 //     pinned/pageable ratio; then the reading itself: below_band before below_baseline.
 bool IsNote(DiagnosisCause cause);
 int CauseRank(DiagnosisCause cause);  // lower leads; every note ranks after every fault
@@ -96,6 +99,9 @@ struct CycleObservation {
   // The GPU's planned probes: series known before their first reading (and stale when the
   // rotation does not reach them in time). Empty: the series measured so far.
   std::vector<probes::ProbeSpec> planned;
+  // What the link watch saw between probes over its last window (core/link_watch.h);
+  // empty when it does not watch.
+  LinkWatchState link_watch = {};
 };
 
 // One (mode, direction, size) series after a cycle.

@@ -118,7 +118,9 @@ std::vector<Diagnosis> DiagnoseOnce(const Settings& config, const CycleObservati
 }
 
 bool DeviceHealth::Degraded() const {
-  return std::any_of(verdicts.begin(), verdicts.end(), [](const auto& v) { return v.degraded; });
+  // A flapping link is a fault of its own: the probes see the link only while they run.
+  return Has(DiagnosisCause::kLinkFlapping) ||
+         std::any_of(verdicts.begin(), verdicts.end(), [](const auto& v) { return v.degraded; });
 }
 
 bool DeviceHealth::Stale() const {
@@ -147,7 +149,11 @@ const SeriesHealth* WorstDegraded(const DeviceHealth& health) {
 
 std::optional<DiagnosisCause> LeadingCause(const DeviceHealth& health) {
   const SeriesHealth* worst = WorstDegraded(health);
-  if (worst == nullptr) return std::nullopt;
+  if (worst == nullptr) {
+    // DEGRADED with no series low: a link that flaps between probes is the fault itself.
+    if (health.Has(DiagnosisCause::kLinkFlapping)) return DiagnosisCause::kLinkFlapping;
+    return std::nullopt;
+  }
   // The causes are ranked (Diagnose): the first fault that explains a low reading.
   for (const Diagnosis& d : health.diagnoses) {
     if (IsNote(d.cause) || d.cause == DiagnosisCause::kBelowBand ||
@@ -532,19 +538,23 @@ std::string HealthTracker::Summary() const {
 
     // Headline: the most severe degraded series (WorstDegraded), and the causes ranked.
     const SeriesHealth* worst = WorstDegraded(d);
-    if (worst == nullptr) continue;
-    std::string line = "DEGRADED gpu" + std::to_string(d.gpu) + " " +
-                       PairName(worst->mode, worst->direction) + " ";
-    if (worst->below_band) {
-      line += BandReading(*worst) + " < " +
+    std::string line = "DEGRADED gpu" + std::to_string(d.gpu) + " ";
+    if (worst == nullptr) {
+      // DEGRADED with every series within band: its link flaps between probes (the cause,
+      // listed below, says what the link watch saw).
+      line += "PCIe link";
+    } else if (worst->below_band) {
+      line += PairName(worst->mode, worst->direction) + " " + BandReading(*worst) + " < " +
               FormatGBps(ModeBand(d.band, worst->mode, worst->direction).lower_bytes_per_s) +
               " band";
     } else if (worst->below_baseline) {
-      line += FormatGBps(worst->median_bytes_per_s) + " < " +
+      line += PairName(worst->mode, worst->direction) + " " +
+              FormatGBps(worst->median_bytes_per_s) + " < " +
               (worst->peer_baseline_bytes_per_s > 0 ? "its peers' baseline " : "baseline ") +
               FormatGBps(worst->BaselineReference());
     } else {
-      line += FormatGBps(worst->median_bytes_per_s) + " (recovering)";
+      line += PairName(worst->mode, worst->direction) + " " +
+              FormatGBps(worst->median_bytes_per_s) + " (recovering)";
     }
     if (degraded_pairs > 1) line += " (+" + std::to_string(degraded_pairs - 1) + " more)";
     std::string likely, also;

@@ -63,6 +63,7 @@ struct DeviceHealth {
   std::vector<SeriesHealth> series;   // every series seen, ordered
   std::vector<PairVerdict> verdicts;  // every (mode, direction) seen, ordered
   std::vector<Diagnosis> diagnoses;   // the causes that hold after the last cycle, ranked
+  // Any (mode, direction) degraded, or a flapping link (link_flapping).
   bool Degraded() const;
   // Not degraded, and a headline series has no current reading: the GPU went unmeasured
   // (busy, the cycle budget, failing probes), so its verdict is not known.
@@ -82,7 +83,8 @@ const SeriesHealth* WorstDegraded(const DeviceHealth& health);
 
 // The cause a degraded GPU's verdict names first (the drain reason's, the incident's): the
 // highest-ranked fault among its causes (CauseRank; a note never), else the reading of its
-// worst series (below_band, below_baseline); nullopt when it is not degraded.
+// worst series (below_band, below_baseline); link_flapping for a GPU degraded by its link
+// alone (no series low); nullopt when it is not degraded.
 std::optional<DiagnosisCause> LeadingCause(const DeviceHealth& health);
 
 // The causes one cycle shows without any history (no baseline): for one-shot runs such as

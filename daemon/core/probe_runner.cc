@@ -58,10 +58,12 @@ milliseconds HangGrace(milliseconds deadline) {
 
 class ProbeRunner::InFlight {
  public:
-  InFlight(ProbeRunner& runner, int device, const probes::ProbeSpec& spec) : runner_(runner) {
+  InFlight(ProbeRunner& runner, std::vector<int> devices, const probes::ProbeSpec& spec)
+      : runner_(runner) {
     std::lock_guard lock(runner_.mutex_);
     runner_.in_probe_ = true;
-    runner_.probe_device_ = device;
+    runner_.probe_device_ = devices.front();
+    runner_.probe_devices_ = std::move(devices);
     runner_.probe_spec_ = spec;
     runner_.probe_started_ = runner_.clock_.Now();
     ++runner_.probe_serial_;
@@ -112,7 +114,7 @@ std::optional<Measured> ProbeRunner::Run(const probes::DeviceInfo& device,
   bool cancelled = false;
   SteadyTime end{};
   {
-    InFlight in_flight(*this, device.index, spec);
+    InFlight in_flight(*this, {device.index}, spec);
     if (window != nullptr) window->BeginProbe(device);
     m.started = clock_.Now();
     m.sample = Watched<probes::ProbeSample>(
@@ -172,7 +174,7 @@ std::optional<MeasuredGroup> ProbeRunner::RunGroup(const HostGroup& group,
   bool cancelled = false;
   SteadyTime start{}, end{};
   {
-    InFlight in_flight(*this, group.gpus.front(), spec);
+    InFlight in_flight(*this, group.gpus, spec);
     start = clock_.Now();
     run.samples = Watched<std::vector<probes::ProbeSample>>(
         spec, stop, cancelled,
@@ -195,6 +197,15 @@ std::optional<MeasuredGroup> ProbeRunner::RunGroup(const HostGroup& group,
     run.solo_bytes_per_s.push_back(i < solo_bytes_per_s.size() ? solo_bytes_per_s[i] : 0.0);
   }
   return out;
+}
+
+std::optional<SteadyTime> ProbeRunner::ProbingSince(int device) const {
+  std::lock_guard lock(mutex_);
+  if (!in_probe_ ||
+      std::find(probe_devices_.begin(), probe_devices_.end(), device) == probe_devices_.end()) {
+    return std::nullopt;
+  }
+  return probe_started_;
 }
 
 std::optional<Stall> ProbeRunner::CheckStall(SteadyTime now) {

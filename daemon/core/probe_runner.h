@@ -97,6 +97,10 @@ class ProbeRunner {
   // Any thread.
   std::optional<Stall> CheckStall(SteadyTime now);
 
+  // Since when a probe has been running on `device` (alone, or as a member of a group);
+  // nullopt when none is. Any thread: the link watch asks it.
+  std::optional<SteadyTime> ProbingSince(int device) const;
+
  private:
   // Marks a call in flight (for CheckStall) until it is destroyed.
   class InFlight;
@@ -111,10 +115,11 @@ class ProbeRunner {
   Clock& clock_;
   const HangWatch watch_;
 
-  std::mutex mutex_;                  // guards the call in flight and path_rates_
+  mutable std::mutex mutex_;          // guards the call in flight and path_rates_
   std::map<int, double> path_rates_;  // PathRate by device index
   bool in_probe_ = false;
   int probe_device_ = 0;
+  std::vector<int> probe_devices_;  // every GPU of the call in flight
   probes::ProbeSpec probe_spec_;
   SteadyTime probe_started_{};
   std::uint64_t probe_serial_ = 0, stall_reported_serial_ = 0;

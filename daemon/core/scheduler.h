@@ -138,6 +138,8 @@ class Scheduler {
 
   // The probe in flight when it has run past deadline + HangGrace; nullopt otherwise.
   std::optional<Stall> CheckStall(SteadyTime now);
+  // Since when a probe has kept `device`'s link busy (ProbeRunner::ProbingSince). Any thread.
+  std::optional<SteadyTime> ProbingSince(int device) const { return runner_.ProbingSince(device); }
 
   std::uint64_t CyclesCompleted() const { return cycles_completed_.load(); }
   // When the last whole cycle ended (steady clock); nullopt before the first.

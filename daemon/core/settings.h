@@ -77,6 +77,12 @@ struct Settings {
   double band_lower_fraction = 0.63;
   double band_upper_fraction = 0.83;
   std::vector<BandOverride> bands;
+  // The link watch (core/link_watch.h): every link on each GPU's path read this often
+  // between probes (0 = off), and a link that flaps: link_flap_transitions transitions, or a
+  // tenth of the window below capability, within link_flap_window.
+  std::chrono::milliseconds link_watch_interval{2000};
+  std::chrono::milliseconds link_flap_window{10 * 60 * 1000};
+  int link_flap_transitions = 4;
 };
 
 }  // namespace xferd::core

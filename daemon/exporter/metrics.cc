@@ -11,6 +11,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "core/band.h"
 #include "exporter/link_error_metrics.h"
@@ -181,7 +182,9 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
             {"compute_capability",
              std::to_string(device.cc_major) + "." + std::to_string(device.cc_minor)},
             {"integrated", device.integrated ? "1" : "0"},
-            {"simulated", device.simulated ? "1" : "0"}})
+            {"simulated", device.simulated ? "1" : "0"},
+            // How the GPU reaches host memory (once xferd_host_link_info{type}).
+            {"host_link", std::string(probes::ToString(probes::HostLinkOf(device)))}})
       .Set(1);
   // dcgm-exporter's labels and their values as it writes them (docs/metrics.md, "Joins with
   // dcgm-exporter"); `gpu` stays xferd's, as on every other series.
@@ -193,9 +196,6 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
             {"modelName", device.name},
             {"Hostname", node_name_},
             {"hostname", node_name_}})
-      .Set(1);
-  Gauge(FamilyId::kHostLinkInfo)
-      .Add({{"gpu", gpu}, {"type", std::string(probes::ToString(probes::HostLinkOf(device)))}})
       .Set(1);
   for (DiagnosisCause cause : kAllDiagnosisCauses) {
     Gauge(FamilyId::kDiagnosis).Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}}).Set(0);
@@ -267,12 +267,17 @@ void Metrics::RecordSample(const probes::DeviceInfo& device, const probes::Probe
     const bool readable =
         sample.traffic && sample.contention.state != probes::ContentionState::kUnknown;
     Gauge(FamilyId::kGpuLoadReadable).Add({{"gpu", gpu}}).Set(readable ? 1 : 0);
-    if (readable) {
-      auto& foreign = Gauge(FamilyId::kForeignTraffic);
-      foreign.Add({{"gpu", gpu}, {"direction", "h2d"}})
-          .Set(sample.contention.foreign_h2d_bytes_per_s);
-      foreign.Add({{"gpu", gpu}, {"direction", "d2h"}})
-          .Set(sample.contention.foreign_d2h_bytes_per_s);
+    // Unreadable: no series, rather than a last value that reads as current.
+    auto& foreign = Gauge(FamilyId::kForeignTraffic);
+    for (const auto& [direction, rate] :
+         {std::pair{"h2d", sample.contention.foreign_h2d_bytes_per_s},
+          std::pair{"d2h", sample.contention.foreign_d2h_bytes_per_s}}) {
+      const Labels labels{{"gpu", gpu}, {"direction", direction}};
+      if (readable) {
+        foreign.Add(labels).Set(rate);
+      } else if (foreign.Has(labels)) {
+        foreign.Remove(&foreign.Add(labels));
+      }
     }
   }
   if (sample.device_time_s > 0 && std::isfinite(sample.device_time_s)) {
@@ -479,6 +484,31 @@ void Metrics::RecordCycle(double wall_seconds, CycleResult result) {
   const ChangeMark mark(generation_);
   Gauge(FamilyId::kCycleDuration).Add({}).Set(wall_seconds);
   Counter(FamilyId::kCycles).Add({{"result", std::string(ToString(result))}}).Increment();
+}
+
+void Metrics::RecordLinkWatch(int gpu_index, const core::LinkWatchState& state) {
+  if (!state.watching) return;
+  std::optional<ChangeMark> mark;  // bumped only when something changed: the watch polls often
+  std::lock_guard lock(mutex_);
+  auto [it, fresh] = link_watch_.try_emplace(gpu_index);
+  LinkWatchTotals& last = it->second;
+  const Labels labels{{"gpu", Gpu(gpu_index)}};
+  if (fresh) {
+    mark.emplace(generation_);
+    last.transitions_ = &Counter(FamilyId::kLinkTransitions).Add(labels);
+    last.reduced_ = &Counter(FamilyId::kLinkReducedSeconds).Add(labels);
+  }
+  // The counters follow the watch's totals, which only grow while the daemon runs.
+  if (state.transitions > last.transitions) {
+    if (!mark) mark.emplace(generation_);
+    last.transitions_->Increment(static_cast<double>(state.transitions - last.transitions));
+    last.transitions = state.transitions;
+  }
+  if (state.reduced_s > last.reduced_s) {
+    if (!mark) mark.emplace(generation_);
+    last.reduced_->Increment(state.reduced_s - last.reduced_s);
+    last.reduced_s = state.reduced_s;
+  }
 }
 
 void Metrics::RecordConfigReload(bool ok, double unix_seconds) {

@@ -125,6 +125,11 @@ class Metrics {
   // After each cycle (all GPUs): wall time and outcome.
   void RecordCycle(double wall_seconds, CycleResult result);
 
+  // The link watch's counts of one GPU (core/link_watch.h): its transitions and time below
+  // capability (the counters start at 0 once it watches the GPU's links). Any thread; the
+  // generation moves only when a count did.
+  void RecordLinkWatch(int gpu, const core::LinkWatchState& state);
+
   void RecordConfigReload(bool ok, double unix_seconds);
   void RecordStateWrite(bool ok);
   // A node_exporter textfile write (xferd_textfile_write_errors_total counts failures).
@@ -156,6 +161,14 @@ class Metrics {
 
   std::mutex mutex_;  // guards the maps below
   std::map<SeriesKey, prometheus::Histogram*> histograms_;
+  // The link watch's totals last published, per GPU.
+  struct LinkWatchTotals {
+    std::uint64_t transitions = 0;
+    double reduced_s = 0;
+    prometheus::Counter* transitions_ = nullptr;
+    prometheus::Counter* reduced_ = nullptr;
+  };
+  std::map<int, LinkWatchTotals> link_watch_;
   std::map<std::string, prometheus::Gauge*> group_info_by_group_;  // its current labels
   std::vector<int> devices_;                                       // SetDevice's GPUs
   std::vector<probes::TransferMode> modes_;                        // SetPlan's modes

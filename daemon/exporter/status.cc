@@ -76,6 +76,26 @@ json Errors(const std::optional<std::vector<LinkErrorCounter>>& counters) {
   return {{"read", true}, {"reason", ""}, {"counters", std::move(list)}};
 }
 
+json Watch(const std::optional<core::LinkWatchState>& watch) {
+  if (!watch || !watch->watching) {
+    return {{"watching", false},
+            {"reason",
+             "not watched: the link watch is off, or has no link of this GPU to read (an "
+             "integrated or NVLink-C2C GPU, a path neither sysfs nor NVML shows)"}};
+  }
+  const core::LinkWatchState& w = *watch;
+  return {{"watching", true},
+          {"source", Text(w.source)},
+          {"problem", Text(w.problem)},
+          {"transitions_total", w.transitions},
+          {"reduced_seconds_total", w.reduced_s},
+          {"window_seconds", w.window_s},
+          {"window_transitions", w.window_transitions},
+          {"window_reduced_seconds", w.window_reduced_s},
+          {"flapping", w.flapping},
+          {"last_seen", Text(w.last_seen)}};
+}
+
 // Seconds from `from` to `to` on the daemon's clock; null when either is not known.
 json Seconds(const std::optional<core::SteadyTime>& from,
              const std::optional<core::SteadyTime>& to) {
@@ -205,6 +225,11 @@ void StatusBoard::RecordSchedule(int gpu, GpuSchedule schedule) {
   devices_[gpu].schedule = std::move(schedule);
 }
 
+void StatusBoard::RecordLinkWatch(int gpu, const core::LinkWatchState& state) {
+  std::lock_guard lock(mutex_);
+  devices_[gpu].link_watch = state;
+}
+
 void StatusBoard::RecordLinkErrors(const probes::DeviceInfo& device,
                                    const core::LinkErrorReading& reading) {
   std::vector<LinkErrorCounter> counters;
@@ -284,6 +309,7 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
           {"numa_node", d.path && d.path->numa_node >= 0 ? json(d.path->numa_node) : json(nullptr)},
           {"iommu", d.path ? json(Text(d.path->iommu_type)) : json(nullptr)}};
       link["errors"] = Errors(d.link_errors);
+      link["watch"] = Watch(d.link_watch);
       g["link"] = std::move(link);
 
       json last = nullptr;

@@ -96,6 +96,9 @@ class StatusBoard {
   // The link error counters of one GPU's path as judged this cycle (the reading
   // Metrics::RecordLinkErrors publishes), replacing the last ones.
   void RecordLinkErrors(const probes::DeviceInfo& device, const core::LinkErrorReading& reading);
+  // The link watch's counts of one GPU, as Metrics::RecordLinkWatch is handed them (any
+  // thread). Until the first, its "link.watch" says the links are not watched.
+  void RecordLinkWatch(int gpu, const core::LinkWatchState& state);
 
   // The document (JSON text, one line). `now` stamps it.
   std::string Render(const DaemonStatus& daemon, std::chrono::system_clock::time_point now) const;
@@ -127,6 +130,7 @@ class StatusBoard {
     probes::ContentionState last_contention = probes::ContentionState::kUnknown;
     std::optional<std::vector<LinkErrorCounter>> link_errors;
     std::optional<GpuSchedule> schedule;
+    std::optional<core::LinkWatchState> link_watch;
   };
 
   const core::IncidentLog& incidents_;

@@ -67,6 +67,7 @@ using FieldValuesFn = NvmlReturn (*)(nvml::Device, int, NvmlFieldValue*);
 using SamplesFn = NvmlReturn (*)(nvml::Device, int, unsigned long long, int*, unsigned int*,
                                  NvmlRawSample*);
 using ReplayCounterFn = NvmlReturn (*)(nvml::Device, unsigned int*);
+using LinkFn = NvmlReturn (*)(nvml::Device, unsigned int*);
 
 double ValueAsDouble(int type, const NvmlValue& v) {
   switch (type) {
@@ -106,6 +107,10 @@ class DlopenNvml final : public NvmlApi {
     field_values_ = Symbol<FieldValuesFn>("nvmlDeviceGetFieldValues");
     samples_ = Symbol<SamplesFn>("nvmlDeviceGetSamples");
     replays_ = Symbol<ReplayCounterFn>("nvmlDeviceGetPcieReplayCounter");
+    current_gen_ = Symbol<LinkFn>("nvmlDeviceGetCurrPcieLinkGeneration");
+    current_width_ = Symbol<LinkFn>("nvmlDeviceGetCurrPcieLinkWidth");
+    max_gen_ = Symbol<LinkFn>("nvmlDeviceGetMaxPcieLinkGeneration");
+    max_width_ = Symbol<LinkFn>("nvmlDeviceGetMaxPcieLinkWidth");
     auto* driver_version = Symbol<DriverVersionFn>("nvmlSystemGetDriverVersion");
     if (!init_ || !shutdown_ || !by_pci_ || !by_uuid_ || !utilization_ || !pcie_) {
       unavailable_ = fmt::format("{} lacks the functions xferd needs (an old driver?)", library);
@@ -218,7 +223,23 @@ class DlopenNvml final : public NvmlApi {
     return replays_(Raw(device), replays);
   }
 
+  NvmlReturn CurrentPcieLink(NvmlDevice device, unsigned* generation, unsigned* width) override {
+    return Link(current_gen_, current_width_, device, generation, width);
+  }
+
+  NvmlReturn MaxPcieLink(NvmlDevice device, unsigned* generation, unsigned* width) override {
+    return Link(max_gen_, max_width_, device, generation, width);
+  }
+
  private:
+  NvmlReturn Link(LinkFn gen_fn, LinkFn width_fn, NvmlDevice device, unsigned* generation,
+                  unsigned* width) {
+    if (!initialised_) return kNvmlErrorUnknown;
+    if (gen_fn == nullptr || width_fn == nullptr) return kNvmlErrorNotSupported;
+    const NvmlReturn rc = gen_fn(Raw(device), generation);
+    return rc != kNvmlSuccess ? rc : width_fn(Raw(device), width);
+  }
+
   template <typename Fn>
   Fn Symbol(const char* name) {
     return reinterpret_cast<Fn>(dlsym(handle_, name));
@@ -237,6 +258,7 @@ class DlopenNvml final : public NvmlApi {
   FieldValuesFn field_values_ = nullptr;
   SamplesFn samples_ = nullptr;
   ReplayCounterFn replays_ = nullptr;
+  LinkFn current_gen_ = nullptr, current_width_ = nullptr, max_gen_ = nullptr, max_width_ = nullptr;
 };
 
 }  // namespace

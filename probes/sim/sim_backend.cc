@@ -208,6 +208,13 @@ struct SimBackend::State {
     const double clock = std::chrono::duration<double>(Clock() - epoch).count();
     return std::max(clock, device.busy_until_s);
   }
+  // The link idle at `now_s` (its lock held): no probe of its own for a while, and no other
+  // process's traffic, which keeps a link trained as well.
+  bool Idle(const Device& device, double now_s) const {
+    if (device.probes != 0 && now_s - device.busy_until_s <= kSimIdleDownclockAfterS) return false;
+    const auto [h2d, d2h] = device.link->ForeignRate(now_s);
+    return h2d + d2h <= 0;
+  }
   // A fake clock follows simulated time (time_scale 0, SimOptions::advance).
   void Advance(double seconds) const {
     if (options.time_scale == 0 && options.advance && seconds > 0) {
@@ -293,11 +300,35 @@ LinkPath SimBackend::ReadLinkPath(int device) const {
   // probe, and trains back up with the next.
   const int idle_gen = state_->options.idle_link_gen;
   if (idle_gen > 0 && !path.links.empty()) {
-    const bool idle = dev.probes == 0 || now_s - dev.busy_until_s > kSimIdleDownclockAfterS;
     int& gen = path.links.front().current_gen;
-    if (idle && gen > idle_gen) gen = idle_gen;
+    if (state_->Idle(dev, now_s) && gen > idle_gen) gen = idle_gen;
   }
   return path;
+}
+
+SimBackend::OwnLinkCaps SimBackend::OwnLink(int device) const {
+  OwnLinkCaps caps;
+  if (!state_->Valid(device)) return caps;
+  const std::vector<SimFault> faults = state_->FaultsFor(device);
+  const State::Device& dev = *state_->devices[static_cast<std::size_t>(device)];
+  std::lock_guard lock(dev.mutex);
+  const double now_s = state_->Now(dev);
+  // What the faults do to a link that could run at anything: their caps, whatever the kind.
+  constexpr int kUncapped = 1 << 20;
+  LinkPath probe;
+  probe.links.push_back({"", kUncapped, kUncapped, kUncapped, kUncapped});
+  for (const SimFault& f : faults) FaultKindOf(f.kind).ShapePath(f, now_s, probe);
+  const PcieLink& own = probe.links.front();
+  if (own.current_gen < kUncapped) caps.fault_gen = own.current_gen;
+  if (own.current_width < kUncapped) caps.fault_width = own.current_width;
+  if (state_->options.idle_link_gen > 0 && state_->Idle(dev, now_s)) {
+    caps.idle_gen = state_->options.idle_link_gen;
+  }
+  return caps;
+}
+
+const std::filesystem::path& SimBackend::SysfsRoot() const {
+  return state_->options.sysfs_root;
 }
 
 namespace {

@@ -59,16 +59,6 @@ std::optional<std::string> ReadAttribute(const fs::path& file) {
   return std::string(Trim(std::string_view(*text).substr(0, text->find('\n'))));
 }
 
-// "16" or "x16"; 0 when unreadable or not a number.
-int ParseWidth(std::string_view text) {
-  text = Trim(text);
-  if (!text.empty() && (text.front() == 'x' || text.front() == 'X')) text.remove_prefix(1);
-  int width = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), width);
-  if (ec != std::errc() || ptr != text.data() + text.size() || width < 0) return 0;
-  return width;
-}
-
 void AddNote(LinkPath& path, const std::string& note) {
   if (!path.note.empty()) path.note += "; ";
   path.note += note;
@@ -82,9 +72,9 @@ PcieLink ReadLink(const fs::path& dir, LinkPath& path) {
   const auto max_speed = ReadAttribute(dir / "max_link_speed");
   const auto max_width = ReadAttribute(dir / "max_link_width");
   if (current_speed) link.current_gen = ParseLinkSpeed(*current_speed);
-  if (current_width) link.current_width = ParseWidth(*current_width);
+  if (current_width) link.current_width = ParseLinkWidth(*current_width);
   if (max_speed) link.max_gen = ParseLinkSpeed(*max_speed);
-  if (max_width) link.max_width = ParseWidth(*max_width);
+  if (max_width) link.max_width = ParseLinkWidth(*max_width);
   if (!current_speed && !current_width) {
     AddNote(path, link.bdf + ": no link attributes in sysfs (not a PCIe link?)");
   } else if (link.current_gen == 0 || link.current_width == 0) {
@@ -147,6 +137,15 @@ int ParseLinkSpeed(std::string_view text) {
     }
   }
   return 0;
+}
+
+int ParseLinkWidth(std::string_view text) {
+  text = Trim(text);
+  if (!text.empty() && (text.front() == 'x' || text.front() == 'X')) text.remove_prefix(1);
+  int width = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), width);
+  if (ec != std::errc() || ptr != text.data() + text.size() || width < 0) return 0;
+  return width;
 }
 
 std::string FormatLink(int generation, int width) {

@@ -103,7 +103,8 @@ def test_device_dashboard_has_the_panels_the_issue_asks_for():
                    "histogram_quantile(0.99,", "histogram_quantile(0.999,",
                    'mode="pageable"', "xferd_overlap_ratio", "xferd_pcie_link_generation",
                    "xferd_pcie_link_width", "xferd_probe_runs_total", "xferd_pcie_replays_total",
-                   "xferd_pcie_aer_errors_total", "xferd_pcie_error_source_readable"):
+                   "xferd_pcie_aer_errors_total", "xferd_pcie_error_source_readable",
+                   "xferd_pcie_link_transitions_total", "xferd_pcie_link_reduced_seconds_total"):
         assert needle in exprs, f"device dashboard lacks {needle}"
     band = next(p for p in panels(doc) if p["title"] == "Bandwidth by mode and direction")
     fills = [prop for o in band["fieldConfig"]["overrides"] for prop in o["properties"]

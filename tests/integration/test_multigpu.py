@@ -99,7 +99,8 @@ def test_eight_gpu_node_groups_aggregates_and_shared_uplinks(daemon, tmp_path):
             assert v / solo == pytest.approx(0.5, abs=0.03), (dict(k), v, solo)
         assert m[("xferd_diagnosis", frozenset({("gpu", str(gpu)),
                                                 ("cause", "shared_uplink")}))] == 1
-        assert m[("xferd_host_link_info", frozenset({("gpu", str(gpu)), ("type", "pcie")}))] == 1
+        assert [dict(labels)["host_link"] for name, labels in m
+                if name == "xferd_device_info" and dict(labels).get("gpu") == str(gpu)] == ["pcie"]
         assert m[("xferd_pcie_link_generation",
                   frozenset({("gpu", str(gpu)), ("state", "narrowest")}))] == 5
     assert "concurrent uplink_0000:16:00.0 pinned h2d" in d.log()

@@ -131,7 +131,7 @@ def check_against_metrics(doc, m):
 
         # The link.
         link = g["link"]
-        types = [dict(ls)["type"] for ls in series(m, "xferd_host_link_info", gpu=gpu)]
+        types = [dict(ls)["host_link"] for ls in series(m, "xferd_device_info", gpu=gpu)]
         assert types == [link["host_link"]]
         pcie = link["pcie"]
         for state, got in (("current", pcie["current"]), ("max", pcie["max"]),
@@ -164,6 +164,9 @@ def check_against_metrics(doc, m):
         c = g["contention"]
         readable = one(m, "xferd_gpu_load_readable", gpu=gpu)
         assert c["traffic_readable"] == (readable == 1)
+        # And the foreign traffic has its series only where the link was read.
+        assert (one(m, "xferd_foreign_traffic_bytes_per_second", gpu=gpu,
+                    direction="h2d") is not None) == (readable == 1)
         for direction in ("h2d", "d2h"):
             foreign = one(m, "xferd_foreign_traffic_bytes_per_second", gpu=gpu,
                           direction=direction)

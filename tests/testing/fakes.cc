@@ -121,6 +121,26 @@ probes::NvmlReturn FakeNvml::PcieReplayCounter(probes::NvmlDevice device, unsign
   return gpu->replays_rc;
 }
 
+probes::NvmlReturn FakeNvml::CurrentPcieLink(probes::NvmlDevice device, unsigned* generation,
+                                             unsigned* width) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  *generation = gpu->link_gen;
+  *width = gpu->link_width;
+  return gpu->link_rc;
+}
+
+probes::NvmlReturn FakeNvml::MaxPcieLink(probes::NvmlDevice device, unsigned* generation,
+                                         unsigned* width) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  *generation = gpu->max_link_gen;
+  *width = gpu->max_link_width;
+  return gpu->link_rc;
+}
+
 void FakeNvml::Set(const std::string& bus_id, const std::function<void(Gpu&)>& change) {
   std::lock_guard lock(mutex_);
   change(gpus_[bus_id]);

@@ -119,6 +119,9 @@ class FakeNvml final : public probes::NvmlApi {
     std::vector<probes::NvmlSample> samples;
     unsigned replays = 0;
     probes::NvmlReturn replays_rc = probes::kNvmlSuccess;
+    // The GPU's own link: as it runs now, and the most it can train to.
+    unsigned link_gen = 5, link_width = 16, max_link_gen = 5, max_link_width = 16;
+    probes::NvmlReturn link_rc = probes::kNvmlSuccess;
   };
 
   std::string Unavailable() const override { return unavailable; }
@@ -137,6 +140,10 @@ class FakeNvml final : public probes::NvmlApi {
   probes::NvmlReturn UtilizationSamples(probes::NvmlDevice device, std::uint64_t since_us,
                                         std::vector<probes::NvmlSample>* samples) override;
   probes::NvmlReturn PcieReplayCounter(probes::NvmlDevice device, unsigned* replays) override;
+  probes::NvmlReturn CurrentPcieLink(probes::NvmlDevice device, unsigned* generation,
+                                     unsigned* width) override;
+  probes::NvmlReturn MaxPcieLink(probes::NvmlDevice device, unsigned* generation,
+                                 unsigned* width) override;
 
   // The GPU at `bus_id`, to set up or change between calls (under the fake's lock).
   void Set(const std::string& bus_id, const std::function<void(Gpu&)>& change);

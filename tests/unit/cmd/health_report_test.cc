@@ -151,6 +151,17 @@ TEST(HealthReport, WithoutAnExplainingCauseItSaysWhatTheReadingIsBelow) {
   EXPECT_EQ(none.line, "DEGRADED gpu0: cause not visible to xferd");
 }
 
+TEST(HealthReport, AFlappingLinkIsNamedWithItsFiguresWhereNoSeriesIsLow) {
+  const json causes = {{{"cause", "link_flapping"},
+                        {"detail", "6 transitions and 12 s below capability in the last 10 min"}}};
+  const HealthReport r = Judge(Doc({Degraded(0, causes, nullptr)}));
+  EXPECT_EQ(r.state, HealthOutcome::kProblem);
+  EXPECT_EQ(r.line,
+            "DEGRADED gpu0: link_flapping (6 transitions and 12 s below capability in the last "
+            "10 min)");
+  EXPECT_LE(r.line.find("link_flapping"), 80u);
+}
+
 TEST(HealthReport, SeveralDegradedGpusNameTheFirstAndCountTheRest) {
   const HealthReport r = Judge(
       Doc({Degraded(0, json::array(), BelowBand()), Degraded(3, json::array(), BelowBand())}));

@@ -405,7 +405,8 @@ void NoFalseAlarmBesideIntermittentTraffic(bool busy_detection) {
   // learned, and never from a halved reading.
   ASSERT_TRUE(lowest_baseline.has_value()) << "no pinned h2d baseline in two hours";
   EXPECT_GT(*lowest_baseline, 0.95 * 25.2e9);
-  // The link was read around the probes: the foreign traffic is published (0 or more).
+  // The link was read around the probes: the foreign traffic is published (0 or more); an
+  // unreadable link would have no series.
   const auto foreign = Value(text, "xferd_foreign_traffic_bytes_per_second", {"direction=\"h2d\""});
   ASSERT_TRUE(foreign.has_value()) << "no xferd_foreign_traffic_bytes_per_second series";
   EXPECT_GE(*foreign, 0);

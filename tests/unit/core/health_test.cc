@@ -7,6 +7,7 @@
 
 #include "core/freshness.h"
 #include "core/health_tracker.h"
+#include "core/incident_log.h"
 
 namespace xferd::core {
 
@@ -680,6 +681,11 @@ TEST(CauseRanking, FaultsRankBeforeReadingsAndNotesLast) {
     EXPECT_TRUE(IsNote(note)) << ToString(note);
   }
   EXPECT_LT(CauseRank(DiagnosisCause::kBelowBand), CauseRank(DiagnosisCause::kBelowBaseline));
+  // A link that flaps between probes is a fault, right after one that trained down.
+  EXPECT_FALSE(IsNote(DiagnosisCause::kLinkFlapping));
+  EXPECT_EQ(causes[1].cause, DiagnosisCause::kLinkFlapping);
+  EXPECT_LT(CauseRank(DiagnosisCause::kLinkFlapping), CauseRank(DiagnosisCause::kLinkErrors));
+  EXPECT_EQ(ParseDiagnosisCause("link_flapping"), DiagnosisCause::kLinkFlapping);
   EXPECT_EQ(ParseDiagnosisCause("capability_mismatch"), DiagnosisCause::kCapabilityMismatch);
   EXPECT_FALSE(ParseDiagnosisCause("no_such_cause").has_value());
 }
@@ -816,6 +822,94 @@ TEST(Freshness, ADegradedVerdictNeedsACurrentBadReading) {
   ASSERT_EQ(later.size(), 1u);
   EXPECT_TRUE(later.front().Stale());
   EXPECT_EQ(h.Expire(at(400 + b.headline_s + 60)).size(), 0u) << "said once";
+}
+
+}  // namespace
+}  // namespace xferd::core
+
+namespace xferd::core {
+namespace {
+
+// What the link watch hands a cycle when the link flapped between probes.
+LinkWatchState Flapping(bool low_only = false) {
+  LinkWatchState w;
+  w.watching = true;
+  w.window_s = 600;
+  w.window_transitions = low_only ? 1 : 6;
+  w.window_reduced_s = low_only ? 90 : 12;
+  w.flapping = true;
+  w.low_only = low_only;
+  w.last_seen = "0000:00:01.0-0000:01:00.0 Gen4 x8 -> Gen4 x16 (max Gen4 x16)";
+  return w;
+}
+
+TEST(Diagnosis, AFlappingLinkIsAFaultOfItsOwnWhileEveryReadingIsGood) {
+  HealthTracker h(TestConfig());
+  CycleObservation obs = PinnedCycle(25.0);
+  obs.link_watch = Flapping();
+  const DeviceHealth r = h.Observe(obs);
+  ASSERT_TRUE(r.Has(DiagnosisCause::kLinkFlapping));
+  EXPECT_FALSE(PinnedDegraded(r));  // the readings are fine ...
+  EXPECT_TRUE(r.Degraded());        // ... the GPU is not: its link flaps between probes
+  // No series to show: the flapping link is what the verdict names.
+  EXPECT_EQ(WorstDegraded(r), nullptr);
+  EXPECT_EQ(LeadingCause(r), DiagnosisCause::kLinkFlapping);
+  for (const Diagnosis& d : r.diagnoses) {
+    if (d.cause != DiagnosisCause::kLinkFlapping) continue;
+    EXPECT_EQ(d.detail,
+              "6 transitions and 12 s below capability in the last 10 min; last "
+              "0000:00:01.0-0000:01:00.0 Gen4 x8 -> Gen4 x16 (max Gen4 x16)");
+    EXPECT_NE(d.advice.find("lspci -vv -s 0000:01:00.0"), std::string::npos) << d.advice;
+  }
+  EXPECT_EQ(h.Summary(),
+            "DEGRADED gpu0 PCIe link; likely: link_flapping (6 transitions and 12 s below "
+            "capability in the last 10 min; last 0000:00:01.0-0000:01:00.0 Gen4 x8 -> Gen4 x16 "
+            "(max Gen4 x16))");
+  // So does the incident log, with the cause and no series.
+  IncidentLog log;
+  EXPECT_EQ(log.Observe(r, false, 3, std::chrono::system_clock::now()), DeviceVerdict::kDegraded);
+  ASSERT_EQ(log.Incidents().size(), 1u);
+  EXPECT_TRUE(log.Incidents()[0].pairs.empty());
+  EXPECT_EQ(log.Incidents()[0].causes.front().cause, "link_flapping");
+  // Busy cycles too: a workload that keeps the GPU busy skips the probes, not the watch.
+  CycleObservation busy = Cycle({});
+  busy.busy = true;
+  busy.link_watch = Flapping();
+  EXPECT_TRUE(h.Observe(busy).Degraded());
+  // Once the watch's window lets it go, the GPU is ok again.
+  EXPECT_FALSE(h.Observe(PinnedCycle(25.0)).Degraded());
+  EXPECT_EQ(h.Summary().rfind("ok: ", 0), 0u) << h.Summary();
+}
+
+// A degraded series and a link that flaps: the flapping link leads, before the reading it
+// explains (below_band) and before errors on the same path.
+TEST(CauseRanking, AFlappingLinkLeadsTheReadingItExplains) {
+  HealthTracker h(TestConfig(1));
+  CycleObservation obs = PinnedCycle(12.0);
+  obs.link_watch = Flapping();
+  const DeviceHealth r = h.Observe(obs);
+  ASSERT_NE(WorstDegraded(r), nullptr);
+  ASSERT_TRUE(r.Has(DiagnosisCause::kBelowBand));
+  EXPECT_EQ(LeadingCause(r), DiagnosisCause::kLinkFlapping);
+  EXPECT_EQ(r.diagnoses.front().cause, DiagnosisCause::kLinkFlapping);
+  EXPECT_NE(h.Summary().find("; likely: link_flapping ("), std::string::npos) << h.Summary();
+}
+
+TEST(Diagnosis, ALinkThatStaysLowIsNamedOnceWhereTheProbeSawIt) {
+  // The watch saw the link low for 90 s with one transition, and the probe's own reading of
+  // the path shows it trained down: link_downtrained names it, not link_flapping too.
+  HealthTracker h(TestConfig());
+  CycleObservation obs =
+      Cycle({Sample(TransferMode::kPinned, Direction::kH2D, 10.0)}, Gen4Path(4, 16, 4, 8));
+  obs.link_watch = Flapping(/*low_only=*/true);
+  const DeviceHealth r = h.Observe(obs);
+  EXPECT_TRUE(r.Has(DiagnosisCause::kLinkDowntrained));
+  EXPECT_FALSE(r.Has(DiagnosisCause::kLinkFlapping));
+  // Where the probes read the link healthy (a workload keeps it low, probes skipped), the
+  // watch's time below capability is the one witness.
+  CycleObservation unseen = PinnedCycle(25.0);
+  unseen.link_watch = Flapping(/*low_only=*/true);
+  EXPECT_TRUE(h.Observe(unseen).Has(DiagnosisCause::kLinkFlapping));
 }
 
 }  // namespace

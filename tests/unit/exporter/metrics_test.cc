@@ -91,6 +91,9 @@ void RunCycle(probes::SimBackend& sim, Metrics& metrics, HealthTracker& health,
       metrics.RecordLinkErrors(dev,
                                errors->Observe(dev, error_reader->Read(dev, obs.link_path), now));
       obs.link_errors = errors->Growth(dev.uuid);
+      // The link watch has read the GPU's links (its counters start at 0), as in the daemon.
+      obs.link_watch.watching = true;
+      metrics.RecordLinkWatch(dev.index, obs.link_watch);
     }
     for (const auto& [mode, dir] : probes::AllModeDirections()) {
       load->BeginWindow(dev);
@@ -227,9 +230,10 @@ TEST(Metrics, DefaultConfigStaysWithinSeriesBudget) {
   const auto gpu1 = SeriesWith(text, "gpu=\"1\"");
   EXPECT_LE(gpu0.size(), 300u);
   EXPECT_EQ(gpu0.size(), gpu1.size());
-  // The arithmetic of docs/metrics.md: 292 per GPU; if this moves, update the doc.
-  EXPECT_EQ(gpu0.size(), 292u) << text;
-  EXPECT_EQ(SeriesWith(text, "xferd_pcie_").size() / 8, 6u + 21u);  // the link's, per GPU
+  // The arithmetic of docs/metrics.md: 294 per GPU; if this moves, update the doc.
+  EXPECT_EQ(gpu0.size(), 294u) << text;
+  // The link's, per GPU: generation and width, errors, the link watch's two counters.
+  EXPECT_EQ(SeriesWith(text, "xferd_pcie_").size() / 8, 6u + 21u + 2u);
   // And every family is there.
   for (const char* name : {"xferd_transfer_duration_seconds_bucket",
                            "xferd_transfer_duration_seconds_sum",
@@ -247,7 +251,8 @@ TEST(Metrics, DefaultConfigStaysWithinSeriesBudget) {
                            "xferd_probe_device_seconds_total{",
                            "xferd_gpu_info{",
                            "xferd_device_info{",
-                           "xferd_host_link_info{",
+                           "xferd_pcie_link_transitions_total{",
+                           "xferd_pcie_link_reduced_seconds_total{",
                            "xferd_build_info{",
                            "xferd_cycles_total{",
                            "xferd_cycle_duration_seconds ",
@@ -286,8 +291,8 @@ TEST(Metrics, EightGpuHostStaysWithinItsSeriesBudget) {
     }
     const std::string text = Expose(registry);
     const bool all = profile == core::Settings::Histograms::kAll;
-    // Per GPU: 292 of its own, 3 directions x 2 groups (host and its switch's uplink).
-    EXPECT_EQ(SeriesWith(text, "gpu=\"0\"").size(), all ? 298u : 155u);
+    // Per GPU: 294 of its own, 3 directions x 2 groups (host and its switch's uplink).
+    EXPECT_EQ(SeriesWith(text, "gpu=\"0\"").size(), all ? 300u : 157u);
     // Per group: aggregate x 3 directions, expected x 2 bounds, info: 5 groups.
     EXPECT_EQ(SeriesWith(text, "group=\"").size(), 5u * 6u + 8u * 6u);
     const std::size_t host = AllSeries(text);
@@ -354,7 +359,7 @@ TEST(Metrics, CountersStartAtZeroForEveryProbedModeAndResult) {
   metrics.RecordSkipped(0, TransferMode::kManaged, ProbeResult::kUnsupported);
   EXPECT_EQ(SeriesWith(Expose(registry), "result=\"unsupported\"").size(), 1u);
   EXPECT_EQ(SeriesWith(text, "xferd_cycles_total{").size(), 4u);
-  EXPECT_EQ(SeriesWith(text, "xferd_diagnosis{").size(), 11u);
+  EXPECT_EQ(SeriesWith(text, "xferd_diagnosis{").size(), 12u);
 }
 
 TEST(Metrics, AModeTheConfigDoesNotProbeHasNoSeries) {
@@ -463,6 +468,58 @@ TEST(Metrics, ResultsVerdictsAndDiagnosisReachTheExposition) {
   EXPECT_EQ(value("xferd_state_write_errors_total "), 1);
   EXPECT_EQ(value("xferd_textfile_write_errors_total "), 1);
   EXPECT_GT(value("xferd_probe_device_seconds_total{gpu=\"0\"}"), 0);
+}
+
+TEST(Metrics, TheLinkWatchCountersFollowItsTotalsFromZero) {
+  prometheus::Registry registry;
+  Metrics metrics(registry);
+  core::LinkWatchState w;
+  metrics.RecordLinkWatch(0, w);  // not watching (no link to read): no series
+  EXPECT_TRUE(SeriesWith(Expose(registry), "xferd_pcie_link_").empty());
+  w.watching = true;
+  metrics.RecordLinkWatch(0, w);
+  EXPECT_EQ(SeriesWith(Expose(registry), "xferd_pcie_link_transitions_total{gpu=\"0\"} 0").size(),
+            1u);
+  EXPECT_EQ(
+      SeriesWith(Expose(registry), "xferd_pcie_link_reduced_seconds_total{gpu=\"0\"} 0").size(),
+      1u);
+  // The watch polls every few seconds: only a change moves the generation (and re-renders).
+  const std::uint64_t generation = metrics.Generation();
+  metrics.RecordLinkWatch(0, w);
+  EXPECT_EQ(metrics.Generation(), generation);
+  w.transitions = 6;
+  w.reduced_s = 2.5;
+  metrics.RecordLinkWatch(0, w);
+  EXPECT_GT(metrics.Generation(), generation);
+  w.transitions = 9;
+  metrics.RecordLinkWatch(0, w);
+  const std::string text = Expose(registry);
+  EXPECT_EQ(SeriesWith(text, "xferd_pcie_link_transitions_total{gpu=\"0\"} 9").size(), 1u) << text;
+  EXPECT_EQ(SeriesWith(text, "xferd_pcie_link_reduced_seconds_total{gpu=\"0\"} 2.5").size(), 1u)
+      << text;
+}
+
+TEST(Metrics, AnUnreadableLinkWindowLeavesNoForeignTrafficSeries) {
+  prometheus::Registry registry;
+  Metrics metrics(registry);
+  probes::SimBackend sim(FastSim());
+  const probes::DeviceInfo dev = sim.Devices().at(0);
+  metrics.SetDevice(dev);
+  const auto load = probes::MakeSimGpuLoadReader(0, 0, &sim);
+  load->BeginWindow(dev);
+  probes::ProbeSample s = sim.Run(dev.index, Spec(TransferMode::kPinned, Direction::kH2D));
+  s.traffic = load->EndWindow(dev);
+  s.contention = core::JudgeContention(s, {});
+  metrics.RecordSample(dev, s);
+  EXPECT_EQ(SeriesWith(Expose(registry), "xferd_foreign_traffic_bytes_per_second{").size(), 2u);
+  // The next window could not be read (NVML lost the GPU): the last value is not left to
+  // look current.
+  probes::ProbeSample unread = sim.Run(dev.index, Spec(TransferMode::kPinned, Direction::kH2D));
+  metrics.RecordSample(dev, unread);
+  EXPECT_TRUE(SeriesWith(Expose(registry), "xferd_foreign_traffic_bytes_per_second{").empty());
+  EXPECT_EQ(SeriesWith(Expose(registry), "xferd_gpu_load_readable{gpu=\"0\"} 0").size(), 1u);
+  // And the device says how it reaches host memory.
+  EXPECT_EQ(SeriesWith(Expose(registry), "host_link=\"pcie\"").size(), 1u);
 }
 
 // One simulated GPU (Gen4 x16) known to a fresh Metrics.

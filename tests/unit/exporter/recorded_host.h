@@ -1,6 +1,7 @@
 // A simulated host whose cycles are recorded into a Metrics as the service records them:
 // each planned probe inside its link-traffic window and judged for contention, the path's
-// link errors, the health verdicts, the cycle; the concurrent groups at the group cadence.
+// link errors, the link watch's counts (polled once before each cycle, as its thread polls
+// between them), the health verdicts, the cycle; the concurrent groups at the group cadence.
 // Shared by the exporter's tests and the series budget's (tests/unit/config).
 #pragma once
 
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -18,10 +20,12 @@
 #include "core/health_tracker.h"
 #include "core/host_groups.h"
 #include "core/link_errors.h"
+#include "core/link_watch.h"
 #include "core/plan.h"
 #include "exporter/metrics.h"
 #include "xferd/probes/gpu_load.h"
 #include "xferd/probes/link_errors.h"
+#include "xferd/probes/link_watch.h"
 #include "xferd/probes/sim_backend.h"
 
 namespace xferd::exporter::recording {
@@ -53,8 +57,13 @@ class RecordedHost {
       : settings_(std::move(settings)),
         sim_(std::move(options)),
         metrics_(metrics),
-        health_(settings_) {
-    for (const probes::DeviceInfo& dev : sim_.Devices()) metrics_.SetDevice(dev);
+        health_(settings_),
+        link_reader_(probes::MakeSimLinkStateReader(sim_, 0)),
+        watch_(*link_reader_, sim_.Devices(), settings_, clock_, {}) {
+    for (const probes::DeviceInfo& dev : sim_.Devices()) {
+      metrics_.SetDevice(dev);
+      watch_.SetPath(dev, sim_.ReadLinkPath(dev.index));
+    }
     metrics_.SetPlan(settings_);
   }
 
@@ -63,11 +72,14 @@ class RecordedHost {
     const auto load = probes::MakeSimGpuLoadReader(0, 0, &sim_);
     const auto reader = probes::MakeSimLinkErrorReader(sim_);
     now_ += std::chrono::minutes(1);
+    watch_.Poll();
     for (const probes::DeviceInfo& dev : sim_.Devices()) {
       core::CycleObservation obs;
       obs.device = dev;
       obs.link_path = sim_.ReadLinkPath(dev.index);
       metrics_.RecordLinkPath(dev.index, obs.link_path);
+      obs.link_watch = watch_.State(dev.uuid);
+      metrics_.RecordLinkWatch(dev.index, obs.link_watch);
       metrics_.RecordLinkErrors(dev, errors_.Observe(dev, reader->Read(dev, obs.link_path), now_));
       obs.link_errors = errors_.Growth(dev.uuid);
       for (probes::ProbeSpec spec : core::PlanProbes(settings_)) {
@@ -119,6 +131,9 @@ class RecordedHost {
   core::HealthTracker health_;
   core::LinkErrorTracker errors_;
   core::SteadyTime now_{};
+  core::SteadyClock clock_;  // the link watch's (no thread: Cycle polls it)
+  std::unique_ptr<probes::LinkStateReader> link_reader_;
+  core::LinkWatcher watch_;
 };
 
 }  // namespace xferd::exporter::recording

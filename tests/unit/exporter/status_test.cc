@@ -254,6 +254,34 @@ TEST(StatusBoard, LinkErrorsAppearOnceAReaderHandsThemOver) {
   EXPECT_EQ(replays["reason"], "NVML not loaded");
 }
 
+TEST(StatusBoard, TheLinkWatchSaysWhatItCountedOnceItWatches) {
+  core::IncidentLog log;
+  StatusBoard board(log);
+  board.SetDevice(Gpu(0));
+  EXPECT_EQ(Render(board)["gpus"][0]["link"]["watch"]["watching"], false);
+  core::LinkWatchState w;
+  w.watching = true;
+  w.source = "sysfs";
+  w.transitions = 17;
+  w.reduced_s = 42.5;
+  w.window_s = 600;
+  w.window_transitions = 6;
+  w.window_reduced_s = 12;
+  w.flapping = true;
+  w.last_seen = "0000:00:01.0-0000:01:00.0 Gen4 x8 -> Gen4 x16 (max Gen4 x16)";
+  board.RecordLinkWatch(0, w);
+  const json watch = Render(board)["gpus"][0]["link"]["watch"];
+  EXPECT_EQ(watch["watching"], true);
+  EXPECT_EQ(watch["source"], "sysfs");
+  EXPECT_EQ(watch["transitions_total"], 17);
+  EXPECT_EQ(watch["reduced_seconds_total"], 42.5);
+  EXPECT_EQ(watch["window_seconds"], 600);
+  EXPECT_EQ(watch["window_transitions"], 6);
+  EXPECT_EQ(watch["window_reduced_seconds"], 12);
+  EXPECT_EQ(watch["flapping"], true);
+  EXPECT_EQ(watch["last_seen"], w.last_seen);
+}
+
 TEST(StatusBoard, RendersWhileTheProbeThreadRecords) {
   core::IncidentLog log;
   StatusBoard board(log);

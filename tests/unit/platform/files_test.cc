@@ -105,6 +105,44 @@ TEST(BoundedFile, ReadsPieceByPieceAndStopsAFileThatGrowsPastItsCap) {
   }
 }
 
+// The link watch's way to read a sysfs attribute every second: opened once, read again from
+// its start with one pread, so a value rewritten in place is seen at the next reading.
+TEST(PolledFile, ReadsTheFileAsItIsNowAtEveryReading) {
+  fakes::TempDir dir("files");
+  const fs::path path = dir.Write("current_link_width", "16\n");
+  PolledFile file(path, 16);
+  ASSERT_EQ(file.Read(), "16\n");
+  std::ofstream(path, std::ios::trunc) << "8\n";  // the same file, rewritten
+  EXPECT_EQ(file.Read(), "8\n");
+  EXPECT_EQ(file.Read(), "8\n");  // again from the start, not from where the last read ended
+  // Past its cap the reading is refused (and says so), not cut to the cap.
+  std::ofstream(path, std::ios::trunc) << std::string(40, '1');
+  EXPECT_FALSE(file.Read());
+  EXPECT_EQ(file.problem(), "it is larger than 16 bytes, the most this file may hold");
+  std::ofstream(path, std::ios::trunc) << "4\n";
+  EXPECT_EQ(file.Read(), "4\n");
+  EXPECT_EQ(file.problem(), "");
+}
+
+TEST(PolledFile, RefusesWhatIsNotARegularFileOfItsSizeAtOnce) {
+  fakes::TempDir dir("files");
+  const fs::path fifo = dir.path() / "fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const auto cause = [](const fs::path& path, std::size_t cap) -> std::string {
+    try {
+      PolledFile file(path, cap);
+    } catch (const FileError& e) {
+      return e.cause();
+    }
+    return "opened";
+  };
+  EXPECT_EQ(cause(fifo, 4096), "it is a FIFO, not a regular file");  // and never waited on
+  EXPECT_EQ(cause(dir.path(), 4096), "Is a directory");
+  EXPECT_EQ(cause(dir.Write("big", std::string(5000, 'x')), 4096),
+            "it is larger than 4096 bytes, the most this file may hold");
+  EXPECT_EQ(cause(dir.path() / "missing", 4096), "No such file or directory");
+}
+
 TEST(TryReadFileBounded, NulloptInsteadOfErrors) {
   EXPECT_FALSE(TryReadFileBounded("/dev/zero", 4096));
   EXPECT_FALSE(TryReadFileBounded("/nonexistent/file", 4096));

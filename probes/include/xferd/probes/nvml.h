@@ -76,6 +76,19 @@ class NvmlApi {
   // nvmlDeviceGetPcieReplayCounter: link-level retransmissions the GPU counted on its own
   // link since the driver loaded (32 bits).
   virtual NvmlReturn PcieReplayCounter(NvmlDevice device, unsigned* replays) = 0;
+  // nvmlDeviceGetCurrPcieLinkGeneration and nvmlDeviceGetCurrPcieLinkWidth: the GPU's own
+  // link as it runs now (the link watch reads them where sysfs cannot show the link).
+  // nvmlDeviceGetMaxPcieLinkGeneration and nvmlDeviceGetMaxPcieLinkWidth: the most it can
+  // train to in this system, the lower of the GPU's and its slot's maxima. Drivers without
+  // them answer kNvmlErrorNotSupported.
+  virtual NvmlReturn CurrentPcieLink(NvmlDevice device, unsigned* generation, unsigned* width) {
+    (void)device, (void)generation, (void)width;
+    return kNvmlErrorNotSupported;
+  }
+  virtual NvmlReturn MaxPcieLink(NvmlDevice device, unsigned* generation, unsigned* width) {
+    (void)device, (void)generation, (void)width;
+    return kNvmlErrorNotSupported;
+  }
 };
 
 // NVML from `library` through dlopen; one instance per library for the whole process (the

@@ -137,6 +137,18 @@ class SimBackend final : public TransferBackend {
   // Replace the injected faults (config reload); thread-safe.
   void SetFaults(std::vector<SimFault> faults);
 
+  // What the simulated device does to its own link's current speed and width now, on top
+  // of what its sysfs tree (or the built-in host) says: a downtrain fault's cap, and the
+  // generation PCIe power saving drops it to while idle (no probe within
+  // kSimIdleDownclockAfterS, no foreign traffic). 0 = none. Thread-safe.
+  struct OwnLinkCaps {
+    int fault_gen = 0, fault_width = 0;
+    int idle_gen = 0;
+  };
+  OwnLinkCaps OwnLink(int device) const;
+  // The sysfs tree the devices come from; empty for the built-in host.
+  const std::filesystem::path& SysfsRoot() const;
+
   // The link counters of `device` now, or `ahead_s` later (only foreign traffic flows
   // then); nullopt for an unknown or integrated device (no PCIe link to count). "Now" is
   // the device's timeline: the clock, or the end of its last probe when simulated time ran

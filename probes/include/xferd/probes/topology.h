@@ -85,6 +85,8 @@ double PcieBytesPerSecond(int generation, int width);
 
 // sysfs "16.0 GT/s PCIe" -> 4; 0 when the text names no known rate.
 int ParseLinkSpeed(std::string_view text);
+// sysfs "16" (or "x16") -> 16; 0 when the text is not a width.
+int ParseLinkWidth(std::string_view text);
 
 // "Gen4 x16"; an unknown part reads "Gen?" or "x?".
 std::string FormatLink(int generation, int width);
