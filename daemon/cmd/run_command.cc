@@ -77,7 +77,10 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   seams.reload = [&options] { return ConfigWithFlags(options.flags); };
   seams.make_busy = [sim = made.sim](const Config& c) { return MakeBusyDetector(c, sim); };
   seams.on_reload = [sim = made.sim](const Config& c) {
-    if (sim != nullptr) sim->SetFaults(c.sim.faults);
+    if (sim != nullptr) {
+      sim->SetFaults(c.sim.faults);
+      sim->SetShape(c.sim.confidential_computing, c.sim.cc_ready, c.sim.mig);
+    }
   };
   seams.link_errors = MakeLinkErrorReader(config, made.sim, options.flags.sysfs_root.value_or("/sys"));
   seams.jitter_seed = JitterSeed();

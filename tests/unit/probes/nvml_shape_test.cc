@@ -66,7 +66,7 @@ TEST(ReadConfidentialComputing, NeitherCallIsUnknownWithTheReason) {
             "NVML not usable: libnvidia-ml.so.1 not loadable");
 }
 
-// An H200 as nvidia-smi mig -lgip lists it (the ids and copy engines of its profiles).
+// Profiles shaped like a 141 GB Hopper GPU's (ids and counts made up for the test).
 void H200Profiles(fakes::FakeNvml::Gpu& gpu) {
   gpu.profiles = {{19, 1, 1, 16384, "MIG 1g.18gb"},
                   {9, 3, 3, 72704, "MIG 3g.71gb"},
