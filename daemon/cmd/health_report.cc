@@ -157,7 +157,7 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
   const json gpus = doc.contains("gpus") ? doc["gpus"] : json(nullptr);
   if (!gpus.is_array()) return Unknown("the status document has no \"gpus\" list");
   if (gpus.empty()) return Unknown("the daemon probes no GPU");
-  std::vector<const json*> degraded, pending;
+  std::vector<const json*> degraded, pending, unjudgeable;
   std::size_t degraded_otherwise = 0;  // degraded, but not with options.cause
   for (const json& gpu : gpus) {
     if (!gpu.is_object()) return Unknown("a GPU entry is not an object");
@@ -175,6 +175,8 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
       }
     } else if (verdict == "pending") {
       pending.push_back(&gpu);
+    } else if (verdict == "unknown") {
+      unjudgeable.push_back(&gpu);
     } else if (verdict != "ok") {
       return Unknown("GPU verdict \"" + platform::Printable(verdict, 40) +
                      "\" is not one this xferd knows");
@@ -189,6 +191,14 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
     const auto index = Num(*pending.front(), "gpu");
     return Unknown(fmt::format("no verdict yet for gpu{} (re-judging after a restart)",
                                index ? fmt::format("{:.0f}", *index) : std::string("?")));
+  } else if (!unjudgeable.empty()) {
+    // Nothing to judge it by (MIG with no instance, CC GPUs not ready): neither a drain
+    // nor a resume.
+    const auto index = Num(*unjudgeable.front(), "gpu");
+    const std::string why = Str(*unjudgeable.front(), "verdict_reason");
+    return Unknown(fmt::format("gpu{} verdict unknown: {}",
+                               index ? fmt::format("{:.0f}", *index) : std::string("?"),
+                               why.empty() ? std::string("the daemon cannot judge it") : why));
   } else if (options.cause) {
     report.state = HealthOutcome::kOk;
     report.line = "OK: no GPU degraded with " + *options.cause;

@@ -147,6 +147,9 @@ DeviceHealth HealthTracker::Observe(const CycleObservation& obs) {
   device.last.gpu = obs.device.index;
   device.last.uuid = obs.device.uuid;
   device.last.band = ResolveBand(config_, obs.device, obs.link_path);
+  device.last.cc = obs.device.cc;
+  device.last.mig = obs.device.mig;
+  device.last.unjudgeable = probes::UnjudgeableReason(obs.device.cc, obs.device.mig);
   device.last.pair_bands.clear();
   for (const auto& [mode, direction] : OwnBandPairs(config_)) {
     device.last.pair_bands.push_back(
@@ -315,6 +318,10 @@ std::string HealthTracker::Summary() const {
   std::vector<std::string> problems;
   std::string notes;  // causes that hold on healthy devices: worth a glance, not a verdict
   for (const DeviceHealth& d : devices) {
+    if (!d.unjudgeable.empty()) {
+      notes += "; gpu" + std::to_string(d.gpu) + " verdict unknown: " + d.unjudgeable;
+      continue;
+    }
     total += d.verdicts.size();
     if (!d.Degraded()) {
       for (const Diagnosis& diag : d.diagnoses) {

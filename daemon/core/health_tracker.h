@@ -55,6 +55,11 @@ struct DeviceHealth {
   std::vector<SeriesHealth> series;   // every series seen, ordered
   std::vector<PairVerdict> verdicts;  // every (mode, direction) seen, ordered
   std::vector<Diagnosis> diagnoses;   // the causes that hold after the last cycle
+  // The GPU's shape as last observed (confidential computing, MIG) and, when it cannot be
+  // judged at all, why (probes::UnjudgeableReason): its verdict is then unknown.
+  probes::ConfidentialComputing cc;
+  probes::MigState mig;
+  std::string unjudgeable;
   bool Degraded() const;
   bool Has(DiagnosisCause cause) const;
 };

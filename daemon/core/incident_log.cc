@@ -31,12 +31,14 @@ std::string_view ToString(DeviceVerdict verdict) {
     case DeviceVerdict::kPending: return "pending";
     case DeviceVerdict::kOk: return "ok";
     case DeviceVerdict::kDegraded: return "degraded";
+    case DeviceVerdict::kUnknown: return "unknown";
   }
   return "pending";
 }
 
 std::optional<DeviceVerdict> ParseDeviceVerdict(std::string_view text) {
-  for (DeviceVerdict v : {DeviceVerdict::kPending, DeviceVerdict::kOk, DeviceVerdict::kDegraded}) {
+  for (DeviceVerdict v : {DeviceVerdict::kPending, DeviceVerdict::kOk, DeviceVerdict::kDegraded,
+                          DeviceVerdict::kUnknown}) {
     if (text == ToString(v)) return v;
   }
   return std::nullopt;
@@ -99,6 +101,12 @@ DeviceVerdict IncidentLog::Observe(const DeviceHealth& health, bool busy, int co
   std::lock_guard lock(mutex_);
   DeviceRecord& device = devices_[health.uuid];
   if (!busy) ++device.judged;
+  if (!health.unjudgeable.empty()) {
+    // Nothing measured: neither ok nor degraded, and no incident; the verdict before it
+    // stays what the next judged one is compared with.
+    device.now = DeviceVerdict::kUnknown;
+    return device.now;
+  }
   DeviceVerdict verdict = DeviceVerdict::kOk;
   if (health.Degraded()) {
     verdict = DeviceVerdict::kDegraded;

@@ -35,8 +35,11 @@ struct DeviceHealth;  // core/health_tracker.h
 //             when the daemon stopped and has not been judged consecutive_bad times since
 //             (so a restart neither clears a verdict unproven nor repeats a stale one).
 //   kOk, kDegraded: HealthTracker's verdict (degraded when any (mode, direction) is).
-enum class DeviceVerdict { kPending, kOk, kDegraded };
-std::string_view ToString(DeviceVerdict verdict);  // "pending", "ok", "degraded"
+//   kUnknown: the GPU cannot be judged as it is (DeviceHealth::unjudgeable: MIG enabled with
+//             no GPU instance to probe through, confidential-computing GPUs not ready for
+//             work): neither ok nor degraded, and like pending no incident.
+enum class DeviceVerdict { kPending, kOk, kDegraded, kUnknown };
+std::string_view ToString(DeviceVerdict verdict);  // "pending", "ok", "degraded", "unknown"
 std::optional<DeviceVerdict> ParseDeviceVerdict(std::string_view text);
 
 struct Incident {

@@ -103,6 +103,7 @@ class StatusBoard {
     std::optional<probes::ProbeSpec> last_probe;
     probes::ContentionState last_contention = probes::ContentionState::kUnknown;
     std::optional<std::vector<LinkErrorCounter>> link_errors;
+    int probed_through = -1;  // the MIG GPU instance id the last probe went through
   };
 
   const core::IncidentLog& incidents_;
