@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cmd/backend.h"
+#include "cmd/band_output.h"
 #include "cmd/commands.h"
 #include "cmd/service.h"
 #include "config/config.h"
@@ -66,6 +67,8 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   for (const auto& d : devices) {
     spdlog::info("gpu {}: {} {} {}{}", d.index, d.name, d.uuid, d.pci_bus_id,
                  d.simulated ? " (SIMULATED device: not real hardware)" : "");
+    // Said once: what the driver says of CC and MIG, or why it could not be read.
+    spdlog::info("gpu {}: {}", d.index, ShapeText(d));
   }
 
   core::SteadyClock clock;

@@ -1,5 +1,7 @@
 #include "cmd/service.h"
 
+#include "cmd/band_output.h"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include <thread>
 
 #include "cmd/backend.h"
+#include "cmd/band_output.h"
 #include "exporter/exposition.h"
 #include "exporter/textfile.h"
 #include "platform/abandonable_call.h"
@@ -185,6 +188,7 @@ void Service::OnCycle(const CycleReport& report) {
   for (const DeviceCycle& dc : report.devices) {
     CycleObservation obs;
     obs.device = dc.device;
+    ShapeNow(obs.device);
     obs.link_path = dc.link_path;
     obs.samples = dc.samples;
     obs.busy = dc.skipped_busy;
@@ -243,6 +247,16 @@ void Service::OnCycle(const CycleReport& report) {
       report.wall_s, report.device_s, duty, report.next_in.count() / 1e3, summary);
   std::lock_guard lock(status_mutex_);
   status_ = fmt::format("cycle {}: {}", report.number, summary);
+}
+
+void Service::ShapeNow(probes::DeviceInfo& device) const {
+  // The backend's shape as of the last start or reload (a MIG instance made since, CC
+  // turned on).
+  for (const probes::DeviceInfo& now : backend_.Devices()) {
+    if (now.index != device.index) continue;
+    device.cc = now.cc;
+    device.mig = now.mig;
+  }
 }
 
 LinkErrorGrowth Service::ReadLinkErrors(const DeviceCycle& dc) {
@@ -387,6 +401,19 @@ void Service::FinishReload() {
     next.gpus = running->gpus;
     SetLogLevel(next.log_level);
     if (seams_.on_reload) seams_.on_reload(next);
+    {
+      // CC and MIG as the driver says them now; each GPU's said when it changed.
+      std::vector<std::string> before;
+      for (const probes::DeviceInfo& d : backend_.Devices()) before.push_back(ShapeText(d));
+      backend_.RefreshShape();
+      const std::vector<probes::DeviceInfo> after = backend_.Devices();
+      for (std::size_t i = 0; i < after.size(); ++i) {
+        const std::string now = ShapeText(after[i]);
+        if (i >= before.size() || before[i] != now) {
+          spdlog::info("reload: gpu {}: {}", after[i].index, now);
+        }
+      }
+    }
     if (next.web.basic_auth_users != running->web.basic_auth_users) {
       http_->SetBasicAuthUsers(next.web.basic_auth_users);
     }

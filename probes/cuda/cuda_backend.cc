@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "probes/cuda/probe_run.h"
 #include "probes/cuda/provisioning.h"
 #include "probes/cuda/transfer_probe.h"
+#include "xferd/probes/nvml.h"
 
 namespace xferd::probes {
 
@@ -38,12 +40,15 @@ class CudaBackend final : public TransferBackend {
   Capabilities GetCapabilities(int device) const override;
   LinkPath ReadLinkPath(int device) const override;
   ProbeSample Run(int device, const ProbeSpec& spec, std::stop_token stop) override;
+  void RefreshShape() override;
 
  private:
   CudaOptions options_;
   std::vector<DeviceInfo> devices_;
   std::vector<Capabilities> capabilities_;
   std::vector<std::unique_ptr<cuda::DeviceState>> states_;
+  // Per device (under its state's lock): the managed (mode, direction) pairs warmed once.
+  std::vector<std::set<std::pair<TransferMode, Direction>>> warmed_;
 };
 
 CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
@@ -51,6 +56,30 @@ CudaBackend::CudaBackend(const CudaOptions& options) : options_(options) {
     states_.push_back(std::make_unique<cuda::DeviceState>(gpu.info.index, gpu.blocks));
     devices_.push_back(std::move(gpu.info));
     capabilities_.push_back(std::move(gpu.capabilities));
+  }
+  warmed_.resize(states_.size());
+  RefreshShape();
+}
+
+void CudaBackend::RefreshShape() {
+  // Confidential computing for the host, MIG for each GPU, as NVML reports them now; what
+  // it cannot read is unknown with the reason (the log says it once, at start and reload).
+  const std::shared_ptr<NvmlApi> nvml = OpenNvml();
+  const ConfidentialComputing cc = ReadConfidentialComputing(*nvml);
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    DeviceInfo& info = devices_[i];
+    info.cc = cc;
+    NvmlDevice handle = nullptr;
+    if (const NvmlReturn rc = FindNvmlDevice(*nvml, info, &handle); rc == kNvmlSuccess) {
+      info.mig = ReadMig(*nvml, handle);
+    } else {
+      info.mig = {};
+      info.mig.mode = MigMode::kUnknown;
+      info.mig.problem = nvml->Unavailable().empty() ? "NVML does not know the GPU: " +
+                                                           nvml->ErrorText(rc)
+                                                     : "NVML not usable: " + nvml->Unavailable();
+    }
+    ShapeCapabilities(info, capabilities_[i]);
   }
 }
 
@@ -97,10 +126,9 @@ ProbeSample CudaBackend::Run(int device, const ProbeSpec& spec, std::stop_token 
                      std::to_string(states_.size()) + ")";
     return sample;
   }
-  if (auto it = capabilities_[device].unsupported.find(spec.mode);
-      it != capabilities_[device].unsupported.end()) {
+  if (std::string why = capabilities_[device].Reason(spec.mode, spec.direction); !why.empty()) {
     sample.status = ProbeStatus::kUnsupported;
-    sample.message = it->second;
+    sample.message = std::move(why);
     return sample;
   }
   if (std::string problem = ValidateSpec(spec, options_); !problem.empty()) {
@@ -115,7 +143,19 @@ ProbeSample CudaBackend::Run(int device, const ProbeSpec& spec, std::stop_token 
     state.DrainUnfinishedWork(spec, stop);  // before allocating: a hung GPU stops here
     cuda::Provision(state, options_, spec);
     cuda::ProbeRun run(state, options_, spec, stop, sample);
-    cuda::RunTransfers(*cuda::MakeTransferProbe(run), spec, stop, run.progress(), sample);
+    const std::unique_ptr<cuda::TransferProbe> probe = cuda::MakeTransferProbe(run);
+    const bool managed =
+        spec.mode == TransferMode::kManaged || spec.mode == TransferMode::kManagedPrefetch;
+    std::uint64_t warm_rounds = 0;
+    if (managed && warmed_[device].insert({spec.mode, spec.direction}).second) {
+      // First use of the managed path this way on this GPU: warmed until steady, its cost
+      // in this probe's device time (transfer_probe.h, docs/probe.md).
+      warm_rounds = cuda::WarmUntilSteady(*probe, stop, run.progress()).size();
+    }
+    cuda::RunTransfers(*probe, spec, stop, run.progress(), sample);
+    // Its pages crossed both ways in each of those rounds too: the link counters saw them.
+    sample.link_h2d_bytes += warm_rounds * spec.size_bytes;
+    sample.link_d2h_bytes += warm_rounds * spec.size_bytes;
     sample.status = ProbeStatus::kOk;
     cuda::ReportPlacement(state, spec.mode, sample);
   } catch (const cuda::ProbeAbort& abort) {
