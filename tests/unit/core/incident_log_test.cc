@@ -80,6 +80,20 @@ TEST(IncidentLog, AGpuDegradedAtItsFirstVerdictIsLoggedFromPending) {
   EXPECT_EQ(incidents[0].to, DeviceVerdict::kDegraded);
 }
 
+TEST(IncidentLog, AGpuThatCannotBeJudgedIsUnknownWithoutAnIncident) {
+  IncidentLog log;
+  EXPECT_EQ(log.Observe(Health(false), false, 2, At(0)), DeviceVerdict::kOk);
+  DeviceHealth no_instance = Health(false);
+  no_instance.unjudgeable = "MIG enabled, no GPU instance to probe through";
+  EXPECT_EQ(log.Observe(no_instance, false, 2, At(60)), DeviceVerdict::kUnknown);
+  EXPECT_EQ(log.Verdict(no_instance.uuid), DeviceVerdict::kUnknown);
+  EXPECT_TRUE(log.Incidents().empty()) << "nothing was judged: no change to log";
+  // Judged again and still ok: no incident either (compared with the last judged verdict).
+  EXPECT_EQ(log.Observe(Health(false), false, 2, At(120)), DeviceVerdict::kOk);
+  EXPECT_TRUE(log.Incidents().empty());
+  EXPECT_EQ(ParseDeviceVerdict("unknown"), DeviceVerdict::kUnknown);
+}
+
 TEST(IncidentLog, KeepsTheNewestEntriesOnly) {
   IncidentLog log(4);
   for (int i = 0; i < 20; ++i) log.Observe(Health(i % 2 == 1), false, 1, At(i));
