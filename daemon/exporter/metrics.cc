@@ -4,6 +4,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -205,6 +206,11 @@ Metrics::Metrics(prometheus::Registry& registry)
       host_link_info_(Register(prometheus::BuildGauge(), registry, "xferd_host_link_info",
                                "Constant 1; type says how the GPU reaches host memory: pcie, "
                                "c2c (NVLink-C2C, Grace Hopper) or integrated (shared DRAM).")),
+      mig_instance_info_(Register(prometheus::BuildGauge(), registry, "xferd_mig_instance_info",
+                                  "Constant 1 per MIG instance of a MIG-enabled GPU: GPU_I_ID "
+                                  "and GPU_I_PROFILE as dcgm-exporter labels them, the "
+                                  "instance's copy_engines, probed=1 for those the link is "
+                                  "probed through. None on GPUs without MIG.")),
       concurrent_(Register(prometheus::BuildGauge(), registry,
                            "xferd_concurrent_bandwidth_bytes_per_second",
                            "Median bandwidth of the GPU's pinned probe while every GPU of the "
@@ -248,17 +254,22 @@ void Metrics::SetBuildInfo() {
 void Metrics::SetDevice(const probes::DeviceInfo& device) {
   const ChangeMark mark(generation_);
   const std::string gpu = Gpu(device.index);
-  device_info_
-      .Add({{"gpu", gpu},
-            {"uuid", device.uuid},
-            {"name", device.name},
-            {"pci_bus_id", device.pci_bus_id},
-            {"driver_version", device.driver_version},
-            {"compute_capability",
-             std::to_string(device.cc_major) + "." + std::to_string(device.cc_minor)},
-            {"integrated", device.integrated ? "1" : "0"},
-            {"simulated", device.simulated ? "1" : "0"}})
-      .Set(1);
+  {
+    std::lock_guard lock(mutex_);
+    SetDeviceInfo(device.index,
+                  {{"gpu", gpu},
+                   {"uuid", device.uuid},
+                   {"name", device.name},
+                   {"pci_bus_id", device.pci_bus_id},
+                   {"driver_version", device.driver_version},
+                   {"compute_capability",
+                    std::to_string(device.cc_major) + "." + std::to_string(device.cc_minor)},
+                   {"integrated", device.integrated ? "1" : "0"},
+                   {"simulated", device.simulated ? "1" : "0"},
+                   // The shape (docs/health.md): fleet peers compare only GPUs of one shape.
+                   {"confidential_computing", std::string(probes::ToString(device.cc.state))},
+                   {"mig", std::string(probes::ToString(device.mig.mode))}});
+  }
   host_link_info_
       .Add({{"gpu", gpu}, {"type", std::string(probes::ToString(probes::HostLinkOf(device)))}})
       .Set(1);
@@ -271,6 +282,16 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
   cycle_device_s_.try_emplace(device.index, 0.0);
   devices_.push_back(device.index);
   for (TransferMode mode : modes_) AddRunCounters(device.index, mode);
+}
+
+void Metrics::SetDeviceInfo(int gpu, prometheus::Labels labels) {
+  auto it = device_info_labels_.find(gpu);
+  if (it != device_info_labels_.end()) {
+    if (it->second == labels) return;
+    device_info_.Remove(&device_info_.Add(it->second));
+  }
+  device_info_.Add(labels).Set(1);
+  device_info_labels_[gpu] = std::move(labels);
 }
 
 void Metrics::SetPlan(const core::Settings& settings) {
@@ -499,6 +520,33 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
   for (DiagnosisCause cause : kAllDiagnosisCauses) {
     diagnosis_.Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}})
         .Set(health.Has(cause) ? 1 : 0);
+  }
+  // The shape as last read (it changes on reload): device_info's labels, and one info
+  // series per MIG instance.
+  std::vector<prometheus::Labels> instances;
+  const std::vector<std::size_t> probed = probes::LinkInstances(health.mig);
+  for (std::size_t i = 0; i < health.mig.instances.size(); ++i) {
+    const probes::MigInstance& m = health.mig.instances[i];
+    instances.push_back(
+        {{"gpu", gpu},
+         {"GPU_I_ID", std::to_string(m.gpu_instance_id)},
+         {"GPU_I_PROFILE", m.profile},
+         {"uuid", m.uuid},
+         {"copy_engines", m.copy_engines > 0 ? std::to_string(m.copy_engines) : ""},
+         {"probed", std::find(probed.begin(), probed.end(), i) != probed.end() ? "1" : "0"}});
+  }
+  std::lock_guard lock(mutex_);
+  if (auto it = device_info_labels_.find(health.gpu); it != device_info_labels_.end()) {
+    prometheus::Labels labels = it->second;
+    labels["confidential_computing"] = std::string(probes::ToString(health.cc.state));
+    labels["mig"] = std::string(probes::ToString(health.mig.mode));
+    SetDeviceInfo(health.gpu, std::move(labels));
+  }
+  std::vector<prometheus::Labels>& was = mig_instances_[health.gpu];
+  if (was != instances) {
+    for (const prometheus::Labels& l : was) mig_instance_info_.Remove(&mig_instance_info_.Add(l));
+    for (const prometheus::Labels& l : instances) mig_instance_info_.Add(l).Set(1);
+    was = std::move(instances);
   }
 }
 

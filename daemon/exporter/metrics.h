@@ -147,6 +147,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& gpu_load_readable_;
   prometheus::Family<prometheus::Gauge>& device_info_;
   prometheus::Family<prometheus::Gauge>& host_link_info_;
+  prometheus::Family<prometheus::Gauge>& mig_instance_info_;
   prometheus::Family<prometheus::Gauge>& concurrent_;
   prometheus::Family<prometheus::Gauge>& aggregate_;
   prometheus::Family<prometheus::Gauge>& aggregate_expected_;
@@ -161,6 +162,12 @@ class Metrics {
   std::map<SeriesKey, prometheus::Histogram*> histograms_;
   std::map<int, double> cycle_device_s_;  // device time of the cycle in progress, per GPU
   std::map<std::string, prometheus::Gauge*> group_info_by_group_;  // its current labels
+  // Per GPU: its xferd_device_info series (its shape labels change on reload) and its MIG
+  // instances' info series, replaced when they change.
+  std::map<int, prometheus::Labels> device_info_labels_;
+  std::map<int, std::vector<prometheus::Labels>> mig_instances_;
+  // The device_info series of `labels`, replacing the GPU's earlier one (mutex_ held).
+  void SetDeviceInfo(int gpu, prometheus::Labels labels);
   std::vector<int> devices_;                                       // SetDevice's GPUs
   std::vector<probes::TransferMode> modes_;                        // SetPlan's modes
   std::map<int, std::set<Pair>> pair_bands_;  // per GPU: the pairs whose own band is exported
