@@ -149,11 +149,12 @@ int main(int argc, char** argv) {
         const double gb = static_cast<double>(bytes) / 1e9;
         std::vector<double> first5(ms.begin(), ms.begin() + std::min<size_t>(5, ms.size()));
         std::vector<double> last10(ms.end() - std::min<size_t>(10, ms.size()), ms.end());
-        std::printf("{\"gpu\": %d, \"size_mib\": %zu, \"path\": \"%s\", \"batch\": \"%s\", "
-                    "\"gbps_first5\": %.2f, \"gbps_median\": %.2f, \"gbps_last10\": %.2f, "
-                    "\"durations_ms\": [",
-                    gpu, mib, path, batch, gb / (Median(first5) / 1e3), gb / (Median(ms) / 1e3),
-                    gb / (Median(last10) / 1e3));
+        std::printf(
+            "{\"gpu\": %d, \"size_mib\": %zu, \"path\": \"%s\", \"batch\": \"%s\", "
+            "\"gbps_first5\": %.2f, \"gbps_median\": %.2f, \"gbps_last10\": %.2f, "
+            "\"durations_ms\": [",
+            gpu, mib, path, batch, gb / (Median(first5) / 1e3), gb / (Median(ms) / 1e3),
+            gb / (Median(last10) / 1e3));
         for (size_t i = 0; i < ms.size(); ++i) std::printf("%s%.3f", i ? ", " : "", ms[i]);
         std::printf("]}\n");
         std::fflush(stdout);

@@ -72,13 +72,13 @@ nlohmann::json CcJson(const probes::ConfidentialComputing& cc) {
 nlohmann::json ShapeJson(const probes::DeviceInfo& device) {
   nlohmann::json instances = nlohmann::json::array();
   for (const probes::MigInstance& m : device.mig.instances) {
-    instances.push_back({{"gpu_instance_id", m.gpu_instance_id},
-                         {"compute_instance_id", m.compute_instance_id},
-                         {"profile", m.profile},
-                         {"uuid", m.uuid},
-                         {"copy_engines", m.copy_engines > 0 ? nlohmann::json(m.copy_engines)
-                                                             : nlohmann::json()},
-                         {"reachable", m.reachable}});
+    instances.push_back(
+        {{"gpu_instance_id", m.gpu_instance_id},
+         {"compute_instance_id", m.compute_instance_id},
+         {"profile", m.profile},
+         {"uuid", m.uuid},
+         {"copy_engines", m.copy_engines > 0 ? nlohmann::json(m.copy_engines) : nlohmann::json()},
+         {"reachable", m.reachable}});
   }
   return {{"confidential_computing", CcJson(device.cc)},
           {"mig",

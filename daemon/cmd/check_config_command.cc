@@ -11,9 +11,9 @@
 #include "cmd/band_output.h"
 #include "cmd/commands.h"
 #include "config/config.h"
-#include "xferd/probes/nvml.h"
 #include "core/band.h"
 #include "core/plan.h"
+#include "xferd/probes/nvml.h"
 
 namespace xferd::cmd {
 

@@ -120,7 +120,7 @@ int HealthExitCode(HealthOutcome state, bool nagios) {
 std::string NagiosLine(const HealthReport& report) {
   const char* word = report.state == HealthOutcome::kOk        ? "OK"
                      : report.state == HealthOutcome::kProblem ? "CRITICAL"
-                                                             : "UNKNOWN";
+                                                               : "UNKNOWN";
   return std::string("XFERD ") + word + " - " + report.line;
 }
 

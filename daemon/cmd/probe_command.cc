@@ -50,8 +50,8 @@ struct DeviceReport {
   probes::LinkPath path;
   core::ExpectedBand band;
   std::vector<Row> rows;
-  std::vector<Diagnosis> diagnoses;  // likely causes of what the rows show; usually none
-  LinkErrorReading link_errors;      // the path's error counters after the probes
+  std::vector<Diagnosis> diagnoses;   // likely causes of what the rows show; usually none
+  LinkErrorReading link_errors;       // the path's error counters after the probes
   LinkErrorGrowth link_errors_grown;  // and what they grew by while the probes ran
   double foreign_traffic_threshold_bytes_per_s = 0;  // ForeignTrafficLimit on its path
 };
@@ -366,10 +366,10 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
            {"samples", s.durations_s.size()},
            // Each timed transfer in the order it ran: a trend over them shows a warm-up.
            {"durations_s", s.durations_s},
-           {"mig_instance",
-            s.instance ? nlohmann::json{{"gpu_instance_id", s.instance->gpu_instance_id},
-                                        {"profile", s.instance->profile}}
-                       : nlohmann::json()},
+           {"mig_instance", s.instance
+                                ? nlohmann::json{{"gpu_instance_id", s.instance->gpu_instance_id},
+                                                 {"profile", s.instance->profile}}
+                                : nlohmann::json()},
            {"bytes_per_transfer", s.bytes_per_transfer},
            {"device_time_s", s.device_time_s},
            {"host_numa_node", s.host_numa_node},

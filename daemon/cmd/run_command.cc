@@ -85,7 +85,8 @@ int RunDaemonCommand(const RunCommandOptions& options) {
       sim->SetShape(c.sim.confidential_computing, c.sim.cc_ready, c.sim.mig);
     }
   };
-  seams.link_errors = MakeLinkErrorReader(config, made.sim, options.flags.sysfs_root.value_or("/sys"));
+  seams.link_errors =
+      MakeLinkErrorReader(config, made.sim, options.flags.sysfs_root.value_or("/sys"));
   seams.jitter_seed = JitterSeed();
   seams.config_name = file.empty() ? "(defaults and flags)" : file;
   Service service(std::move(config), *made.backend, std::move(devices), std::move(seams));

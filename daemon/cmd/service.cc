@@ -1,7 +1,5 @@
 #include "cmd/service.h"
 
-#include "cmd/band_output.h"
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -119,11 +117,10 @@ HealthState Service::Healthz() const {
   const SteadyTime since = last.value_or(started_);
   const auto age = seams_.clock->Now() - since;
   if (age > stale_after) {
-    return {false,
-            fmt::format("no probe cycle finished for {} (interval {}, stale after {})",
-                        FormatSeconds(duration<double>(age).count(), 0),
-                        FormatSeconds(duration<double>(config->interval).count(), 0),
-                        FormatSeconds(duration<double>(stale_after).count(), 0))};
+    return {false, fmt::format("no probe cycle finished for {} (interval {}, stale after {})",
+                               FormatSeconds(duration<double>(age).count(), 0),
+                               FormatSeconds(duration<double>(config->interval).count(), 0),
+                               FormatSeconds(duration<double>(stale_after).count(), 0))};
   }
   return {true, last ? "ok" : "starting: first probe cycle running"};
 }
@@ -386,11 +383,12 @@ void Service::FinishReload() {
     WarnRestartOnly(*running, next);
     if (!running->textfile_path.empty() && next.textfile_path != running->textfile_path) {
       // Not removed: it may not be ours alone to remove; but not left to look current either.
-      spdlog::warn("reload: the textfile {} is no longer written ({}); node_exporter exports "
-                   "its last values until it is removed",
-                   running->textfile_path.string(),
-                   next.textfile_path.empty() ? "textfile_path is now unset"
-                                              : "now " + next.textfile_path.string());
+      spdlog::warn(
+          "reload: the textfile {} is no longer written ({}); node_exporter exports "
+          "its last values until it is removed",
+          running->textfile_path.string(),
+          next.textfile_path.empty() ? "textfile_path is now unset"
+                                     : "now " + next.textfile_path.string());
     }
     // What cannot change keeps its running value, so health and the scheduler stay
     // consistent with what is actually served and probed.

@@ -83,15 +83,15 @@ class Service {
   void WriteTextfile(const config::Config& config);                             // probe thread
   // The device's CC and MIG shape as the backend has it now (start, reload).
   void ShapeNow(probes::DeviceInfo& device) const;
-  core::LinkErrorGrowth ReadLinkErrors(const core::DeviceCycle& cycle);         // probe thread
-  void StartReload();                                                           // main thread
-  bool ReloadReady() const;                                                     // main thread
-  void FinishReload();                                                          // main thread
-  exporter::HealthState Healthz() const;                                        // HTTP threads
-  std::string StatusDocument() const;                                           // HTTP threads
-  void CheckStall();                                                            // main thread
-  void StartServing(const config::Config& config);                              // main thread
-  void Prepare(const config::Config& config);  // main thread, first
+  core::LinkErrorGrowth ReadLinkErrors(const core::DeviceCycle& cycle);  // probe thread
+  void StartReload();                                                    // main thread
+  bool ReloadReady() const;                                              // main thread
+  void FinishReload();                                                   // main thread
+  exporter::HealthState Healthz() const;                                 // HTTP threads
+  std::string StatusDocument() const;                                    // HTTP threads
+  void CheckStall();                                                     // main thread
+  void StartServing(const config::Config& config);                       // main thread
+  void Prepare(const config::Config& config);                            // main thread, first
   class ProbeThread;
   int Supervise(ProbeThread& probe);  // main thread: signals, READY, STATUS, watchdog
 

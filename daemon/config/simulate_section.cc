@@ -127,8 +127,9 @@ std::vector<std::string> ReadProfiles(const TableReader& r, const toml::node& no
   const auto* list = node.as_array();
   if (!list) {
     r.Fail(node, key, "must be a list of MIG profiles, got " + TypeName(node),
-           "write " + std::string(key) + " = [\"3g.71gb\", \"3g.71gb\"] ([] = MIG on with no "
-           "instance)");
+           "write " + std::string(key) +
+               " = [\"3g.71gb\", \"3g.71gb\"] ([] = MIG on with no "
+               "instance)");
   }
   std::vector<std::string> profiles;
   int slices = 0;

@@ -187,11 +187,11 @@ ExpectedBand CcBand(const Settings& settings, const probes::DeviceInfo& device,
     band.lower_bytes_per_s =
         settings.drift_fraction * std::min(f->h2d_bytes_per_s, f->d2h_bytes_per_s);
     band.upper_bytes_per_s = std::max(f->h2d_bytes_per_s, f->d2h_bytes_per_s);
-    band.source = prefix + fmt::format("pinned held to {:g} x {:.1f} GB/s ({}); other modes to "
-                                       "their baselines",
-                                       settings.drift_fraction,
-                                       std::min(f->h2d_bytes_per_s, f->d2h_bytes_per_s) / 1e9,
-                                       f->source);
+    band.source = prefix + fmt::format(
+                               "pinned held to {:g} x {:.1f} GB/s ({}); other modes to "
+                               "their baselines",
+                               settings.drift_fraction,
+                               std::min(f->h2d_bytes_per_s, f->d2h_bytes_per_s) / 1e9, f->source);
   } else {
     band.source = prefix + "no published CC figure for " +
                   (device.name.empty() ? std::string("this GPU") : device.name) +

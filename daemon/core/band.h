@@ -158,11 +158,11 @@ inline constexpr double kPerCopyMargin = 0.10;
 // status API, the exported xferd_band_exempt and the dashboards' view of it.
 enum class BandHold {
   kHeld,
-  kNotLinkBound,  // bounded by staging or page faults (probes::IsLinkBound)
-  kUnderSize,     // smaller than its profile's band_min_size_bytes: fixed latency bounds it
-  kPerCopyBound,  // its chunks' per-copy cost bounds it on this link (kPerCopyMargin)
-  kNoLinkFigure,  // no healthy figure of it over NVLink-C2C (ModeProfile::c2c_figure)
-  kConfidential,  // CC on and no published CC figure grounds it: baseline only
+  kNotLinkBound,    // bounded by staging or page faults (probes::IsLinkBound)
+  kUnderSize,       // smaller than its profile's band_min_size_bytes: fixed latency bounds it
+  kPerCopyBound,    // its chunks' per-copy cost bounds it on this link (kPerCopyMargin)
+  kNoLinkFigure,    // no healthy figure of it over NVLink-C2C (ModeProfile::c2c_figure)
+  kConfidential,    // CC on and no published CC figure grounds it: baseline only
   kFewCopyEngines,  // probed through MIG instances with fewer copy engines than the GPU
 };
 // "held", "not link-bound", "under the band's size", "per-copy bound", "no figure on this link"
@@ -198,13 +198,13 @@ std::vector<std::pair<probes::TransferMode, probes::Direction>> OwnBandPairs(
 double PerDirection(probes::Direction direction, double bytes_per_s);
 
 enum class BandVerdict {
-  kOk,            // at or above the band's lower bound
-  kBelowBand,     // under it: a bad cycle for the verdict
-  kNotLinkBound,  // the mode is bounded by staging or page faults, not the link
-  kNoBand,        // no band is known for this GPU
-  kLatencyBound,  // smaller than the mode's band_min_size_bytes
-  kPerCopyBound,  // BandHold::kPerCopyBound: baseline only
-  kNoLinkFigure,  // BandHold::kNoLinkFigure: baseline only
+  kOk,              // at or above the band's lower bound
+  kBelowBand,       // under it: a bad cycle for the verdict
+  kNotLinkBound,    // the mode is bounded by staging or page faults, not the link
+  kNoBand,          // no band is known for this GPU
+  kLatencyBound,    // smaller than the mode's band_min_size_bytes
+  kPerCopyBound,    // BandHold::kPerCopyBound: baseline only
+  kNoLinkFigure,    // BandHold::kNoLinkFigure: baseline only
   kConfidential,    // BandHold::kConfidential: baseline only
   kFewCopyEngines,  // BandHold::kFewCopyEngines: baseline only
 };

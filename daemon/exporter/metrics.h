@@ -168,8 +168,8 @@ class Metrics {
   std::map<int, std::vector<prometheus::Labels>> mig_instances_;
   // The device_info series of `labels`, replacing the GPU's earlier one (mutex_ held).
   void SetDeviceInfo(int gpu, prometheus::Labels labels);
-  std::vector<int> devices_;                                       // SetDevice's GPUs
-  std::vector<probes::TransferMode> modes_;                        // SetPlan's modes
+  std::vector<int> devices_;                  // SetDevice's GPUs
+  std::vector<probes::TransferMode> modes_;   // SetPlan's modes
   std::map<int, std::set<Pair>> pair_bands_;  // per GPU: the pairs whose own band is exported
 };
 

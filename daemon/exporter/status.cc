@@ -130,13 +130,14 @@ json Shape(const probes::ConfidentialComputing& cc, const probes::MigState& mig,
            int probed_through) {
   json instances = json::array();
   for (const probes::MigInstance& i : mig.instances) {
-    instances.push_back({{"gpu_instance_id", i.gpu_instance_id},
-                         {"compute_instance_id", i.compute_instance_id},
-                         {"profile", Text(i.profile)},
-                         {"uuid", Text(i.uuid)},
-                         {"copy_engines", i.copy_engines > 0 ? json(i.copy_engines) : json(nullptr)},
-                         {"reachable", i.reachable},
-                         {"last_probed", i.gpu_instance_id == probed_through}});
+    instances.push_back(
+        {{"gpu_instance_id", i.gpu_instance_id},
+         {"compute_instance_id", i.compute_instance_id},
+         {"profile", Text(i.profile)},
+         {"uuid", Text(i.uuid)},
+         {"copy_engines", i.copy_engines > 0 ? json(i.copy_engines) : json(nullptr)},
+         {"reachable", i.reachable},
+         {"last_probed", i.gpu_instance_id == probed_through}});
   }
   return {{"confidential_computing",
            {{"state", probes::ToString(cc.state)},

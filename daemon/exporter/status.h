@@ -40,11 +40,12 @@ inline constexpr int kStatusVersion = 1;
 // replay counter), as the status document lists it. Until the service hands a GPU's reading
 // over (RecordLinkErrors), its "link.errors" says the counters are not read.
 struct LinkErrorCounter {
-  std::string device;   // the PCI address on the path it was read from (the GPU's for replays)
-  std::string counter;  // e.g. "aer_dev_correctable", "aer_rootport_total_err_fatal", "nvml_pcie_replay"
-  std::string source;   // "aer" or "nvml_replay", as xferd_pcie_error_source_readable says
-  std::string aer_class;               // "correctable", "nonfatal", "fatal"; "" for replays
-  bool readable = false;               // the source was read and trusted this cycle
+  std::string device;  // the PCI address on the path it was read from (the GPU's for replays)
+  std::string
+      counter;  // e.g. "aer_dev_correctable", "aer_rootport_total_err_fatal", "nvml_pcie_replay"
+  std::string source;     // "aer" or "nvml_replay", as xferd_pcie_error_source_readable says
+  std::string aer_class;  // "correctable", "nonfatal", "fatal"; "" for replays
+  bool readable = false;  // the source was read and trusted this cycle
   std::optional<std::uint64_t> value;  // the count as read, as the counter series shows it
   std::string reason;                  // why not readable: "no AER counters in sysfs", ...
 };

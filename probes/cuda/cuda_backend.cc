@@ -75,9 +75,9 @@ void CudaBackend::RefreshShape() {
     } else {
       info.mig = {};
       info.mig.mode = MigMode::kUnknown;
-      info.mig.problem = nvml->Unavailable().empty() ? "NVML does not know the GPU: " +
-                                                           nvml->ErrorText(rc)
-                                                     : "NVML not usable: " + nvml->Unavailable();
+      info.mig.problem = nvml->Unavailable().empty()
+                             ? "NVML does not know the GPU: " + nvml->ErrorText(rc)
+                             : "NVML not usable: " + nvml->Unavailable();
     }
     ShapeCapabilities(info, capabilities_[i]);
   }

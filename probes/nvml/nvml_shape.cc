@@ -13,28 +13,54 @@
 namespace xferd::probes {
 
 // Calls a driver lacks: the readers then say what they could not read.
-NvmlReturn NvmlApi::ConfComputeSettings(NvmlConfComputeState*) { return kNvmlErrorFunctionNotFound; }
-NvmlReturn NvmlApi::ConfComputeState(NvmlConfComputeState*) { return kNvmlErrorFunctionNotFound; }
-NvmlReturn NvmlApi::ConfComputeGpusReady(unsigned*) { return kNvmlErrorFunctionNotFound; }
-NvmlReturn NvmlApi::MigMode(NvmlDevice, unsigned*, unsigned*) { return kNvmlErrorFunctionNotFound; }
-NvmlReturn NvmlApi::MaxMigDeviceCount(NvmlDevice, unsigned*) { return kNvmlErrorFunctionNotFound; }
+NvmlReturn NvmlApi::ConfComputeSettings(NvmlConfComputeState*) {
+  return kNvmlErrorFunctionNotFound;
+}
+NvmlReturn NvmlApi::ConfComputeState(NvmlConfComputeState*) {
+  return kNvmlErrorFunctionNotFound;
+}
+NvmlReturn NvmlApi::ConfComputeGpusReady(unsigned*) {
+  return kNvmlErrorFunctionNotFound;
+}
+NvmlReturn NvmlApi::MigMode(NvmlDevice, unsigned*, unsigned*) {
+  return kNvmlErrorFunctionNotFound;
+}
+NvmlReturn NvmlApi::MaxMigDeviceCount(NvmlDevice, unsigned*) {
+  return kNvmlErrorFunctionNotFound;
+}
 NvmlReturn NvmlApi::MigDeviceByIndex(NvmlDevice, unsigned, NvmlDevice*) {
   return kNvmlErrorFunctionNotFound;
 }
-NvmlReturn NvmlApi::ParentOfMigDevice(NvmlDevice, NvmlDevice*) { return kNvmlErrorFunctionNotFound; }
-NvmlReturn NvmlApi::GpuInstanceId(NvmlDevice, unsigned*) { return kNvmlErrorFunctionNotFound; }
-NvmlReturn NvmlApi::ComputeInstanceId(NvmlDevice, unsigned*) { return kNvmlErrorFunctionNotFound; }
+NvmlReturn NvmlApi::ParentOfMigDevice(NvmlDevice, NvmlDevice*) {
+  return kNvmlErrorFunctionNotFound;
+}
+NvmlReturn NvmlApi::GpuInstanceId(NvmlDevice, unsigned*) {
+  return kNvmlErrorFunctionNotFound;
+}
+NvmlReturn NvmlApi::ComputeInstanceId(NvmlDevice, unsigned*) {
+  return kNvmlErrorFunctionNotFound;
+}
 NvmlReturn NvmlApi::GpuInstanceProfileId(NvmlDevice, unsigned, unsigned*) {
   return kNvmlErrorFunctionNotFound;
 }
 NvmlReturn NvmlApi::GpuInstanceProfileInfo(NvmlDevice, unsigned, NvmlGpuInstanceProfile*) {
   return kNvmlErrorFunctionNotFound;
 }
-NvmlReturn NvmlApi::DeviceCount(unsigned*) { return kNvmlErrorFunctionNotFound; }
-NvmlReturn NvmlApi::DeviceByIndex(unsigned, NvmlDevice*) { return kNvmlErrorFunctionNotFound; }
-NvmlReturn NvmlApi::Uuid(NvmlDevice, std::string*) { return kNvmlErrorFunctionNotFound; }
-NvmlReturn NvmlApi::Name(NvmlDevice, std::string*) { return kNvmlErrorFunctionNotFound; }
-NvmlReturn NvmlApi::PciBusId(NvmlDevice, std::string*) { return kNvmlErrorFunctionNotFound; }
+NvmlReturn NvmlApi::DeviceCount(unsigned*) {
+  return kNvmlErrorFunctionNotFound;
+}
+NvmlReturn NvmlApi::DeviceByIndex(unsigned, NvmlDevice*) {
+  return kNvmlErrorFunctionNotFound;
+}
+NvmlReturn NvmlApi::Uuid(NvmlDevice, std::string*) {
+  return kNvmlErrorFunctionNotFound;
+}
+NvmlReturn NvmlApi::Name(NvmlDevice, std::string*) {
+  return kNvmlErrorFunctionNotFound;
+}
+NvmlReturn NvmlApi::PciBusId(NvmlDevice, std::string*) {
+  return kNvmlErrorFunctionNotFound;
+}
 
 namespace {
 
@@ -128,7 +154,8 @@ MigState ReadMig(NvmlApi& nvml, NvmlDevice device) {
     if (rc == kNvmlErrorInvalidArgument) break;  // past the last profile
     if (rc != kNvmlSuccess) continue;            // not supported on this GPU
     profiles.push_back(p);
-    out.whole_gpu_copy_engines = std::max(out.whole_gpu_copy_engines, static_cast<int>(p.copy_engines));
+    out.whole_gpu_copy_engines =
+        std::max(out.whole_gpu_copy_engines, static_cast<int>(p.copy_engines));
   }
   if (profiles.empty()) out.problem = "no GPU instance profile readable";
   unsigned count = 0;
@@ -149,7 +176,8 @@ MigState ReadMig(NvmlApi& nvml, NvmlDevice device) {
     std::string uuid;
     if (nvml.Uuid(mig, &uuid) == kNvmlSuccess) instance.uuid = uuid;
     unsigned id = 0;
-    if (nvml.GpuInstanceId(mig, &id) == kNvmlSuccess) instance.gpu_instance_id = static_cast<int>(id);
+    if (nvml.GpuInstanceId(mig, &id) == kNvmlSuccess)
+      instance.gpu_instance_id = static_cast<int>(id);
     if (nvml.ComputeInstanceId(mig, &id) == kNvmlSuccess) {
       instance.compute_instance_id = static_cast<int>(id);
     }
@@ -164,9 +192,10 @@ MigState ReadMig(NvmlApi& nvml, NvmlDevice device) {
       }
     }
     if (instance.profile.empty()) {
-      out.problem = Join(out.problem, fmt::format("the profile of MIG device {} is not readable "
-                                                  "(its copy engines unknown: baseline only)",
-                                                  instance.uuid.empty() ? std::to_string(i) : instance.uuid));
+      out.problem =
+          Join(out.problem, fmt::format("the profile of MIG device {} is not readable "
+                                        "(its copy engines unknown: baseline only)",
+                                        instance.uuid.empty() ? std::to_string(i) : instance.uuid));
     }
     out.instances.push_back(std::move(instance));
   }

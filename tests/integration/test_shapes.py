@@ -79,7 +79,7 @@ def test_a_cc_node_is_never_held_to_the_pcie_band(tmp_path):
     assert r["pinned", "bidir"]["status"] == "unsupported"
     assert "nvbandwidth" in r["pinned", "bidir"]["message"]
     assert not any(c["cause"] == "pinned_pageable_ratio" for c in dev["diagnoses"])
-    cc = subprocess.run([BINARY, "check-config", "--json", "-c", str(tmp_path / "probe.toml")],
+    cc = subprocess.run([BINARY, "check-config", "--json", str(tmp_path / "probe.toml")],
                         capture_output=True, text=True, timeout=60)
     assert json.loads(cc.stdout)["confidential_computing"]["state"] == "on"
 
@@ -90,7 +90,7 @@ def test_a_cc_node_is_never_held_to_the_pcie_band(tmp_path):
         assert [g["verdict"] for g in st["gpus"]] == ["ok", "ok"], st["summary"]
         assert st["gpus"][0]["shape"]["confidential_computing"]["state"] == "on"
         assert d.value("xferd_bandwidth_degraded", default=0, sum_all=True) == 0
-        assert d.value("xferd_expected_bandwidth_bytes_per_second") is None
+        assert "xferd_expected_bandwidth_bytes_per_second{" not in d.scrape()
         assert d.value("xferd_probe_runs_total", gpu="0", mode="zero_copy",
                        result="unsupported") >= 1
         assert health(d)[0] == 0
@@ -159,6 +159,17 @@ def test_a_mig_gpu_is_probed_through_its_instances(tmp_path):
         assert {i["profile"] for i in instances} == {"3g.71gb"}
         assert sum(i["last_probed"] for i in instances) == 1
         assert health(d)[0] == 0
+        # Each instance an info series with dcgm-exporter's label names; the GPU's shape on
+        # xferd_device_info; the bandwidth series stay the physical GPU's.
+        for gi in ("1", "2"):
+            assert d.value("xferd_mig_instance_info", gpu="0", GPU_I_ID=gi,
+                           GPU_I_PROFILE="3g.71gb", copy_engines="3", probed="1") == 1
+        assert d.value("xferd_device_info", gpu="0", mig="enabled",
+                       confidential_computing="off") == 1
+        assert d.value("xferd_device_info", gpu="1", mig="disabled") == 1
+        assert "xferd_mig_instance_info{gpu=\"1\"" not in d.scrape()
+        assert d.value("xferd_bandwidth_bytes_per_second", gpu="0", mode="pinned",
+                       direction="h2d", size="64MiB") > 0
     finally:
         d.stop()
 
@@ -182,6 +193,7 @@ def test_mig_without_instance_is_unknown_and_picked_up_on_reload(tmp_path):
         d.wait_for(lambda: status(d)["gpus"][1]["verdict"] == "ok", 60, "gpu1 judged")
         assert d.alive()
         assert health(d)[0] == 0
+        assert d.value("xferd_mig_instance_info", gpu="1", GPU_I_PROFILE="1g.18gb") == 1
     finally:
         d.stop()
 

@@ -128,7 +128,8 @@ probes::NvmlReturn FakeNvml::ConfComputeSettings(probes::NvmlConfComputeState* s
 
 probes::NvmlReturn FakeNvml::ConfComputeState(probes::NvmlConfComputeState* state) {
   std::lock_guard lock(mutex_);
-  if (cc_state_rc == probes::kNvmlSuccess) *state = {cc.environment, cc.cc_feature, cc.devtools_mode, {}};
+  if (cc_state_rc == probes::kNvmlSuccess)
+    *state = {cc.environment, cc.cc_feature, cc.devtools_mode, {}};
   return cc_state_rc;
 }
 

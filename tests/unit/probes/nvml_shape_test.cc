@@ -33,7 +33,7 @@ TEST(ReadConfidentialComputing, ProtectedPcieIsOnEvenWithTheFeatureFieldZero) {
   nvml.cc_settings_rc = kNvmlSuccess;
   const ConfidentialComputing cc = ReadConfidentialComputing(nvml);
   EXPECT_EQ(cc.state, CcState::kOn);
-  EXPECT_EQ(cc.detail, "production, protected PCIe, ready state not readable: NVML error 13");
+  EXPECT_EQ(cc.detail, "production, protected PCIe, ready state not readable: fake NVML error 13");
   EXPECT_FALSE(cc.gpus_ready.has_value());
   EXPECT_FALSE(cc.NotReady());  // not read is not "not ready"
 }
@@ -130,7 +130,7 @@ TEST(ReadMig, AModeThatCannotBeReadIsUnknown) {
   ASSERT_EQ(nvml.DeviceByPciBusId(kBus, &device), kNvmlSuccess);
   const MigState mig = ReadMig(nvml, device);
   EXPECT_EQ(mig.mode, MigMode::kUnknown);
-  EXPECT_EQ(mig.problem, "nvmlDeviceGetMigMode: NVML error 999");
+  EXPECT_EQ(mig.problem, "nvmlDeviceGetMigMode: fake NVML error 999");
 }
 
 TEST(ReadMig, AProfileWithoutANameIsNamedFromItsSlicesAndMemory) {

@@ -55,10 +55,11 @@ struct NvmlConfComputeState {
   // nvmlSystemGetConfComputeState, which has no such field.
   std::optional<unsigned> multi_gpu_mode;
 };
-inline constexpr unsigned kNvmlCcFeatureEnabled = 1;     // NVML_CC_SYSTEM_FEATURE_ENABLED
-inline constexpr unsigned kNvmlCcMultiGpuProtectedPcie = 1;  // NVML_CC_SYSTEM_MULTIGPU_PROTECTED_PCIE
-inline constexpr unsigned kNvmlCcMultiGpuNvle = 2;       // NVML_CC_SYSTEM_MULTIGPU_NVLE
-inline constexpr unsigned kNvmlMigEnabled = 1;           // NVML_DEVICE_MIG_ENABLE
+inline constexpr unsigned kNvmlCcFeatureEnabled = 1;  // NVML_CC_SYSTEM_FEATURE_ENABLED
+inline constexpr unsigned kNvmlCcMultiGpuProtectedPcie =
+    1;                                              // NVML_CC_SYSTEM_MULTIGPU_PROTECTED_PCIE
+inline constexpr unsigned kNvmlCcMultiGpuNvle = 2;  // NVML_CC_SYSTEM_MULTIGPU_NVLE
+inline constexpr unsigned kNvmlMigEnabled = 1;      // NVML_DEVICE_MIG_ENABLE
 // NVML_GPU_INSTANCE_PROFILE_COUNT in the header xferd was written against; the reader asks
 // profile indexes until NVML_ERROR_INVALID_ARGUMENT, as the header says, up to a bound.
 inline constexpr unsigned kNvmlGpuInstanceProfileBound = 64;
