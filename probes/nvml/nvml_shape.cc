@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <string>
 
 #include "xferd/probes/nvml.h"
@@ -227,6 +228,111 @@ std::vector<NvmlGpu> ListNvmlGpus(NvmlApi& nvml) {
       gpu.pci_bus_id = lower;
     }
     out.push_back(std::move(gpu));
+  }
+  return out;
+}
+
+namespace {
+
+// The hex digits of a UUID after its prefix: "GPU-1a2b..." and "MIG-1a2b..." name the same
+// 16 bytes (CUDA formats a MIG device's bytes as a GPU UUID).
+std::string UuidDigits(std::string_view uuid) {
+  const auto dash = uuid.find('-');
+  std::string out;
+  for (char c : uuid.substr(dash == std::string_view::npos ? 0 : dash + 1)) {
+    if (std::isxdigit(static_cast<unsigned char>(c))) {
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<PhysicalGpu> GroupPhysicalGpus(const std::vector<DeviceInfo>& cuda_devices,
+                                           NvmlApi& nvml) {
+  std::vector<PhysicalGpu> out;
+  const bool usable = nvml.Unavailable().empty();
+  // By bus id, in the order CUDA lists them: the MIG GPUs already placed.
+  std::map<std::string, std::size_t> mig_gpus;
+  for (const DeviceInfo& cuda : cuda_devices) {
+    NvmlDevice handle = nullptr;
+    MigState mig;
+    std::string uuid, name;
+    if (!usable) {
+      mig.mode = MigMode::kUnknown;
+      mig.problem = "NVML not usable: " + nvml.Unavailable();
+    } else if (const NvmlReturn rc = FindNvmlDevice(nvml, cuda, &handle); rc != kNvmlSuccess) {
+      mig.mode = MigMode::kUnknown;
+      mig.problem = "NVML does not know the GPU at " + cuda.pci_bus_id + ": " + nvml.ErrorText(rc);
+    } else {
+      // A MIG device's bus id names its GPU: the parent is what NVML finds there.
+      mig = ReadMig(nvml, handle);
+      nvml.Uuid(handle, &uuid);
+      nvml.Name(handle, &name);
+    }
+    if (!mig.Enabled()) {
+      PhysicalGpu gpu;
+      gpu.info = cuda;
+      gpu.info.mig = mig;
+      gpu.cuda_device = cuda.index;
+      gpu.info.index = static_cast<int>(out.size());
+      out.push_back(std::move(gpu));
+      continue;
+    }
+    auto [it, first] = mig_gpus.try_emplace(cuda.pci_bus_id, out.size());
+    if (first) {
+      PhysicalGpu gpu;
+      gpu.info = cuda;
+      gpu.info.index = static_cast<int>(out.size());
+      if (!uuid.empty()) gpu.info.uuid = uuid;
+      if (!name.empty()) gpu.info.name = name;
+      gpu.info.mig = mig;
+      gpu.instance_cuda_devices.assign(mig.instances.size(), -1);
+      out.push_back(std::move(gpu));
+    }
+    PhysicalGpu& gpu = out[it->second];
+    // This CUDA device is the instance of the same UUID; else the first not yet matched
+    // whose UUID is in an older form ("MIG-GPU-.../gi/ci").
+    std::size_t match = gpu.info.mig.instances.size();
+    for (std::size_t i = 0; i < gpu.info.mig.instances.size(); ++i) {
+      if (UuidDigits(gpu.info.mig.instances[i].uuid) == UuidDigits(cuda.uuid)) match = i;
+    }
+    for (std::size_t i = 0;
+         match == gpu.info.mig.instances.size() && i < gpu.instance_cuda_devices.size(); ++i) {
+      if (gpu.instance_cuda_devices[i] < 0 &&
+          UuidDigits(gpu.info.mig.instances[i].uuid).size() != 32) {
+        match = i;
+      }
+    }
+    if (match < gpu.instance_cuda_devices.size()) gpu.instance_cuda_devices[match] = cuda.index;
+  }
+  for (PhysicalGpu& gpu : out) {
+    for (std::size_t i = 0; i < gpu.instance_cuda_devices.size(); ++i) {
+      gpu.info.mig.instances[i].reachable = gpu.instance_cuda_devices[i] >= 0;
+    }
+  }
+  // MIG GPUs CUDA lists nothing of: no instance (or none this process can see).
+  if (usable) {
+    for (NvmlGpu& listed : ListNvmlGpus(nvml)) {
+      if (listed.pci_bus_id.empty() || mig_gpus.contains(listed.pci_bus_id)) continue;
+      const bool seen = std::any_of(out.begin(), out.end(), [&](const PhysicalGpu& g) {
+        return g.info.pci_bus_id == listed.pci_bus_id;
+      });
+      if (seen) continue;
+      MigState mig = ReadMig(nvml, listed.handle);
+      if (!mig.Enabled()) continue;  // a GPU CUDA does not show for another reason
+      PhysicalGpu gpu;
+      gpu.info.index = static_cast<int>(out.size());
+      gpu.info.uuid = listed.uuid;
+      gpu.info.name = listed.name;
+      gpu.info.pci_bus_id = listed.pci_bus_id;
+      gpu.info.driver_version = nvml.DriverVersion();
+      for (MigInstance& instance : mig.instances) instance.reachable = false;
+      gpu.instance_cuda_devices.assign(mig.instances.size(), -1);
+      gpu.info.mig = std::move(mig);
+      out.push_back(std::move(gpu));
+    }
   }
   return out;
 }

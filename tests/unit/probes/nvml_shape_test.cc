@@ -156,6 +156,69 @@ TEST(ListNvmlGpus, BusIdsInSysfsForm) {
   EXPECT_EQ(gpus[0].name, "NVIDIA H200");
 }
 
+// What CUDA lists on a host with three GPUs: 0000:3b with MIG on and two instances (two
+// CUDA devices at its bus id), 0000:5e without MIG, and 0000:86 with MIG on and no instance
+// (CUDA lists nothing of it).
+TEST(GroupPhysicalGpus, MigInstancesBecomeTheirGpuAndAGpuWithNoInstanceIsListed) {
+  fakes::FakeNvml nvml;
+  nvml.Set("0000:3b:00.0", [](fakes::FakeNvml::Gpu& gpu) {
+    gpu.uuid = "GPU-3b000000-0000-0000-0000-000000000000";
+    gpu.mig_rc = kNvmlSuccess;
+    gpu.mig_current = kNvmlMigEnabled;
+    H200Profiles(gpu);
+    gpu.mig_devices = {{"MIG-aaaaaaaa-0000-0000-0000-000000000001", 1, 0, 9},
+                       {"MIG-aaaaaaaa-0000-0000-0000-000000000002", 2, 0, 9}};
+  });
+  nvml.Set("0000:5e:00.0", [](fakes::FakeNvml::Gpu& gpu) { gpu.uuid = "GPU-5e"; });
+  nvml.Set("0000:86:00.0", [](fakes::FakeNvml::Gpu& gpu) {
+    gpu.uuid = "GPU-86";
+    gpu.mig_rc = kNvmlSuccess;
+    gpu.mig_current = kNvmlMigEnabled;
+    H200Profiles(gpu);
+  });
+  auto cuda = [](int index, std::string uuid, std::string bus) {
+    DeviceInfo d;
+    d.index = index;
+    d.uuid = std::move(uuid);
+    d.pci_bus_id = std::move(bus);
+    d.name = "NVIDIA H200 MIG 3g.71gb";
+    return d;
+  };
+  // CUDA formats a MIG device's UUID bytes as "GPU-...", and may list them in any order.
+  const std::vector<PhysicalGpu> gpus =
+      GroupPhysicalGpus({cuda(0, "GPU-aaaaaaaa-0000-0000-0000-000000000002", "0000:3b:00.0"),
+                         cuda(1, "GPU-aaaaaaaa-0000-0000-0000-000000000001", "0000:3b:00.0"),
+                         cuda(2, "GPU-5e", "0000:5e:00.0")},
+                        nvml);
+  ASSERT_EQ(gpus.size(), 3u);
+  EXPECT_EQ(gpus[0].info.index, 0);
+  EXPECT_EQ(gpus[0].info.uuid, "GPU-3b000000-0000-0000-0000-000000000000");
+  EXPECT_EQ(gpus[0].info.name, "NVIDIA H200");  // the GPU's name, not an instance's
+  EXPECT_EQ(gpus[0].cuda_device, -1);
+  EXPECT_EQ(gpus[0].instance_cuda_devices, (std::vector<int>{1, 0}));
+  EXPECT_TRUE(gpus[0].info.mig.instances[0].reachable);
+  EXPECT_EQ(gpus[1].info.index, 1);
+  EXPECT_EQ(gpus[1].cuda_device, 2);
+  EXPECT_EQ(gpus[1].info.mig.mode, MigMode::kDisabled);
+  EXPECT_EQ(gpus[2].info.pci_bus_id, "0000:86:00.0");
+  EXPECT_EQ(gpus[2].info.uuid, "GPU-86");
+  EXPECT_EQ(UnjudgeableReason({}, gpus[2].info.mig),
+            "MIG enabled, no GPU instance to probe through");
+}
+
+TEST(GroupPhysicalGpus, WithoutNvmlEachCudaDeviceIsAGpuWithMigUnknown) {
+  fakes::FakeNvml nvml;
+  nvml.unavailable = "libnvidia-ml.so.1 not loadable";
+  DeviceInfo d;
+  d.index = 0;
+  d.pci_bus_id = kBus;
+  const std::vector<PhysicalGpu> gpus = GroupPhysicalGpus({d, d}, nvml);
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[1].info.index, 1);
+  EXPECT_EQ(gpus[1].info.mig.mode, MigMode::kUnknown);
+  EXPECT_NE(gpus[1].info.mig.problem.find("not loadable"), std::string::npos);
+}
+
 TEST(ShapeCapabilities, ConfidentialComputingSkipsWhatItForbidsWithTheReason) {
   DeviceInfo device;
   Capabilities caps;

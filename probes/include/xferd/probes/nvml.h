@@ -173,4 +173,20 @@ struct NvmlGpu {
 };
 std::vector<NvmlGpu> ListNvmlGpus(NvmlApi& nvml);
 
+// One physical GPU as xferd judges it, over the devices CUDA lists: a GPU without MIG is its
+// one CUDA device; a MIG-enabled GPU is all the CUDA devices on its PCI bus id (its compute
+// instances, each matched to its MIG instance by UUID), identified by the GPU's own UUID and
+// name, and a MIG GPU CUDA lists nothing of (no instance) is there too, from NVML.
+struct PhysicalGpu {
+  DeviceInfo info;       // index: its place in the list; mig filled for a MIG GPU
+  int cuda_device = -1;  // the CUDA device of a GPU without MIG; -1 for a MIG GPU
+  // For a MIG GPU, per info.mig.instances: the CUDA device of each (-1: not listed by CUDA
+  // in this process; the instance is then not reachable).
+  std::vector<int> instance_cuda_devices;
+};
+// `cuda_devices` as the CUDA runtime lists them (index = CUDA ordinal; a MIG device's bus id
+// is its GPU's). Without NVML every CUDA device stays a GPU of its own, MIG unknown.
+std::vector<PhysicalGpu> GroupPhysicalGpus(const std::vector<DeviceInfo>& cuda_devices,
+                                           NvmlApi& nvml);
+
 }  // namespace xferd::probes
