@@ -215,12 +215,15 @@ ExpectedBand ResolveBand(const Settings& settings, const probes::DeviceInfo& dev
     band.few_copy_engines = engines <= 0 || device.mig.whole_gpu_copy_engines <= 0 ||
                             engines < device.mig.whole_gpu_copy_engines;
     if (band.few_copy_engines && band.Known()) {
-      band.source += fmt::format(
-          "; MIG: probed through instances of {} of the GPU's {} copy engines, held to "
-          "baselines",
+      // No figure says such an instance fills the link: no band, each mode its baseline.
+      band.lower_bytes_per_s = band.upper_bytes_per_s = 0;
+      band.source = fmt::format(
+          "MIG: probed through instances of {} of the GPU's {} copy engines, each mode held to "
+          "its baseline ({})",
           engines > 0 ? std::to_string(engines) : std::string("unknown"),
           device.mig.whole_gpu_copy_engines > 0 ? std::to_string(device.mig.whole_gpu_copy_engines)
-                                                : std::string("unknown"));
+                                                : std::string("unknown"),
+          band.source);
     }
   }
   for (const BandOverride& o : settings.bands) {
@@ -332,6 +335,7 @@ BandVerdict JudgeBand(probes::TransferMode mode, probes::Direction direction,
   if (!probes::IsLinkBound(mode, direction)) return BandVerdict::kNotLinkBound;
   const BandHold hold = HoldOf(mode, direction, size_bytes, band);
   if (hold == BandHold::kConfidential) return BandVerdict::kConfidential;
+  if (hold == BandHold::kFewCopyEngines) return BandVerdict::kFewCopyEngines;
   if (!band.Known()) return BandVerdict::kNoBand;
   switch (hold) {
     case BandHold::kHeld: break;

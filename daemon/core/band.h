@@ -73,7 +73,8 @@ struct ExpectedBand {
   // else unknown, and HoldOf holds only what that figure grounds.
   bool confidential = false;
   // A MIG GPU probed through instances that own fewer copy engines than the whole GPU
-  // (ResolveBand): no measured figure says they fill the link; baseline only.
+  // (ResolveBand): no measured figure says they fill the link; no band (lower and upper 0,
+  // the source says why), each mode held to its baseline.
   bool few_copy_engines = false;
   bool Known() const { return upper_bytes_per_s > 0; }
 };

@@ -494,8 +494,11 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
   }
   for (const SeriesHealth& s : health.series) {
     // On its link: an NVLink-C2C GPU marks the modes it keeps to their baseline, a PCIe
-    // GPU pinned_async where its chunks' per-copy cost bounds it (core::HoldOf).
-    if (core::BandExempt(s.mode, s.direction, s.size_bytes, health.band)) {
+    // GPU pinned_async where its chunks' per-copy cost bounds it (core::HoldOf). A GPU with
+    // no band (confidential computing without a published figure, a MIG GPU's small
+    // instances) has nothing to be exempt from: every series keeps its baseline.
+    if (health.band.Known() &&
+        core::BandExempt(s.mode, s.direction, s.size_bytes, health.band)) {
       band_exempt_
           .Add({{"gpu", gpu},
                 {"mode", Mode(s.mode)},

@@ -211,3 +211,21 @@ def test_bad_shapes_in_the_config_name_the_fix(tmp_path):
                            timeout=60)
         assert r.returncode == 78, (shape, r.stderr)
         assert words in r.stderr, (shape, r.stderr)
+
+
+def test_the_series_budget_holds_on_every_shape(tmp_path):
+    """At most 300 series per GPU with the shipped probes (docs/metrics.md, "Series budget"):
+    a MIG GPU of seven instances adds their info series, a CC GPU loses its skipped modes'."""
+    for name, shape in [("mig", 'mig = ["1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", '
+                                '"1g.18gb", "1g.18gb", "1g.18gb"]'),
+                        ("cc", "confidential_computing = true")]:
+        d = start(tmp_path / name, shape)
+        try:
+            d.wait_for(lambda: status(d)["daemon"]["cycles"] >= 3, 60, "three cycles")
+            per_gpu = sum(1 for line in d.scrape().splitlines()
+                          if not line.startswith("#") and 'gpu="0"' in line)
+            assert 0 < per_gpu <= 300, (name, per_gpu)
+            if name == "mig":
+                assert d.value("xferd_mig_instance_info", gpu="0", GPU_I_ID="7") == 1
+        finally:
+            d.stop()

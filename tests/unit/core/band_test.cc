@@ -390,6 +390,7 @@ TEST(Mig, InstancesWithFewerCopyEnginesThanTheGpuKeepTheirBaselines) {
   gpu.mig = Mig({3, 3}, 7);
   ExpectedBand band = ResolveBand(Settings{}, gpu, Gen4x16());
   EXPECT_TRUE(band.few_copy_engines);
+  EXPECT_FALSE(band.Known()) << "no band: each mode its baseline";
   EXPECT_NE(band.source.find("3 of the GPU's 7 copy engines"), std::string::npos) << band.source;
   EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, 64ull << 20, 1e9, band),
             BandVerdict::kFewCopyEngines);
