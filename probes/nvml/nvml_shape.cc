@@ -73,7 +73,7 @@ std::string Environment(unsigned environment) {
   return "";
 }
 
-std::string Join(const std::string& a, const std::string& b) {
+std::string JoinDetail(const std::string& a, const std::string& b) {
   if (a.empty()) return b;
   if (b.empty()) return a;
   return a + ", " + b;
@@ -119,16 +119,16 @@ ConfidentialComputing ReadConfidentialComputing(NvmlApi& nvml) {
   const bool on = state.cc_feature == kNvmlCcFeatureEnabled || ppcie;
   out.state = on ? CcState::kOn : CcState::kOff;
   std::string detail = Environment(state.environment);
-  if (ppcie) detail = Join(detail, "protected PCIe");
-  if (state.multi_gpu_mode == kNvmlCcMultiGpuNvle) detail = Join(detail, "NVLE");
-  if (state.devtools_mode != 0) detail = Join(detail, "devtools mode");
+  if (ppcie) detail = JoinDetail(detail, "protected PCIe");
+  if (state.multi_gpu_mode == kNvmlCcMultiGpuNvle) detail = JoinDetail(detail, "NVLE");
+  if (state.devtools_mode != 0) detail = JoinDetail(detail, "devtools mode");
   if (on) {
     unsigned accepting = 0;
     rc = nvml.ConfComputeGpusReady(&accepting);
     if (rc == kNvmlSuccess) {
       out.gpus_ready = accepting != 0;
     } else {
-      detail = Join(detail, "ready state not readable: " + nvml.ErrorText(rc));
+      detail = JoinDetail(detail, "ready state not readable: " + nvml.ErrorText(rc));
     }
   }
   out.detail = detail;
@@ -162,7 +162,7 @@ MigState ReadMig(NvmlApi& nvml, NvmlDevice device) {
   unsigned count = 0;
   rc = nvml.MaxMigDeviceCount(device, &count);
   if (rc != kNvmlSuccess) {
-    out.problem = Join(out.problem, "nvmlDeviceGetMaxMigDeviceCount: " + nvml.ErrorText(rc));
+    out.problem = JoinDetail(out.problem, "nvmlDeviceGetMaxMigDeviceCount: " + nvml.ErrorText(rc));
     return out;
   }
   for (unsigned i = 0; i < std::min(count, kNvmlGpuInstanceProfileBound); ++i) {
@@ -170,7 +170,7 @@ MigState ReadMig(NvmlApi& nvml, NvmlDevice device) {
     rc = nvml.MigDeviceByIndex(device, i, &mig);
     if (rc == kNvmlErrorNotFound) continue;  // no MIG device at this index
     if (rc != kNvmlSuccess) {
-      out.problem = Join(out.problem, fmt::format("MIG device {}: {}", i, nvml.ErrorText(rc)));
+      out.problem = JoinDetail(out.problem, fmt::format("MIG device {}: {}", i, nvml.ErrorText(rc)));
       continue;
     }
     MigInstance instance;
@@ -194,7 +194,7 @@ MigState ReadMig(NvmlApi& nvml, NvmlDevice device) {
     }
     if (instance.profile.empty()) {
       out.problem =
-          Join(out.problem, fmt::format("the profile of MIG device {} is not readable "
+          JoinDetail(out.problem, fmt::format("the profile of MIG device {} is not readable "
                                         "(its copy engines unknown: baseline only)",
                                         instance.uuid.empty() ? std::to_string(i) : instance.uuid));
     }

@@ -371,7 +371,7 @@ TEST(ConfidentialComputing, AConfiguredBandStillHolds) {
             BandVerdict::kBelowBand);
 }
 
-probes::MigState Mig(std::vector<int> copy_engines, int whole) {
+probes::MigState MigOf(std::vector<int> copy_engines, int whole) {
   probes::MigState mig;
   mig.mode = probes::MigMode::kEnabled;
   mig.whole_gpu_copy_engines = whole;
@@ -387,30 +387,30 @@ probes::MigState Mig(std::vector<int> copy_engines, int whole) {
 
 TEST(Mig, InstancesWithFewerCopyEnginesThanTheGpuKeepTheirBaselines) {
   probes::DeviceInfo gpu = SimGpu();
-  gpu.mig = Mig({3, 3}, 7);
+  gpu.mig = MigOf({3, 3}, 7);
   ExpectedBand band = ResolveBand(Settings{}, gpu, Gen4x16());
   EXPECT_TRUE(band.few_copy_engines);
   EXPECT_FALSE(band.Known()) << "no band: each mode its baseline";
   EXPECT_NE(band.source.find("3 of the GPU's 7 copy engines"), std::string::npos) << band.source;
   EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, 64ull << 20, 1e9, band),
             BandVerdict::kFewCopyEngines);
-  gpu.mig = Mig({7}, 7);
+  gpu.mig = MigOf({7}, 7);
   band = ResolveBand(Settings{}, gpu, Gen4x16());
   EXPECT_FALSE(band.few_copy_engines);
   EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, 64ull << 20, 1e9, band),
             BandVerdict::kBelowBand);
-  gpu.mig = Mig({0}, 7);  // copy engines not readable: baseline only
+  gpu.mig = MigOf({0}, 7);  // copy engines not readable: baseline only
   EXPECT_TRUE(ResolveBand(Settings{}, gpu, Gen4x16()).few_copy_engines);
 }
 
 TEST(Mig, TheLinkGoesThroughTheInstancesWithTheMostCopyEngines) {
-  probes::MigState mig = Mig({1, 3, 3}, 7);
+  probes::MigState mig = MigOf({1, 3, 3}, 7);
   EXPECT_EQ(probes::LinkInstances(mig), (std::vector<std::size_t>{1, 2}));
   mig.instances[1].reachable = false;  // created after the process started
   EXPECT_EQ(probes::LinkInstances(mig), (std::vector<std::size_t>{2}));
-  EXPECT_EQ(probes::UnjudgeableReason({}, Mig({}, 7)),
+  EXPECT_EQ(probes::UnjudgeableReason({}, MigOf({}, 7)),
             "MIG enabled, no GPU instance to probe through");
-  probes::MigState later = Mig({3}, 7);
+  probes::MigState later = MigOf({3}, 7);
   later.instances[0].reachable = false;
   EXPECT_NE(probes::UnjudgeableReason({}, later).find("restart xferd"), std::string::npos);
 }

@@ -9,7 +9,7 @@
 namespace xferd::probes {
 namespace {
 
-constexpr const char* kBus = "0000:3b:00.0";
+constexpr const char* kShapeBus = "0000:3b:00.0";
 
 TEST(ReadConfidentialComputing, FeatureEnabledIsOnAndReadyStateIsRead) {
   fakes::FakeNvml nvml;
@@ -75,9 +75,9 @@ void H200Profiles(fakes::FakeNvml::Gpu& gpu) {
 
 TEST(ReadMig, AGpuWithoutMigIsDisabled) {
   fakes::FakeNvml nvml;
-  nvml.Set(kBus, [](auto&) {});
+  nvml.Set(kShapeBus, [](auto&) {});
   NvmlDevice device = nullptr;
-  ASSERT_EQ(nvml.DeviceByPciBusId(kBus, &device), kNvmlSuccess);
+  ASSERT_EQ(nvml.DeviceByPciBusId(kShapeBus, &device), kNvmlSuccess);
   const MigState mig = ReadMig(nvml, device);
   EXPECT_EQ(mig.mode, MigMode::kDisabled);
   EXPECT_TRUE(mig.problem.empty());
@@ -85,14 +85,14 @@ TEST(ReadMig, AGpuWithoutMigIsDisabled) {
 
 TEST(ReadMig, InstancesWithProfileAndCopyEngines) {
   fakes::FakeNvml nvml;
-  nvml.Set(kBus, [](fakes::FakeNvml::Gpu& gpu) {
+  nvml.Set(kShapeBus, [](fakes::FakeNvml::Gpu& gpu) {
     gpu.mig_rc = kNvmlSuccess;
     gpu.mig_current = kNvmlMigEnabled;
     H200Profiles(gpu);
     gpu.mig_devices = {{"MIG-bbbb", 2, 0, 9}, {"MIG-aaaa", 1, 0, 9}, {"MIG-cccc", 9, 0, 19}};
   });
   NvmlDevice device = nullptr;
-  ASSERT_EQ(nvml.DeviceByPciBusId(kBus, &device), kNvmlSuccess);
+  ASSERT_EQ(nvml.DeviceByPciBusId(kShapeBus, &device), kNvmlSuccess);
   const MigState mig = ReadMig(nvml, device);
   EXPECT_EQ(mig.mode, MigMode::kEnabled);
   EXPECT_EQ(mig.whole_gpu_copy_engines, 8);
@@ -110,13 +110,13 @@ TEST(ReadMig, InstancesWithProfileAndCopyEngines) {
 
 TEST(ReadMig, EnabledWithNoInstanceHasNothingToProbeThrough) {
   fakes::FakeNvml nvml;
-  nvml.Set(kBus, [](fakes::FakeNvml::Gpu& gpu) {
+  nvml.Set(kShapeBus, [](fakes::FakeNvml::Gpu& gpu) {
     gpu.mig_rc = kNvmlSuccess;
     gpu.mig_current = kNvmlMigEnabled;
     H200Profiles(gpu);
   });
   NvmlDevice device = nullptr;
-  ASSERT_EQ(nvml.DeviceByPciBusId(kBus, &device), kNvmlSuccess);
+  ASSERT_EQ(nvml.DeviceByPciBusId(kShapeBus, &device), kNvmlSuccess);
   const MigState mig = ReadMig(nvml, device);
   EXPECT_TRUE(mig.Enabled());
   EXPECT_TRUE(mig.instances.empty());
@@ -125,9 +125,9 @@ TEST(ReadMig, EnabledWithNoInstanceHasNothingToProbeThrough) {
 
 TEST(ReadMig, AModeThatCannotBeReadIsUnknown) {
   fakes::FakeNvml nvml;
-  nvml.Set(kBus, [](fakes::FakeNvml::Gpu& gpu) { gpu.mig_rc = kNvmlErrorUnknown; });
+  nvml.Set(kShapeBus, [](fakes::FakeNvml::Gpu& gpu) { gpu.mig_rc = kNvmlErrorUnknown; });
   NvmlDevice device = nullptr;
-  ASSERT_EQ(nvml.DeviceByPciBusId(kBus, &device), kNvmlSuccess);
+  ASSERT_EQ(nvml.DeviceByPciBusId(kShapeBus, &device), kNvmlSuccess);
   const MigState mig = ReadMig(nvml, device);
   EXPECT_EQ(mig.mode, MigMode::kUnknown);
   EXPECT_EQ(mig.problem, "nvmlDeviceGetMigMode: fake NVML error 999");
@@ -135,23 +135,23 @@ TEST(ReadMig, AModeThatCannotBeReadIsUnknown) {
 
 TEST(ReadMig, AProfileWithoutANameIsNamedFromItsSlicesAndMemory) {
   fakes::FakeNvml nvml;
-  nvml.Set(kBus, [](fakes::FakeNvml::Gpu& gpu) {
+  nvml.Set(kShapeBus, [](fakes::FakeNvml::Gpu& gpu) {
     gpu.mig_rc = kNvmlSuccess;
     gpu.mig_current = kNvmlMigEnabled;
     gpu.profiles = {{9, 3, 3, 72704, ""}};  // the v1 call: no name
     gpu.mig_devices = {{"MIG-aaaa", 1, 0, 9}};
   });
   NvmlDevice device = nullptr;
-  ASSERT_EQ(nvml.DeviceByPciBusId(kBus, &device), kNvmlSuccess);
+  ASSERT_EQ(nvml.DeviceByPciBusId(kShapeBus, &device), kNvmlSuccess);
   EXPECT_EQ(ReadMig(nvml, device).instances.at(0).profile, "3g.71gb");
 }
 
 TEST(ListNvmlGpus, BusIdsInSysfsForm) {
   fakes::FakeNvml nvml;
-  nvml.Set(kBus, [](fakes::FakeNvml::Gpu& gpu) { gpu.uuid = "GPU-1"; });
+  nvml.Set(kShapeBus, [](fakes::FakeNvml::Gpu& gpu) { gpu.uuid = "GPU-1"; });
   const std::vector<NvmlGpu> gpus = ListNvmlGpus(nvml);
   ASSERT_EQ(gpus.size(), 1u);
-  EXPECT_EQ(gpus[0].pci_bus_id, kBus);
+  EXPECT_EQ(gpus[0].pci_bus_id, kShapeBus);
   EXPECT_EQ(gpus[0].uuid, "GPU-1");
   EXPECT_EQ(gpus[0].name, "NVIDIA H200");
 }
@@ -211,7 +211,7 @@ TEST(GroupPhysicalGpus, WithoutNvmlEachCudaDeviceIsAGpuWithMigUnknown) {
   nvml.unavailable = "libnvidia-ml.so.1 not loadable";
   DeviceInfo d;
   d.index = 0;
-  d.pci_bus_id = kBus;
+  d.pci_bus_id = kShapeBus;
   const std::vector<PhysicalGpu> gpus = GroupPhysicalGpus({d, d}, nvml);
   ASSERT_EQ(gpus.size(), 2u);
   EXPECT_EQ(gpus[1].info.index, 1);
