@@ -28,7 +28,7 @@ TEST(SimFaultKinds, EveryKindHasOneRowAndOneName) {
   EXPECT_FALSE(ParseSimFaultKind("Degrade").has_value());
 }
 
-ProbeSpec Pinned() {
+ProbeSpec FaultPinned() {
   ProbeSpec spec;
   spec.mode = TransferMode::kPinned;
   spec.direction = Direction::kH2D;
@@ -51,13 +51,13 @@ TEST(SimFaultKinds, KindsComposeInTheOrderGiven) {
   faulted.SetFaults({{.kind = SimFault::Kind::kDegrade, .factor = 0.5},
                      {.kind = SimFault::Kind::kSlow, .factor = 2},
                      {.kind = SimFault::Kind::kRemoteNuma, .factor = 0.5}});
-  const double ratio = faulted.Run(0, Pinned()).MedianBandwidth() /
-                       healthy.Run(0, Pinned()).MedianBandwidth();
+  const double ratio = faulted.Run(0, FaultPinned()).MedianBandwidth() /
+                       healthy.Run(0, FaultPinned()).MedianBandwidth();
   EXPECT_NEAR(ratio, 0.5 * 0.5 / 2, 0.01);
 
   SimBackend ends(Fast());
   ends.SetFaults({{.kind = SimFault::Kind::kLost}, {.kind = SimFault::Kind::kHang}});
-  const ProbeSample lost = ends.Run(0, Pinned());  // would block forever if hang came first
+  const ProbeSample lost = ends.Run(0, FaultPinned());  // would block forever if hang came first
   EXPECT_EQ(lost.status, ProbeStatus::kError);
   EXPECT_EQ(lost.message, "device lost (simulated fault)");
 }

@@ -39,7 +39,7 @@ double MedianBw(SimBackend& sim, TransferMode mode, Direction direction, int dev
   return s.MedianBandwidth();
 }
 
-const double kGen4x16 = PcieBytesPerSecond(4, 16);
+const double kSimGen4x16 = PcieBytesPerSecond(4, 16);
 
 TEST(SimBackend, SameSeedSameCallsSameDurations) {
   SimBackend a(Fast(7)), b(Fast(7));
@@ -107,8 +107,8 @@ TEST(SimBackend, ModesRankAsOnRealHardware) {
   const double prefetch = MedianBw(sim, TransferMode::kManagedPrefetch, Direction::kH2D);
   const double bidir = MedianBw(sim, TransferMode::kPinned, Direction::kBidirectional);
   // Pinned copies run at ~80% of a Gen4 x16 link: inside the seed's 20-26 GB/s.
-  EXPECT_GT(pinned, 0.63 * kGen4x16);
-  EXPECT_LT(pinned, 0.83 * kGen4x16);
+  EXPECT_GT(pinned, 0.63 * kSimGen4x16);
+  EXPECT_LT(pinned, 0.83 * kSimGen4x16);
   EXPECT_GT(pinned, 2 * pageable);
   EXPECT_GT(prefetch, 3 * managed);  // prefetching beats page faults
   EXPECT_GT(bidir, 1.6 * pinned);    // both ways at once: more bytes, not twice as many
@@ -128,7 +128,7 @@ TEST(SimBackend, SmallTransfersHitTheLatencyFloorAndHaveATail) {
   EXPECT_GT(p50, 2e-6);  // a few microseconds even for 4 KiB
   EXPECT_LT(p50, 20e-6);
   EXPECT_GT(p999, 1.5 * p50);  // the tail a histogram must show
-  EXPECT_LT(s.MedianBandwidth(), 0.1 * kGen4x16);
+  EXPECT_LT(s.MedianBandwidth(), 0.1 * kSimGen4x16);
 }
 
 TEST(SimBackend, ReportsEveryTimedTransferAndTheDeviceTime) {
