@@ -26,4 +26,12 @@ nlohmann::json BandJson(const core::ExpectedBand& band);
 nlohmann::json ModeHoldJson(const core::ExpectedBand& band, probes::TransferMode mode,
                             probes::Direction direction, std::uint64_t size_bytes);
 
+// A GPU's shape as the commands print it: "confidential computing on (production, GPUs
+// ready); MIG enabled: 2 instances (1 3g.71gb, 2 3g.71gb)". And its JSON form,
+// {"confidential_computing": {"state", "gpus_ready", "detail", "problem"}, "mig": {"mode",
+// "whole_gpu_copy_engines", "instances": [...], "problem"}}: probe and check-config.
+std::string ShapeText(const probes::DeviceInfo& device);
+nlohmann::json CcJson(const probes::ConfidentialComputing& cc);
+nlohmann::json ShapeJson(const probes::DeviceInfo& device);
+
 }  // namespace xferd::cmd

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "core/band.h"
 #include "core/plan.h"
+#include "xferd/probes/nvml.h"
 
 namespace xferd::cmd {
 
@@ -29,6 +30,19 @@ std::string Join(const std::vector<std::string>& items) {
 
 const char* ProfileName(const Config& c) {
   return c.metrics_profile == Settings::MetricsProfile::kFleet ? "fleet" : "full";
+}
+
+// Confidential computing on this host as the daemon would read it: NVML's, or the
+// simulated host's.
+probes::ConfidentialComputing HostCc(const Config& c, bool simulate) {
+  if (c.simulate || simulate) {
+    probes::ConfidentialComputing cc;
+    cc.state = c.sim.confidential_computing ? probes::CcState::kOn : probes::CcState::kOff;
+    if (c.sim.confidential_computing) cc.gpus_ready = c.sim.cc_ready;
+    cc.detail = c.sim.confidential_computing ? "simulated" : "";
+    return cc;
+  }
+  return probes::ReadConfidentialComputing(*probes::OpenNvml());
 }
 
 void PrintSummary(const std::string& file, const Config& c) {
@@ -73,6 +87,11 @@ void PrintSummary(const std::string& file, const Config& c) {
     std::printf("  simulate:   %d device(s), gen%dx%d, %zu fault(s)\n", c.sim.devices,
                 c.sim.link_gen, c.sim.link_width, c.sim.faults.size());
   }
+  probes::DeviceInfo host;
+  host.cc = HostCc(c, false);
+  host.mig.mode = probes::MigMode::kUnknown;  // per GPU: `xferd probe` reads it
+  const std::string shape = ShapeText(host);
+  std::printf("  shape:      %s\n", shape.substr(0, shape.find("; MIG")).c_str());
 }
 
 // The GPUs the simulated device offers that the config selects, with their bands.
@@ -132,11 +151,14 @@ void PrintPlan(const Config& c, bool simulate) {
   if (c.simulate || simulate) {
     nlohmann::json devices = nlohmann::json::array();
     for (const auto& [device, band] : simulated) {
-      devices.push_back(
-          {{"index", device.index}, {"uuid", device.uuid}, {"expected_band", BandJson(band)}});
+      devices.push_back({{"index", device.index},
+                         {"uuid", device.uuid},
+                         {"shape", ShapeJson(device)},
+                         {"expected_band", BandJson(band)}});
     }
     doc["devices"] = std::move(devices);
   }
+  doc["confidential_computing"] = CcJson(HostCc(c, simulate));
   std::printf("%s\n", doc.dump(2).c_str());
 }
 

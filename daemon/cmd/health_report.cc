@@ -123,6 +123,17 @@ json ReadDocument(std::string_view body, std::string& problem) {
   return doc;
 }
 
+// The GPU verdicts a status document may hold, as the daemon writes them (core's words):
+// "\"degraded\", \"pending\", \"stale\", \"unknown\" or \"ok\"".
+std::string VerdictWords() {
+  std::string words;
+  for (std::size_t i = 0; i < core::kAllDeviceVerdicts.size(); ++i) {
+    words += i == 0 ? "" : i + 1 == core::kAllDeviceVerdicts.size() ? " or " : ", ";
+    words += "\"" + std::string(core::ToString(core::kAllDeviceVerdicts[i])) + "\"";
+  }
+  return words;
+}
+
 // What a status document must be for `xferd health` to judge it (docs/http.md, "The document
 // (version 1)"): the fields it reads, each of its documented type and range, and a node
 // verdict that agrees with the GPUs'. "" when it is; else what is not, for the line.
@@ -159,7 +170,7 @@ std::string ShapeProblem(const json& doc) {
   if (gpus == nullptr || !gpus->is_array()) return bad("gpus", gpus, "a list");
   if (gpus->empty()) return "gpus is empty: the daemon probes no GPU";
   std::set<long long> indices;
-  bool any_degraded = false, any_pending = false, any_stale = false;
+  std::vector<core::DeviceVerdict> verdicts;  // the node's must be what these give
   for (std::size_t i = 0; i < gpus->size(); ++i) {
     const json& gpu = (*gpus)[i];
     const std::string at = fmt::format("gpus[{}]", i);
@@ -172,13 +183,18 @@ std::string ShapeProblem(const json& doc) {
       return fmt::format("gpu{} is listed twice", index->get<long long>());
     }
     const json* verdict = field(gpu, "verdict");
-    if (verdict == nullptr || !verdict->is_string() ||
-        !core::ParseDeviceVerdict(verdict->get<std::string>())) {
-      return bad(at + ".verdict", verdict, "\"ok\", \"degraded\", \"pending\" or \"stale\"");
+    const auto parsed = verdict != nullptr && verdict->is_string()
+                            ? core::ParseDeviceVerdict(verdict->get<std::string>())
+                            : std::nullopt;
+    if (!parsed) return bad(at + ".verdict", verdict, VerdictWords().c_str());
+    verdicts.push_back(*parsed);
+    if (*parsed == core::DeviceVerdict::kUnknown) {
+      // Unknown says why (stale's reason is always the same: no current reading).
+      const json* reason = field(gpu, "verdict_reason");
+      if (reason == nullptr || !reason->is_string() || reason->get<std::string>().empty()) {
+        return bad(at + ".verdict_reason", reason, "why an unknown GPU cannot be judged");
+      }
     }
-    any_degraded = any_degraded || *verdict == "degraded";
-    any_pending = any_pending || *verdict == "pending";
-    any_stale = any_stale || *verdict == "stale";
     const json* causes = field(gpu, "causes");
     if (causes == nullptr || !causes->is_array()) return bad(at + ".causes", causes, "a list");
     for (std::size_t c = 0; c < causes->size(); ++c) {
@@ -214,10 +230,7 @@ std::string ShapeProblem(const json& doc) {
     }
   }
   const json* verdict = field(doc, "verdict");
-  const char* follows = any_degraded  ? "degraded"
-                        : any_pending ? "pending"
-                        : any_stale   ? "stale"
-                                      : "ok";
+  const std::string_view follows = core::ToString(core::NodeVerdict(verdicts));
   if (verdict == nullptr || !verdict->is_string() || *verdict != follows) {
     return bad("verdict", verdict,
                fmt::format("\"{}\", which its GPUs' verdicts give", follows).c_str());
@@ -360,25 +373,30 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
   }
 
   const json& gpus = doc["gpus"];
-  std::vector<const json*> degraded, pending, unmeasured;
+  // Each GPU by its verdict (ShapeProblem made sure each is one core::ParseDeviceVerdict
+  // reads). stale and unknown both say the verdict is not known: stale, the GPU went
+  // unmeasured; unknown, it cannot be judged as it is (verdict_reason says why).
+  std::vector<const json*> degraded, pending, unmeasured, unjudgeable;
   std::size_t degraded_otherwise = 0;  // degraded, but not with options.cause
   for (const json& gpu : gpus) {
-    const std::string verdict = gpu["verdict"].get<std::string>();
-    if (verdict == "degraded") {
-      bool counts = true;
-      if (options.cause) {
-        const std::vector<std::string> causes = CausesOf(gpu);
-        counts = std::find(causes.begin(), causes.end(), *options.cause) != causes.end();
+    switch (*core::ParseDeviceVerdict(gpu["verdict"].get<std::string>())) {
+      case core::DeviceVerdict::kDegraded: {
+        bool counts = true;
+        if (options.cause) {
+          const std::vector<std::string> causes = CausesOf(gpu);
+          counts = std::find(causes.begin(), causes.end(), *options.cause) != causes.end();
+        }
+        if (counts) {
+          degraded.push_back(&gpu);
+        } else {
+          ++degraded_otherwise;
+        }
+        break;
       }
-      if (counts) {
-        degraded.push_back(&gpu);
-      } else {
-        ++degraded_otherwise;
-      }
-    } else if (verdict == "pending") {
-      pending.push_back(&gpu);
-    } else if (verdict == "stale") {
-      unmeasured.push_back(&gpu);
+      case core::DeviceVerdict::kPending: pending.push_back(&gpu); break;
+      case core::DeviceVerdict::kStale: unmeasured.push_back(&gpu); break;
+      case core::DeviceVerdict::kUnknown: unjudgeable.push_back(&gpu); break;
+      case core::DeviceVerdict::kOk: break;
     }
   }
   HealthReport report;
@@ -408,6 +426,13 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
         "gpu{} stale: its probes have no current reading (busy, the cycle budget or failing "
         "probes; see the daemon's log)",
         (*unmeasured.front())["gpu"].get<long long>()));
+  } else if (!unjudgeable.empty()) {
+    // Nothing to judge it by (MIG with no instance, CC GPUs not ready): neither a drain
+    // nor a resume.
+    const std::string why = Str(*unjudgeable.front(), "verdict_reason");
+    return Unknown(fmt::format("gpu{} verdict unknown: {}",
+                               (*unjudgeable.front())["gpu"].get<long long>(),
+                               why.empty() ? std::string("the daemon cannot judge it") : why));
   } else if (options.cause) {
     report.state = HealthOutcome::kOk;
     report.line = "OK: no GPU degraded with " + *options.cause;

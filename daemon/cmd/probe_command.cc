@@ -89,11 +89,11 @@ DeviceReport ProbeDevice(ProbeRunner& runner, probes::TransferBackend& backend,
   bool link_read = false;
   std::vector<ProbeSample> samples;
   for (const ProbeSpec& spec : plan) {
-    if (!caps.Supports(spec.mode)) {
+    if (std::string why = caps.Reason(spec.mode, spec.direction); !why.empty()) {
       ProbeSample skipped;
       skipped.spec = spec;
       skipped.status = ProbeStatus::kUnsupported;
-      skipped.message = caps.unsupported.at(spec.mode);
+      skipped.message = std::move(why);
       samples.push_back(std::move(skipped));
       continue;
     }
@@ -181,6 +181,10 @@ void PrintTable(const std::vector<DeviceReport>& reports) {
     std::printf("  numa node: %s, iommu: %s\n",
                 r.path.numa_node >= 0 ? std::to_string(r.path.numa_node).c_str() : "unknown",
                 r.path.iommu_type.empty() ? "off" : r.path.iommu_type.c_str());
+    std::printf("  shape: %s\n", ShapeText(r.info).c_str());
+    if (std::string why = probes::UnjudgeableReason(r.info.cc, r.info.mig); !why.empty()) {
+      std::printf("  verdict unknown: %s\n", why.c_str());
+    }
     std::printf("  expected band: %s\n", BandText(r.band).c_str());
     std::printf("  link errors: %s\n", DescribeLinkErrors(r.link_errors).c_str());
     if (!r.path.note.empty() && r.path.pcie) std::printf("  note: %s\n", r.path.note.c_str());
@@ -338,6 +342,8 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
            {"numa_node", r.path.numa_node},
            {"iommu_type", r.path.iommu_type},
            {"note", r.path.note}}},
+         {"shape", ShapeJson(r.info)},
+         {"unjudgeable", probes::UnjudgeableReason(r.info.cc, r.info.mig)},
          {"expected_band", BandJson(r.band)},
          {"foreign_traffic_threshold_bytes_per_s", r.foreign_traffic_threshold_bytes_per_s},
          {"link_errors", LinkErrorsJson(r)},
@@ -358,6 +364,12 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
            {"p99_s", ok ? probes::Quantile(s.durations_s, 0.99) : 0.0},
            {"p999_s", ok ? probes::Quantile(s.durations_s, 0.999) : 0.0},
            {"samples", s.durations_s.size()},
+           // Each timed transfer in the order it ran: a trend over them shows a warm-up.
+           {"durations_s", s.durations_s},
+           {"mig_instance", s.instance
+                                ? nlohmann::json{{"gpu_instance_id", s.instance->gpu_instance_id},
+                                                 {"profile", s.instance->profile}}
+                                : nlohmann::json()},
            {"bytes_per_transfer", s.bytes_per_transfer},
            {"device_time_s", s.device_time_s},
            {"host_numa_node", s.host_numa_node},

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cmd/backend.h"
+#include "cmd/band_output.h"
 #include "cmd/commands.h"
 #include "cmd/service.h"
 #include "config/config.h"
@@ -87,6 +88,8 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   for (const auto& d : devices) {
     spdlog::info("gpu {}: {} {} {}{}", d.index, d.name, d.uuid, d.pci_bus_id,
                  d.simulated ? " (SIMULATED device: not real hardware)" : "");
+    // Said once: what the driver says of CC and MIG, or why it could not be read.
+    spdlog::info("gpu {}: {}", d.index, ShapeText(d));
   }
 
   if (simulated) {
@@ -109,7 +112,10 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   };
   seams.make_busy = [sim = made.sim](const Config& c) { return MakeBusyDetector(c, sim); };
   seams.on_reload = [sim = made.sim](const Config& c) {
-    if (sim != nullptr) sim->SetFaults(c.sim.faults);
+    if (sim != nullptr) {
+      sim->SetFaults(c.sim.faults);
+      sim->SetShape(c.sim.confidential_computing, c.sim.cc_ready, c.sim.mig);
+    }
   };
   seams.link_errors =
       MakeLinkErrorReader(config, made.sim, options.flags.sysfs_root.value_or("/sys"));

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cmd/backend.h"
+#include "cmd/band_output.h"
 #include "exporter/exposition.h"
 #include "exporter/http_metrics.h"
 #include "exporter/textfile.h"
@@ -212,6 +213,7 @@ void Service::OnCycle(const CycleReport& report) {
   for (const DeviceCycle& dc : report.devices) {
     CycleObservation obs;
     obs.device = dc.device;
+    ShapeNow(obs.device);
     obs.link_path = dc.link_path;
     obs.samples = dc.samples;
     obs.busy = dc.skipped_busy;
@@ -344,6 +346,16 @@ void Service::LogStaleChange(const DeviceHealth& health, bool stale) {
   } else {
     spdlog::info("gpu {}: measured again: its verdict is current ({})", health.gpu,
                  health.Degraded() ? "DEGRADED" : "ok");
+  }
+}
+
+void Service::ShapeNow(probes::DeviceInfo& device) const {
+  // The backend's shape as of the last start or reload (a MIG instance made since, CC
+  // turned on).
+  for (const probes::DeviceInfo& now : backend_.Devices()) {
+    if (now.index != device.index) continue;
+    device.cc = now.cc;
+    device.mig = now.mig;
   }
 }
 
@@ -507,6 +519,19 @@ void Service::FinishReload() {
     next.gpus = running->gpus;
     SetLogLevel(next.log_level);
     if (seams_.on_reload) seams_.on_reload(next);
+    {
+      // CC and MIG as the driver says them now; each GPU's said when it changed.
+      std::vector<std::string> before;
+      for (const probes::DeviceInfo& d : backend_.Devices()) before.push_back(ShapeText(d));
+      backend_.RefreshShape();
+      const std::vector<probes::DeviceInfo> after = backend_.Devices();
+      for (std::size_t i = 0; i < after.size(); ++i) {
+        const std::string now = ShapeText(after[i]);
+        if (i >= before.size() || before[i] != now) {
+          spdlog::info("reload: gpu {}: {}", after[i].index, now);
+        }
+      }
+    }
     if (next.web.basic_auth_users != running->web.basic_auth_users) {
       http_->SetBasicAuthUsers(next.web.basic_auth_users);
     }

@@ -94,6 +94,8 @@ class Service {
   void ExpireVerdicts();                                              // main thread
   void LogConcurrent(const core::GroupRun& run, const config::Config& config);  // probe thread
   void WriteTextfile(const config::Config& config);                             // probe thread
+  // The device's CC and MIG shape as the backend has it now (start, reload).
+  void ShapeNow(probes::DeviceInfo& device) const;
   core::LinkErrorGrowth ReadLinkErrors(const core::DeviceCycle& cycle);         // probe thread
   void StartReload();                                                           // main thread
   bool ReloadReady() const;                                                     // main thread

@@ -121,6 +121,73 @@ void ReadForeignTraffic(const TableReader& r, probes::SimOptions& sim) {
   }
 }
 
+// A list of MIG profiles, each checked; `key` names it in messages.
+std::vector<std::string> ReadProfiles(const TableReader& r, const toml::node& node,
+                                      std::string_view key) {
+  const auto* list = node.as_array();
+  if (!list) {
+    r.Fail(node, key, "must be a list of MIG profiles, got " + TypeName(node),
+           "write " + std::string(key) +
+               " = [\"3g.71gb\", \"3g.71gb\"] ([] = MIG on with no "
+               "instance)");
+  }
+  std::vector<std::string> profiles;
+  int slices = 0;
+  for (const toml::node& item : *list) {
+    const auto* text = item.as_string();
+    if (!text) {
+      r.Fail(item, key, "must list profiles as strings, got " + TypeName(item),
+             "write " + std::string(key) + " = [\"3g.71gb\"]");
+    }
+    if (std::string problem = probes::SimMigProfileProblem(**text); !problem.empty()) {
+      r.Fail(item, key, Quote(**text) + " is " + problem, "use e.g. \"3g.71gb\" or \"1g.18gb\"");
+    }
+    slices += probes::SimMigSlicesOf(**text);
+    profiles.push_back(**text);
+  }
+  if (slices > probes::kSimMigSlices) {
+    r.Fail(node, key,
+           "the instances take " + std::to_string(slices) + " slices; a GPU has " +
+               std::to_string(probes::kSimMigSlices),
+           "list instances of at most 7 slices in all (\"3g.71gb\" takes 3)");
+  }
+  return profiles;
+}
+
+// mig = ["3g.71gb", ...] for every simulated GPU, or [[simulate.mig]] tables (device,
+// instances) for some of them.
+void ReadMig(const std::string& file, const TableReader& r, probes::SimOptions& sim) {
+  const toml::node* node = r.Find("mig");
+  if (!node) return;
+  const auto* list = node->as_array();
+  if (list && list->is_array_of_tables() && !list->empty()) {
+    sim.mig.clear();
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      TableReader m(file, *list->get(i)->as_table(), "simulate.mig");
+      m.SetDisplayPrefix("simulate.mig[" + std::to_string(i) + "]");
+      const auto device = m.Integer("device", -1, 63, 0);
+      if (!device) {
+        m.FailAt(m.TableLine(), "device", "missing: which simulated GPU",
+                 "add device = 0 (-1 = every GPU)");
+      }
+      const toml::node* instances = m.Find("instances");
+      if (!instances) {
+        m.FailAt(m.TableLine(), "instances", "missing: the GPU's instances",
+                 "add instances = [\"3g.71gb\", \"3g.71gb\"] ([] = MIG on with no instance)");
+      }
+      if (sim.mig.contains(static_cast<int>(*device))) {
+        m.Fail(*m.Find("device"), "device", "names a GPU an earlier [[simulate.mig]] named",
+               "give each GPU one [[simulate.mig]] table");
+      }
+      sim.mig[static_cast<int>(*device)] = ReadProfiles(m, *instances, "instances");
+      m.RejectUnknown();
+    }
+    return;
+  }
+  sim.mig.clear();
+  sim.mig[-1] = ReadProfiles(r, *node, "mig");
+}
+
 }  // namespace
 
 void ReadSimulate(const std::string& file, const toml::table& root, Config& config) {
@@ -150,6 +217,14 @@ void ReadSimulate(const std::string& file, const toml::table& root, Config& conf
     config.sim_pcie_bytes_per_s = *v;
   }
   ReadUnsupported(r, config.sim);
+  if (auto v = r.Bool("confidential_computing")) config.sim.confidential_computing = *v;
+  if (auto v = r.Bool("confidential_computing_ready")) config.sim.cc_ready = *v;
+  if (r.Find("confidential_computing_ready") && !config.sim.confidential_computing) {
+    r.Fail(*r.Find("confidential_computing_ready"), "confidential_computing_ready",
+           "says whether CC GPUs accept work, but confidential_computing is not on",
+           "add confidential_computing = true, or remove confidential_computing_ready");
+  }
+  ReadMig(file, r, config.sim);
   ReadForeignTraffic(r, config.sim);
   if (const toml::node* faults_node = r.Find("fault")) {
     const auto* faults = faults_node->as_array();

@@ -76,8 +76,12 @@ const std::vector<Section>& Schema() {
         "c2c",
         "foreign_traffic_bytes_per_second",
         "foreign_traffic_duty",
-        "foreign_traffic_direction"}},
+        "foreign_traffic_direction",
+        "confidential_computing",
+        "confidential_computing_ready",
+        "mig"}},
       {"simulate.fault", SimulateFaultKeys()},
+      {"simulate.mig", {"device", "instances"}},
   };
   return kSchema;
 }

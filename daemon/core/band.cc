@@ -158,16 +158,82 @@ ExpectedBand ModeBand(const ExpectedBand& band, probes::TransferMode mode,
   return scaled;
 }
 
+const CcFigure* CcFigureOf(std::string_view device_name) {
+  // nvbandwidth 0.10's CE copies on a G4 confidential VM (RTX PRO 6000 Blackwell Server
+  // Edition, PCIe Gen5 x16), as published with the example that runs it.
+  static const CcFigure kFigures[] = {
+      {"RTX PRO 6000 Blackwell", 15.7e9, 18.6e9,
+       "RTX PRO 6000 Blackwell in CC mode, nvbandwidth 0.10: GoogleCloudPlatform/cluster-toolkit "
+       "PR #6029"},
+  };
+  for (const CcFigure& f : kFigures) {
+    if (device_name.find(f.model) != std::string_view::npos) return &f;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// With confidential computing on: the link's band does not apply. Pinned copies are held
+// to drift_fraction x a published CC figure of the model (the lower of its two directions,
+// as a baseline would be), where one exists; every other mode to its baseline.
+ExpectedBand CcBand(const Settings& settings, const probes::DeviceInfo& device,
+                    const ExpectedBand& link) {
+  ExpectedBand band;
+  band.confidential = true;
+  band.link_bytes_per_s = link.link_bytes_per_s;
+  band.c2c = link.c2c;
+  const std::string prefix = "confidential computing on: bounce-buffered copies, ";
+  if (const CcFigure* f = CcFigureOf(device.name)) {
+    band.lower_bytes_per_s =
+        settings.drift_fraction * std::min(f->h2d_bytes_per_s, f->d2h_bytes_per_s);
+    band.upper_bytes_per_s = std::max(f->h2d_bytes_per_s, f->d2h_bytes_per_s);
+    band.source = prefix + fmt::format(
+                               "pinned held to {:g} x {:.1f} GB/s ({}); other modes to "
+                               "their baselines",
+                               settings.drift_fraction,
+                               std::min(f->h2d_bytes_per_s, f->d2h_bytes_per_s) / 1e9, f->source);
+  } else {
+    band.source = prefix + "no published CC figure for " +
+                  (device.name.empty() ? std::string("this GPU") : device.name) +
+                  ": each mode held to its baseline";
+  }
+  return band;
+}
+
+}  // namespace
+
 ExpectedBand ResolveBand(const Settings& settings, const probes::DeviceInfo& device,
                          const probes::LinkPath& path) {
   ExpectedBand band =
       BandFromPath(path, settings.band_lower_fraction, settings.band_upper_fraction);
+  if (device.cc.On()) band = CcBand(settings, device, band);
+  if (device.mig.Enabled()) {
+    int engines = 0;
+    for (std::size_t i : probes::LinkInstances(device.mig)) {
+      engines = std::max(engines, device.mig.instances[i].copy_engines);
+    }
+    band.few_copy_engines = engines <= 0 || device.mig.whole_gpu_copy_engines <= 0 ||
+                            engines < device.mig.whole_gpu_copy_engines;
+    if (band.few_copy_engines && band.Known()) {
+      // No figure says such an instance fills the link: no band, each mode its baseline.
+      band.lower_bytes_per_s = band.upper_bytes_per_s = 0;
+      band.source = fmt::format(
+          "MIG: probed through instances of {} of the GPU's {} copy engines, each mode held to "
+          "its baseline ({})",
+          engines > 0 ? std::to_string(engines) : std::string("unknown"),
+          device.mig.whole_gpu_copy_engines > 0 ? std::to_string(device.mig.whole_gpu_copy_engines)
+                                                : std::string("unknown"),
+          band.source);
+    }
+  }
   for (const BandOverride& o : settings.bands) {
     if (!NamesDevice(o.gpu, device)) continue;
     // The config's figures, over the same link: each mode's share still follows from it.
     band.lower_bytes_per_s = o.lower_bytes_per_s;
     band.upper_bytes_per_s = o.upper_bytes_per_s;
     band.source = "config";
+    band.confidential = false;  // the operator's figure holds, CC or not
     break;
   }
   band.chunk_bytes = settings.chunk_bytes;
@@ -187,6 +253,8 @@ std::string_view ToString(BandVerdict verdict) {
     case BandVerdict::kLatencyBound: return "n/a (under the band's size)";
     case BandVerdict::kPerCopyBound: return "n/a (per-copy bound: baseline only)";
     case BandVerdict::kNoLinkFigure: return "n/a (no figure on NVLink-C2C: baseline only)";
+    case BandVerdict::kConfidential: return "n/a (confidential computing: baseline only)";
+    case BandVerdict::kFewCopyEngines: return "n/a (MIG instance's copy engines: baseline only)";
   }
   return "unknown";
 }
@@ -209,6 +277,8 @@ std::string_view ToString(BandHold hold) {
     case BandHold::kUnderSize: return "under the band's size";
     case BandHold::kPerCopyBound: return "per-copy bound";
     case BandHold::kNoLinkFigure: return "no figure on this link";
+    case BandHold::kConfidential: return "confidential computing";
+    case BandHold::kFewCopyEngines: return "MIG copy engines";
   }
   return "unknown";
 }
@@ -231,6 +301,13 @@ std::uint64_t BandMinSize(probes::TransferMode mode, probes::Direction direction
 BandHold HoldOf(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes,
                 const ExpectedBand& band) {
   if (!probes::IsLinkBound(mode, direction)) return BandHold::kNotLinkBound;
+  if (band.confidential) {
+    // Only pinned copies one way have a published CC figure (CcFigureOf).
+    const bool figure = band.Known() && mode == probes::TransferMode::kPinned &&
+                        direction != probes::Direction::kBidirectional;
+    if (!figure) return BandHold::kConfidential;
+  }
+  if (band.few_copy_engines) return BandHold::kFewCopyEngines;
   const ModeProfile& p = ProfileOf(mode, direction);
   if (size_bytes < BandMinSize(mode, direction, band.link_bytes_per_s)) {
     return BandHold::kUnderSize;
@@ -274,13 +351,18 @@ BandVerdict JudgeBand(probes::TransferMode mode, probes::Direction direction,
                       std::uint64_t size_bytes, double median_bytes_per_s,
                       const ExpectedBand& band) {
   if (!probes::IsLinkBound(mode, direction)) return BandVerdict::kNotLinkBound;
+  const BandHold hold = HoldOf(mode, direction, size_bytes, band);
+  if (hold == BandHold::kConfidential) return BandVerdict::kConfidential;
+  if (hold == BandHold::kFewCopyEngines) return BandVerdict::kFewCopyEngines;
   if (!band.Known()) return BandVerdict::kNoBand;
-  switch (HoldOf(mode, direction, size_bytes, band)) {
+  switch (hold) {
     case BandHold::kHeld: break;
     case BandHold::kNotLinkBound: return BandVerdict::kNotLinkBound;
     case BandHold::kUnderSize: return BandVerdict::kLatencyBound;
     case BandHold::kPerCopyBound: return BandVerdict::kPerCopyBound;
     case BandHold::kNoLinkFigure: return BandVerdict::kNoLinkFigure;
+    case BandHold::kConfidential: return BandVerdict::kConfidential;
+    case BandHold::kFewCopyEngines: return BandVerdict::kFewCopyEngines;
   }
   if (PerDirection(direction, median_bytes_per_s) <
       ModeBand(band, mode, direction).lower_bytes_per_s) {

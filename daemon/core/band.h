@@ -68,8 +68,26 @@ struct ExpectedBand {
   double link_bytes_per_s = 0;
   bool c2c = false;
   std::uint64_t chunk_bytes = 0;
+  // Confidential computing on (ResolveBand): copies are bounce-buffered, the link's band
+  // does not apply; lower/upper are a published CC figure's where one exists (CcFigureOf),
+  // else unknown, and HoldOf holds only what that figure grounds.
+  bool confidential = false;
+  // A MIG GPU probed through instances that own fewer copy engines than the whole GPU
+  // (ResolveBand): no measured figure says they fill the link; no band (lower and upper 0,
+  // the source says why), each mode held to its baseline.
+  bool few_copy_engines = false;
   bool Known() const { return upper_bytes_per_s > 0; }
 };
+
+// A published host<->device figure of a GPU model in confidential-computing mode: what
+// grounds holding its pinned copies to a share under CC (docs/health.md names each source).
+struct CcFigure {
+  std::string_view model;  // matched in the GPU's name
+  double h2d_bytes_per_s = 0, d2h_bytes_per_s = 0;
+  std::string_view source;
+};
+// The figure for `device_name`, nullptr when none is published.
+const CcFigure* CcFigureOf(std::string_view device_name);
 
 // [lower_fraction, upper_fraction] x HostLinkRate(path), named after the link it follows
 // (the seed's 20-26 GB/s for Gen4 x16 at 0.63-0.83; an NVLink-C2C path's 284-374 GB/s).
@@ -78,8 +96,10 @@ ExpectedBand BandFromPath(const probes::LinkPath& path, double lower_fraction,
                           double upper_fraction);
 
 // The expected band of one GPU: a [[health.band]] naming it (by index or UUID, any case),
-// else BandFromPath with the settings' fractions. It is the band of pinned copies; ModeBand
-// gives each mode's.
+// else, with confidential computing on, the CC band (a published figure x drift_fraction,
+// or none: baselines only), else BandFromPath with the settings' fractions. It is the band
+// of pinned copies; ModeBand gives each mode's. A MIG GPU's is its link's, marked
+// few_copy_engines where its instances cannot be shown to fill it.
 ExpectedBand ResolveBand(const Settings& settings, const probes::DeviceInfo& device,
                          const probes::LinkPath& path);
 
@@ -152,10 +172,12 @@ inline constexpr double kPerCopyMargin = 0.10;
 // status API, the exported xferd_band_exempt and the dashboards' view of it.
 enum class BandHold {
   kHeld,
-  kNotLinkBound,  // bounded by staging or page faults (probes::IsLinkBound)
-  kUnderSize,     // smaller than its profile's band_min_size_bytes: fixed latency bounds it
-  kPerCopyBound,  // its chunks' per-copy cost bounds it on this link (kPerCopyMargin)
-  kNoLinkFigure,  // no healthy figure of it over NVLink-C2C (ModeProfile::c2c_figure)
+  kNotLinkBound,    // bounded by staging or page faults (probes::IsLinkBound)
+  kUnderSize,       // smaller than its profile's band_min_size_bytes: fixed latency bounds it
+  kPerCopyBound,    // its chunks' per-copy cost bounds it on this link (kPerCopyMargin)
+  kNoLinkFigure,    // no healthy figure of it over NVLink-C2C (ModeProfile::c2c_figure)
+  kConfidential,    // CC on and no published CC figure grounds it: baseline only
+  kFewCopyEngines,  // probed through MIG instances with fewer copy engines than the GPU
 };
 // "held", "not link-bound", "under the band's size", "per-copy bound", "no figure on this link"
 std::string_view ToString(BandHold hold);
@@ -190,13 +212,15 @@ std::vector<std::pair<probes::TransferMode, probes::Direction>> OwnBandPairs(
 double PerDirection(probes::Direction direction, double bytes_per_s);
 
 enum class BandVerdict {
-  kOk,            // at or above the band's lower bound
-  kBelowBand,     // under it: a bad cycle for the verdict
-  kNotLinkBound,  // the mode is bounded by staging or page faults, not the link
-  kNoBand,        // no band is known for this GPU
-  kLatencyBound,  // smaller than the mode's band_min_size_bytes
-  kPerCopyBound,  // BandHold::kPerCopyBound: baseline only
-  kNoLinkFigure,  // BandHold::kNoLinkFigure: baseline only
+  kOk,              // at or above the band's lower bound
+  kBelowBand,       // under it: a bad cycle for the verdict
+  kNotLinkBound,    // the mode is bounded by staging or page faults, not the link
+  kNoBand,          // no band is known for this GPU
+  kLatencyBound,    // smaller than the mode's band_min_size_bytes
+  kPerCopyBound,    // BandHold::kPerCopyBound: baseline only
+  kNoLinkFigure,    // BandHold::kNoLinkFigure: baseline only
+  kConfidential,    // BandHold::kConfidential: baseline only
+  kFewCopyEngines,  // BandHold::kFewCopyEngines: baseline only
 };
 // "ok", "below band", "n/a (not link-bound)", "n/a (no expected band)",
 // "n/a (under the band's size)", "n/a (per-copy bound: baseline only)",

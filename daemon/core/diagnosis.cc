@@ -206,7 +206,9 @@ std::optional<Diagnosis> NumaRemote(const CycleObservation& obs) {
 // share DRAM with the host, where a ratio near 1 is normal.
 std::optional<Diagnosis> PinnedPageableRatio(const CycleObservation& obs,
                                              const std::vector<const SeriesHealth*>& observed) {
-  if (obs.device.integrated) return std::nullopt;
+  // Under confidential computing both go through the same encrypted bounce buffers: no
+  // published ratio to hold them to.
+  if (obs.device.integrated || obs.device.cc.On()) return std::nullopt;
   // A reading that shared the link says nothing about staging or pinning.
   const auto ok_h2d = [](const SeriesHealth* s, TransferMode mode) {
     return s->mode == mode && s->direction == Direction::kH2D && s->status == ProbeStatus::kOk &&

@@ -56,7 +56,7 @@ double HealthTracker::PeerBaseline(const DeviceState& device, const Key& key) co
   std::vector<double> baselines;
   for (const auto& [uuid, other] : devices_) {
     if (&other == &device || other.name != device.name || other.name.empty() ||
-        other.link_rate != device.link_rate) {
+        other.link_rate != device.link_rate || other.shape != device.shape) {
       continue;
     }
     auto it = other.series.find(key);
@@ -81,6 +81,7 @@ FlipAhead HealthTracker::ReadingsToFlip(const probes::DeviceInfo& device,
   DeviceState unknown;
   const DeviceState* dev = &unknown;
   unknown.name = device.name;
+  unknown.shape = ReadingShape(device);
   if (auto d = devices_.find(device.uuid); d != devices_.end()) {
     dev = &d->second;
     if (auto it = d->second.series.find(key); it != d->second.series.end()) {
@@ -90,7 +91,7 @@ FlipAhead HealthTracker::ReadingsToFlip(const probes::DeviceInfo& device,
   if (state == &fresh) {
     // Not observed yet: its restored history judges it, as Observe will.
     if (auto r = restored_.find(device.uuid); r != restored_.end()) {
-      if (auto it = r->second.find(KeyText(key)); it != r->second.end()) {
+      if (auto it = r->second.find(KeyText(key, dev->shape)); it != r->second.end()) {
         fresh.medians.assign(it->second.begin(), it->second.end());
       }
     }
@@ -123,9 +124,14 @@ bool DeviceHealth::Degraded() const {
          std::any_of(verdicts.begin(), verdicts.end(), [](const auto& v) { return v.degraded; });
 }
 
+bool DeviceHealth::Unknown() const {
+  return !unjudgeable.empty() && !Degraded();
+}
+
 bool DeviceHealth::Stale() const {
-  return !Degraded() && std::any_of(series.begin(), series.end(),
-                                    [](const SeriesHealth& s) { return s.headline && s.stale; });
+  return !Degraded() && unjudgeable.empty() &&
+         std::any_of(series.begin(), series.end(),
+                     [](const SeriesHealth& s) { return s.headline && s.stale; });
 }
 
 int DeviceHealth::StaleSeries() const {
@@ -176,6 +182,24 @@ std::string SeriesKey(TransferMode mode, Direction direction, std::uint64_t size
          "/" + probes::FormatSize(size_bytes);
 }
 
+std::string ReadingShape(const probes::DeviceInfo& device) {
+  std::string shape = device.cc.On() ? "cc" : "";
+  if (device.mig.Enabled()) {
+    int engines = 0;
+    for (std::size_t i : probes::LinkInstances(device.mig)) {
+      engines = std::max(engines, device.mig.instances[i].copy_engines);
+    }
+    shape += std::string(shape.empty() ? "" : "+") + "mig" +
+             (engines > 0 ? "-" + std::to_string(engines) + "ce" : "");
+  }
+  return shape;
+}
+
+std::string BaselineKey(TransferMode mode, Direction direction, std::uint64_t size_bytes,
+                        const std::string& shape) {
+  return SeriesKey(mode, direction, size_bytes) + (shape.empty() ? "" : "@" + shape);
+}
+
 HealthTracker::HealthTracker(const Settings& config) : config_(config) {}
 
 void HealthTracker::Reconfigure(const Settings& config) {
@@ -205,7 +229,7 @@ void HealthTracker::Reconfigure(const Settings& config) {
       // No longer probed: its verdict goes, its history is kept for a later config.
       const SeriesHealth& h = series.health;
       if (!series.medians.empty()) {
-        restored_[uuid][SeriesKey(h.mode, h.direction, h.size_bytes)] =
+        restored_[uuid][BaselineKey(h.mode, h.direction, h.size_bytes, device.shape)] =
             std::vector<double>(series.medians.begin(), series.medians.end());
       }
       it = device.series.erase(it);
@@ -229,6 +253,10 @@ DeviceHealth HealthTracker::Observe(const CycleObservation& obs) {
   device.last.band = ResolveBand(config_, obs.device, obs.link_path);
   device.name = obs.device.name;
   if (device.last.band.link_bytes_per_s > 0) device.link_rate = device.last.band.link_bytes_per_s;
+  Reshape(device, obs.device.uuid, ReadingShape(obs.device));
+  device.last.cc = obs.device.cc;
+  device.last.mig = obs.device.mig;
+  device.last.unjudgeable = probes::UnjudgeableReason(obs.device.cc, obs.device.mig);
   device.last.pair_bands.clear();
   for (const auto& [mode, direction] : OwnBandPairs(config_)) {
     device.last.pair_bands.push_back(
@@ -251,6 +279,25 @@ DeviceHealth HealthTracker::Observe(const CycleObservation& obs) {
   return device.last;
 }
 
+void HealthTracker::Reshape(DeviceState& device, const std::string& uuid,
+                            const std::string& shape) {
+  if (shape == device.shape) return;
+  // Its readings from now on are of another shape (confidential computing or MIG turned on
+  // or off, other instances): what each series learned is kept under its old shape's key
+  // (it comes back with that shape), and each series starts over, from what was learned in
+  // the new shape before, if anything.
+  for (const auto& [key, state] : device.series) {
+    if (state.medians.empty()) continue;
+    restored_[uuid][KeyText(key, device.shape)] =
+        std::vector<double>(state.medians.begin(), state.medians.end());
+  }
+  device.series.clear();
+  device.last.series.clear();
+  device.last.verdicts.clear();
+  device.last.diagnoses.clear();
+  device.shape = shape;
+}
+
 HealthTracker::SeriesState& HealthTracker::SeriesOf(DeviceState& device, const std::string& uuid,
                                                     const Key& key, const CycleObservation& obs) {
   auto [it, inserted] = device.series.try_emplace(key);
@@ -262,7 +309,7 @@ HealthTracker::SeriesState& HealthTracker::SeriesOf(DeviceState& device, const s
   // Take over what the state file held for this series.
   auto dev_it = restored_.find(uuid);
   if (dev_it == restored_.end()) return state;
-  auto series_it = dev_it->second.find(KeyText(key));
+  auto series_it = dev_it->second.find(KeyText(key, device.shape));
   if (series_it == dev_it->second.end()) return state;
   const auto window = static_cast<std::size_t>(std::max(1, config_.baseline_window));
   for (double m : series_it->second) state.medians.push_back(m);
@@ -512,6 +559,11 @@ std::string HealthTracker::Summary() const {
     return std::string(ToString(d.cause)) + " (" + d.detail + ")";
   };
   for (const DeviceHealth& d : devices) {
+    if (d.Unknown()) {
+      // Nothing to judge it by as it is: its own line, as a stale GPU has (not "ok").
+      problems.push_back("UNKNOWN gpu" + std::to_string(d.gpu) + ": " + d.unjudgeable);
+      continue;
+    }
     total += d.verdicts.size();
     std::size_t degraded_pairs = 0;
     for (const PairVerdict& v : d.verdicts) {
@@ -586,7 +638,7 @@ BaselineSet HealthTracker::Snapshot() const {
     for (const auto& [key, state] : device.series) {
       if (state.medians.empty()) continue;
       const SeriesHealth& h = state.health;
-      out[uuid][SeriesKey(h.mode, h.direction, h.size_bytes)] =
+      out[uuid][BaselineKey(h.mode, h.direction, h.size_bytes, device.shape)] =
           std::vector<double>(state.medians.begin(), state.medians.end());
     }
   }
@@ -606,8 +658,8 @@ void HealthTracker::Restore(const BaselineSet& baselines) {
       auto dev_it = devices_.find(uuid);
       if (dev_it != devices_.end()) {
         for (auto& [k, state] : dev_it->second.series) {
-          if (SeriesKey(state.health.mode, state.health.direction, state.health.size_bytes) ==
-              key) {
+          if (BaselineKey(state.health.mode, state.health.direction, state.health.size_bytes,
+                          dev_it->second.shape) == key) {
             state.medians.assign(kept.begin(), kept.end());
             applied = true;
           }

@@ -63,10 +63,18 @@ struct DeviceHealth {
   std::vector<SeriesHealth> series;   // every series seen, ordered
   std::vector<PairVerdict> verdicts;  // every (mode, direction) seen, ordered
   std::vector<Diagnosis> diagnoses;   // the causes that hold after the last cycle, ranked
+  // The GPU's shape as last observed (confidential computing, MIG) and, when it cannot be
+  // judged at all, why (probes::UnjudgeableReason): its verdict is then unknown.
+  probes::ConfidentialComputing cc;
+  probes::MigState mig;
+  std::string unjudgeable;
   // Any (mode, direction) degraded, or a flapping link (link_flapping).
   bool Degraded() const;
-  // Not degraded, and a headline series has no current reading: the GPU went unmeasured
-  // (busy, the cycle budget, failing probes), so its verdict is not known.
+  // Not degraded, and it cannot be judged as it is (`unjudgeable`): verdict unknown. A
+  // fault seen without a probe (a flapping link) still makes it degraded.
+  bool Unknown() const;
+  // Not degraded nor unknown, and a headline series has no current reading: the GPU went
+  // unmeasured (busy, the cycle budget, failing probes), so its verdict is not known.
   bool Stale() const;
   int StaleSeries() const;  // series with no current reading
   bool Has(DiagnosisCause cause) const;
@@ -74,6 +82,18 @@ struct DeviceHealth {
 
 std::string SeriesKey(probes::TransferMode mode, probes::Direction direction,
                       std::uint64_t size_bytes);
+
+// The shape a GPU's readings are taken in, where it changes what they can be: "" for a
+// plain GPU; "cc" with confidential computing on (bounce-buffered copies); "mig-3ce" for a
+// MIG GPU probed through instances of 3 copy engines ("mig" when their count is unknown);
+// "cc+mig-3ce" for both. Readings of two shapes are not comparable: a baseline learns and
+// judges one shape only (its key in the state file carries it: "pinned/h2d/64MiB@cc"), and
+// peers are GPUs of the same model, link and shape (docs/health.md).
+std::string ReadingShape(const probes::DeviceInfo& device);
+// The state file's key of a series' baseline in `shape`: SeriesKey, then "@shape" unless
+// the shape is plain.
+std::string BaselineKey(probes::TransferMode mode, probes::Direction direction,
+                        std::uint64_t size_bytes, const std::string& shape);
 
 // The degraded series that is most severe: below its band before below its baseline, a
 // link-bound mode before a host-bound one, then the largest shortfall; a degraded series
@@ -148,8 +168,8 @@ class HealthTracker {
     bool probed = false;                 // a probe of it came back (any outcome)
   };
   using Key = ProbeKey;
-  static std::string KeyText(const Key& key) {
-    return SeriesKey(std::get<0>(key), std::get<1>(key), std::get<2>(key));
+  static std::string KeyText(const Key& key, const std::string& shape) {
+    return BaselineKey(std::get<0>(key), std::get<1>(key), std::get<2>(key), shape);
   }
   struct Reading {
     bool below_band = false, below_baseline = false;
@@ -160,6 +180,7 @@ class HealthTracker {
     DeviceHealth last;
     std::string name;                     // the GPU model: who its peers are
     double link_rate = 0;                 // and on which link (HostLinkRate)
+    std::string shape;                    // and in which shape (ReadingShape)
     std::optional<SteadyTime> judged_at;  // when freshness was last judged (Refresh)
     std::map<Key, SeriesState> series;
     // Causes from concurrent runs, per (group, direction); nullopt: the last run showed none.
@@ -171,10 +192,14 @@ class HealthTracker {
   Reading JudgeReading(const DeviceState& device, const Key& key, const ExpectedBand& band,
                        const SeriesState& state, const probes::ProbeSample& sample) const;
   // The median of the baselines of `key` on the other GPUs of the same model on the same
-  // link of this host (each resting on at least one reading); 0 when there is none.
+  // link, in the same shape, of this host (each resting on at least one reading); 0 when
+  // there is none.
   double PeerBaseline(const DeviceState& device, const Key& key) const;
 
   // Observe's jobs, in order (mutex_ held):
+  // Readings of another shape than the device's series learned in (ReadingShape): each
+  // series starts over, what it learned kept under its shape's key.
+  void Reshape(DeviceState& device, const std::string& uuid, const std::string& shape);
   // The series of `key` on the device, created on its first reading (or when the plan
   // names it) with what the state file held for it.
   SeriesState& SeriesOf(DeviceState& device, const std::string& uuid, const Key& key,

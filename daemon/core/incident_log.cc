@@ -32,16 +32,23 @@ std::string_view ToString(DeviceVerdict verdict) {
     case DeviceVerdict::kOk: return "ok";
     case DeviceVerdict::kDegraded: return "degraded";
     case DeviceVerdict::kStale: return "stale";
+    case DeviceVerdict::kUnknown: return "unknown";
   }
   return "pending";
 }
 
 std::optional<DeviceVerdict> ParseDeviceVerdict(std::string_view text) {
-  for (DeviceVerdict v : {DeviceVerdict::kPending, DeviceVerdict::kOk, DeviceVerdict::kDegraded,
-                          DeviceVerdict::kStale}) {
+  for (DeviceVerdict v : kAllDeviceVerdicts) {
     if (text == ToString(v)) return v;
   }
   return std::nullopt;
+}
+
+DeviceVerdict NodeVerdict(const std::vector<DeviceVerdict>& gpus) {
+  for (DeviceVerdict v : kAllDeviceVerdicts) {
+    if (std::find(gpus.begin(), gpus.end(), v) != gpus.end()) return v;
+  }
+  return DeviceVerdict::kOk;
 }
 
 std::string FormatUtcTime(system_clock::time_point time) {
@@ -104,6 +111,10 @@ DeviceVerdict IncidentLog::Observe(const DeviceHealth& health, bool busy, int co
   DeviceVerdict verdict = DeviceVerdict::kOk;
   if (health.Degraded()) {
     verdict = DeviceVerdict::kDegraded;
+  } else if (health.Unknown()) {
+    // Nothing to judge it by (MIG with no instance, CC GPUs not ready): before pending, as
+    // a GPU that cannot be measured cannot be re-judged either.
+    verdict = DeviceVerdict::kUnknown;
   } else if (health.Stale()) {
     verdict = DeviceVerdict::kStale;
   } else if (device.recheck && device.judged < std::max(1, consecutive_bad)) {
@@ -113,7 +124,10 @@ DeviceVerdict IncidentLog::Observe(const DeviceHealth& health, bool busy, int co
   }
   device.now = verdict;
   // Not known: no incident, and the next verdict is held against the last one known.
-  if (verdict == DeviceVerdict::kPending || verdict == DeviceVerdict::kStale) return verdict;
+  if (verdict == DeviceVerdict::kPending || verdict == DeviceVerdict::kStale ||
+      verdict == DeviceVerdict::kUnknown) {
+    return verdict;
+  }
   device.recheck = false;
 
   // The most severe pair first, then the rest in order.

@@ -12,6 +12,7 @@
 //   state.Save(tracker.Snapshot(), incidents.Incidents());
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <deque>
@@ -35,12 +36,28 @@ struct DeviceHealth;  // core/health_tracker.h
 //             when the daemon stopped and has not been judged consecutive_bad times since
 //             (so a restart neither clears a verdict unproven nor repeats a stale one).
 //   kOk, kDegraded: HealthTracker's verdict (degraded when any (mode, direction) is).
+//   Two verdicts say the verdict is not known, for different reasons (docs/http.md):
 //   kStale: not degraded, and the GPU's headline series have no current reading (it went
-//           unmeasured: busy, the cycle budget, failing probes): its verdict is not known.
-//           Like pending, no incident: the next verdict is compared with the last one.
-enum class DeviceVerdict { kPending, kOk, kDegraded, kStale };
-std::string_view ToString(DeviceVerdict verdict);  // "pending", "ok", "degraded", "stale"
+//           unmeasured: busy, the cycle budget, failing probes): measured again, it is
+//           judged again.
+//   kUnknown: the GPU cannot be judged as it is (DeviceHealth::unjudgeable: MIG enabled with
+//             no GPU instance to probe through, confidential-computing GPUs not ready for
+//             work): nothing to measure until its shape changes.
+//   Like pending, neither makes an incident: the next verdict is compared with the last one
+//   known.
+enum class DeviceVerdict { kPending, kOk, kDegraded, kStale, kUnknown };
+// Every verdict, in the order a node's verdict is taken from its GPUs' (NodeVerdict): the
+// first that any GPU has. The words ToString gives them are the status document's, and
+// `xferd health` reads exactly these (ParseDeviceVerdict).
+inline constexpr std::array<DeviceVerdict, 5> kAllDeviceVerdicts = {
+    DeviceVerdict::kDegraded, DeviceVerdict::kPending, DeviceVerdict::kStale,
+    DeviceVerdict::kUnknown, DeviceVerdict::kOk};
+// "pending", "ok", "degraded", "stale", "unknown"
+std::string_view ToString(DeviceVerdict verdict);
 std::optional<DeviceVerdict> ParseDeviceVerdict(std::string_view text);
+// The node's verdict from its GPUs' (the status document's top-level `verdict`): degraded
+// when any GPU is, else pending, else stale, else unknown, else ok (ok for none).
+DeviceVerdict NodeVerdict(const std::vector<DeviceVerdict>& gpus);
 
 struct Incident {
   std::chrono::system_clock::time_point time;

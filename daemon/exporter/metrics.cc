@@ -5,6 +5,7 @@
 #include <prometheus/histogram.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <chrono>
@@ -173,19 +174,24 @@ void Metrics::SetBuildInfo() {
 void Metrics::SetDevice(const probes::DeviceInfo& device) {
   const ChangeMark mark(generation_);
   const std::string gpu = Gpu(device.index);
-  Gauge(FamilyId::kDeviceInfo)
-      .Add({{"gpu", gpu},
-            {"uuid", device.uuid},
-            {"name", device.name},
-            {"pci_bus_id", device.pci_bus_id},
-            {"driver_version", device.driver_version},
-            {"compute_capability",
-             std::to_string(device.cc_major) + "." + std::to_string(device.cc_minor)},
-            {"integrated", device.integrated ? "1" : "0"},
-            {"simulated", device.simulated ? "1" : "0"},
-            // How the GPU reaches host memory (once xferd_host_link_info{type}).
-            {"host_link", std::string(probes::ToString(probes::HostLinkOf(device)))}})
-      .Set(1);
+  {
+    std::lock_guard lock(mutex_);
+    SetDeviceInfo(device.index,
+                  {{"gpu", gpu},
+                   {"uuid", device.uuid},
+                   {"name", device.name},
+                   {"pci_bus_id", device.pci_bus_id},
+                   {"driver_version", device.driver_version},
+                   {"compute_capability",
+                    std::to_string(device.cc_major) + "." + std::to_string(device.cc_minor)},
+                   {"integrated", device.integrated ? "1" : "0"},
+                   {"simulated", device.simulated ? "1" : "0"},
+                   // How the GPU reaches host memory (once xferd_host_link_info{type}).
+                   {"host_link", std::string(probes::ToString(probes::HostLinkOf(device)))},
+                   // The shape (docs/health.md): fleet peers compare only GPUs of one shape.
+                   {"confidential_computing", std::string(probes::ToString(device.cc.state))},
+                   {"mig", std::string(probes::ToString(device.mig.mode))}});
+  }
   // dcgm-exporter's labels and their values as it writes them (docs/metrics.md, "Joins with
   // dcgm-exporter"); `gpu` stays xferd's, as on every other series.
   Gauge(FamilyId::kGpuInfo)
@@ -206,6 +212,16 @@ void Metrics::SetDevice(const probes::DeviceInfo& device) {
   std::lock_guard lock(mutex_);
   devices_.push_back(device.index);
   for (TransferMode mode : modes_) AddRunCounters(device.index, mode);
+}
+
+void Metrics::SetDeviceInfo(int gpu, prometheus::Labels labels) {
+  auto it = device_info_labels_.find(gpu);
+  if (it != device_info_labels_.end()) {
+    if (it->second == labels) return;
+    Gauge(FamilyId::kDeviceInfo).Remove(&Gauge(FamilyId::kDeviceInfo).Add(it->second));
+  }
+  Gauge(FamilyId::kDeviceInfo).Add(labels).Set(1);
+  device_info_labels_[gpu] = std::move(labels);
 }
 
 void Metrics::SetPlan(const core::Settings& settings) {
@@ -420,8 +436,11 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
   }
   for (const SeriesHealth& s : health.series) {
     // On its link: an NVLink-C2C GPU marks the modes it keeps to their baseline, a PCIe
-    // GPU pinned_async where its chunks' per-copy cost bounds it (core::HoldOf).
-    if (core::BandExempt(s.mode, s.direction, s.size_bytes, health.band)) {
+    // GPU pinned_async where its chunks' per-copy cost bounds it (core::HoldOf). A GPU with
+    // no band (confidential computing without a published figure, a MIG GPU's small
+    // instances) has nothing to be exempt from: every series keeps its baseline.
+    if (health.band.Known() &&
+        core::BandExempt(s.mode, s.direction, s.size_bytes, health.band)) {
       Gauge(FamilyId::kBandExempt)
           .Add({{"gpu", gpu},
                 {"mode", Mode(s.mode)},
@@ -464,6 +483,34 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
     Gauge(FamilyId::kDiagnosis)
         .Add({{"gpu", gpu}, {"cause", std::string(ToString(cause))}})
         .Set(health.Has(cause) ? 1 : 0);
+  }
+  // The shape as last read (it changes on reload): device_info's labels, and one info
+  // series per MIG instance.
+  std::vector<prometheus::Labels> instances;
+  const std::vector<std::size_t> probed = probes::LinkInstances(health.mig);
+  for (std::size_t i = 0; i < health.mig.instances.size(); ++i) {
+    const probes::MigInstance& m = health.mig.instances[i];
+    instances.push_back(
+        {{"gpu", gpu},
+         {"GPU_I_ID", std::to_string(m.gpu_instance_id)},
+         {"GPU_I_PROFILE", m.profile},
+         {"uuid", m.uuid},
+         {"copy_engines", m.copy_engines > 0 ? std::to_string(m.copy_engines) : ""},
+         {"probed", std::find(probed.begin(), probed.end(), i) != probed.end() ? "1" : "0"}});
+  }
+  std::lock_guard lock(mutex_);
+  if (auto it = device_info_labels_.find(health.gpu); it != device_info_labels_.end()) {
+    prometheus::Labels labels = it->second;
+    labels["confidential_computing"] = std::string(probes::ToString(health.cc.state));
+    labels["mig"] = std::string(probes::ToString(health.mig.mode));
+    SetDeviceInfo(health.gpu, std::move(labels));
+  }
+  std::vector<prometheus::Labels>& was = mig_instances_[health.gpu];
+  if (was != instances) {
+    auto& family = Gauge(FamilyId::kMigInstanceInfo);
+    for (const prometheus::Labels& l : was) family.Remove(&family.Add(l));
+    for (const prometheus::Labels& l : instances) family.Add(l).Set(1);
+    was = std::move(instances);
   }
 }
 

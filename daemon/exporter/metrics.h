@@ -170,8 +170,14 @@ class Metrics {
   };
   std::map<int, LinkWatchTotals> link_watch_;
   std::map<std::string, prometheus::Gauge*> group_info_by_group_;  // its current labels
-  std::vector<int> devices_;                                       // SetDevice's GPUs
-  std::vector<probes::TransferMode> modes_;                        // SetPlan's modes
+  // Per GPU: its xferd_device_info series (its shape labels change on reload) and its MIG
+  // instances' info series, replaced when they change.
+  std::map<int, prometheus::Labels> device_info_labels_;
+  std::map<int, std::vector<prometheus::Labels>> mig_instances_;
+  // The device_info series of `labels`, replacing the GPU's earlier one (mutex_ held).
+  void SetDeviceInfo(int gpu, prometheus::Labels labels);
+  std::vector<int> devices_;                  // SetDevice's GPUs
+  std::vector<probes::TransferMode> modes_;   // SetPlan's modes
   std::map<int, std::set<Pair>> pair_bands_;  // per GPU: the pairs whose own band is exported
 };
 

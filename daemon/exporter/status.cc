@@ -161,6 +161,34 @@ json Headline(const core::DeviceHealth& health) {
   return h;
 }
 
+// Confidential computing and MIG as last read: what the GPU's band and verdict follow
+// from. `probed_through`: the GPU instance id of the last probe (-1: none).
+json Shape(const probes::ConfidentialComputing& cc, const probes::MigState& mig,
+           int probed_through) {
+  json instances = json::array();
+  for (const probes::MigInstance& i : mig.instances) {
+    instances.push_back(
+        {{"gpu_instance_id", i.gpu_instance_id},
+         {"compute_instance_id", i.compute_instance_id},
+         {"profile", Text(i.profile)},
+         {"uuid", Text(i.uuid)},
+         {"copy_engines", i.copy_engines > 0 ? json(i.copy_engines) : json(nullptr)},
+         {"reachable", i.reachable},
+         {"last_probed", i.gpu_instance_id == probed_through}});
+  }
+  return {{"confidential_computing",
+           {{"state", probes::ToString(cc.state)},
+            {"gpus_ready", cc.gpus_ready ? json(*cc.gpus_ready) : json(nullptr)},
+            {"detail", Text(cc.detail)},
+            {"problem", Text(cc.problem)}}},
+          {"mig",
+           {{"mode", probes::ToString(mig.mode)},
+            {"whole_gpu_copy_engines",
+             mig.whole_gpu_copy_engines > 0 ? json(mig.whole_gpu_copy_engines) : json(nullptr)},
+            {"instances", std::move(instances)},
+            {"problem", Text(mig.problem)}}}};
+}
+
 }  // namespace
 
 StatusBoard::StatusBoard(const core::IncidentLog& incidents) : incidents_(incidents) {}
@@ -189,6 +217,7 @@ void StatusBoard::RecordSample(const probes::DeviceInfo& device,
   p.result = ok && sample.Contended() ? ProbeResult::kContended : ResultOf(sample.status);
   p.message = ok ? std::string() : Text(sample.message);
   d.last_probe = sample.spec;
+  if (sample.instance) d.probed_through = sample.instance->gpu_instance_id;
   d.last_contention = sample.contention.state;
   if (ok) {
     d.traffic_readable = sample.traffic.has_value();
@@ -255,21 +284,25 @@ void StatusBoard::RecordLinkErrors(const probes::DeviceInfo& device,
 
 std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_point now) const {
   json gpus = json::array();
-  bool any_degraded = false, any_pending = false, any_stale = false;
+  std::vector<DeviceVerdict> verdicts;  // of every GPU: the node's follows (NodeVerdict)
   {
     std::lock_guard lock(mutex_);
     for (const auto& [index, d] : devices_) {
       // A GPU before its first cycle is pending whatever the log said.
       const DeviceVerdict verdict = d.health ? d.verdict : DeviceVerdict::kPending;
-      any_degraded = any_degraded || verdict == DeviceVerdict::kDegraded;
-      any_pending = any_pending || verdict == DeviceVerdict::kPending;
-      any_stale = any_stale || verdict == DeviceVerdict::kStale;
+      verdicts.push_back(verdict);
       json g = {{"gpu", index},
                 {"uuid", Text(d.info.uuid)},
                 {"name", Text(d.info.name)},
                 {"pci_bus_id", Text(d.info.pci_bus_id)},
                 {"simulated", d.info.simulated},
                 {"verdict", core::ToString(verdict)}};
+      // Why a GPU has no verdict it can be judged by (kUnknown); null otherwise.
+      g["verdict_reason"] = d.health && !d.health->unjudgeable.empty()
+                                ? json(Text(d.health->unjudgeable))
+                                : json(nullptr);
+      g["shape"] = Shape(d.health ? d.health->cc : d.info.cc, d.health ? d.health->mig : d.info.mig,
+                         d.probed_through);
       const core::ExpectedBand band = d.health ? d.health->band : core::ExpectedBand{};
       g["band"] = band.Known() ? json{{"lower_bytes_per_second", band.lower_bytes_per_s},
                                       {"upper_bytes_per_second", band.upper_bytes_per_s},
@@ -363,7 +396,9 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
       gpus.push_back(std::move(g));
     }
   }
-  if (gpus.empty() || daemon.cycles == 0) any_pending = true;
+  // The node's verdict is what its GPUs' give, always (xferd health checks it): during the
+  // first cycle a GPU already judged counts as judged, the rest are pending.
+  if (gpus.empty()) verdicts.push_back(DeviceVerdict::kPending);
 
   json incidents = json::array();
   const std::vector<core::Incident> log = incidents_.Incidents();
@@ -373,10 +408,7 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
   json doc = {{"version", kStatusVersion},
               {"xferd_version", kVersion},
               {"time", core::FormatUtcTime(now)},
-              {"verdict", any_degraded  ? "degraded"
-                          : any_pending ? "pending"
-                          : any_stale   ? "stale"
-                                        : "ok"},
+              {"verdict", core::ToString(core::NodeVerdict(verdicts))},
               {"summary", Text(daemon.summary)},
               {"daemon",
                {{"healthy", daemon.healthy},

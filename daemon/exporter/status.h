@@ -131,6 +131,7 @@ class StatusBoard {
     std::optional<std::vector<LinkErrorCounter>> link_errors;
     std::optional<GpuSchedule> schedule;
     std::optional<core::LinkWatchState> link_watch;
+    int probed_through = -1;  // the MIG GPU instance id the last probe went through
   };
 
   const core::IncidentLog& incidents_;

@@ -40,4 +40,27 @@ void RunTransfers(TransferProbe& probe, const ProbeSpec& spec, const std::stop_t
   sample.link_d2h_bytes = both || spec.direction == Direction::kD2H ? bytes : 0;
 }
 
+bool Steady(const std::vector<double>& durations) {
+  if (durations.size() < static_cast<std::size_t>(kSteadyRounds)) return false;
+  const auto tail = durations.end() - kSteadyRounds;
+  const auto [lo, hi] = std::minmax_element(tail, durations.end());
+  return *lo > 0 && *hi <= *lo * (1.0 + kSteadySpread);
+}
+
+std::vector<double> WarmUntilSteady(TransferProbe& probe, const std::stop_token& stop,
+                                    Progress& progress) {
+  // Round indexes of their own, so no timed round's pattern repeats a warm-up's.
+  constexpr int kFirstIndex = 1 << 20;
+  std::vector<double> durations;
+  while (!Steady(durations) && static_cast<int>(durations.size()) < kMaxFirstUseRounds) {
+    if (stop.stop_requested()) throw ProbeAbort{ProbeStatus::kError, "cancelled"};
+    const Round round{kFirstIndex + static_cast<int>(durations.size()), false};
+    probe.Prepare(round);
+    probe.Timed(round);
+    durations.push_back(probe.Verify(round));
+    ++progress.done;
+  }
+  return durations;
+}
+
 }  // namespace xferd::probes::cuda

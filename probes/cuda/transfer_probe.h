@@ -4,6 +4,7 @@
 #pragma once
 
 #include <stop_token>
+#include <vector>
 
 #include "xferd/probes/types.h"
 
@@ -50,5 +51,21 @@ class TransferProbe {
 // request ends the probe before its next transfer (ProbeAbort kError "cancelled").
 void RunTransfers(TransferProbe& probe, const ProbeSpec& spec, const std::stop_token& stop,
                   Progress& progress, ProbeSample& sample);
+
+// The managed modes' first use on a device: untimed rounds until the driver's migration
+// path has settled, so no probe's figure depends on how many transfers it ran. The unified
+// memory driver's first migrations of a buffer pay for what later ones reuse (GPU chunks,
+// page tables, host pages): a probe of few transfers read 8.3 GB/s where one of 20 read
+// 10.9 on the H200 (docs/probe.md, "Warm-up"). Rounds run until the last kSteadyRounds
+// durations lie within kSteadySpread of each other, at least kSteadyRounds and at most
+// kMaxFirstUseRounds; stop ends them early.
+inline constexpr int kSteadyRounds = 3;
+inline constexpr double kSteadySpread = 0.05;
+inline constexpr int kMaxFirstUseRounds = 24;
+// Whether `durations` (in the order run) end in a steady stretch by that rule.
+bool Steady(const std::vector<double>& durations);
+// Runs `probe` until Steady or kMaxFirstUseRounds; the rounds' durations, in order.
+std::vector<double> WarmUntilSteady(TransferProbe& probe, const std::stop_token& stop,
+                                    Progress& progress);
 
 }  // namespace xferd::probes::cuda

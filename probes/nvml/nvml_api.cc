@@ -47,6 +47,45 @@ struct NvmlRawSample {
 };
 static_assert(sizeof(NvmlRawSample) == 16, "nvmlSample_t is 16 bytes");
 
+// nvmlConfComputeSystemState_t.
+struct RawConfComputeState {
+  unsigned int environment, cc_feature, devtools_mode;
+};
+// nvmlSystemConfComputeSettings_v1_t, its version NVML_STRUCT_VERSION(..., 1).
+struct RawConfComputeSettings {
+  unsigned int version, environment, cc_feature, devtools_mode, multi_gpu_mode;
+};
+static_assert(sizeof(RawConfComputeSettings) == 20, "nvmlSystemConfComputeSettings_v1_t");
+constexpr unsigned int kConfComputeSettingsV1 = sizeof(RawConfComputeSettings) | (1u << 24);
+// nvmlGpuInstanceProfileInfo_t (v1) and nvmlGpuInstanceProfileInfo_v2_t.
+struct RawProfileInfoV1 {
+  unsigned int id, is_p2p_supported, slice_count, instance_count, multiprocessor_count,
+      copy_engine_count, decoder_count, encoder_count, jpeg_count, ofa_count;
+  unsigned long long memory_size_mb;
+};
+static_assert(sizeof(RawProfileInfoV1) == 48, "nvmlGpuInstanceProfileInfo_t");
+struct RawProfileInfoV2 {
+  unsigned int version, id, is_p2p_supported, slice_count, instance_count, multiprocessor_count,
+      copy_engine_count, decoder_count, encoder_count, jpeg_count, ofa_count;
+  unsigned long long memory_size_mb;
+  char name[96];  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+};
+static_assert(sizeof(RawProfileInfoV2) == 152, "nvmlGpuInstanceProfileInfo_v2_t");
+constexpr unsigned int kProfileInfoV2 = sizeof(RawProfileInfoV2) | (2u << 24);
+// nvmlGpuInstanceInfo_t: its parent device, id, profile id and placement (start, size).
+struct RawGpuInstanceInfo {
+  void* device;
+  unsigned int id, profile_id, placement_start, placement_size;
+};
+static_assert(sizeof(RawGpuInstanceInfo) == 24, "nvmlGpuInstanceInfo_t");
+// nvmlPciInfo_t.
+struct RawPciInfo {
+  char bus_id_legacy[16];
+  unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+static_assert(sizeof(RawPciInfo) == 68, "nvmlPciInfo_t");
+
 constexpr int kNvmlPcieUtilTxBytes = 0;          // NVML_PCIE_UTIL_TX_BYTES, KB/s
 constexpr int kNvmlPcieUtilRxBytes = 1;          // NVML_PCIE_UTIL_RX_BYTES, KB/s
 constexpr unsigned int kFieldPcieTxBytes = 197;  // NVML_FI_DEV_PCIE_COUNT_TX_BYTES
@@ -68,6 +107,20 @@ using SamplesFn = NvmlReturn (*)(nvml::Device, int, unsigned long long, int*, un
                                  NvmlRawSample*);
 using ReplayCounterFn = NvmlReturn (*)(nvml::Device, unsigned int*);
 using LinkFn = NvmlReturn (*)(nvml::Device, unsigned int*);
+using CcStateFn = NvmlReturn (*)(RawConfComputeState*);
+using CcSettingsFn = NvmlReturn (*)(RawConfComputeSettings*);
+using UIntFn = NvmlReturn (*)(unsigned int*);
+using DeviceUIntFn = NvmlReturn (*)(nvml::Device, unsigned int*);
+using MigModeFn = NvmlReturn (*)(nvml::Device, unsigned int*, unsigned int*);
+using MigByIndexFn = NvmlReturn (*)(nvml::Device, unsigned int, nvml::Device*);
+using ParentFn = NvmlReturn (*)(nvml::Device, nvml::Device*);
+using GpuInstanceByIdFn = NvmlReturn (*)(nvml::Device, unsigned int, void**);
+using GpuInstanceInfoFn = NvmlReturn (*)(void*, RawGpuInstanceInfo*);
+using ProfileV1Fn = NvmlReturn (*)(nvml::Device, unsigned int, RawProfileInfoV1*);
+using ProfileV2Fn = NvmlReturn (*)(nvml::Device, unsigned int, RawProfileInfoV2*);
+using HandleByIndexFn = NvmlReturn (*)(unsigned int, nvml::Device*);
+using StringFn = NvmlReturn (*)(nvml::Device, char*, unsigned int);
+using PciInfoFn = NvmlReturn (*)(nvml::Device, RawPciInfo*);
 
 double ValueAsDouble(int type, const NvmlValue& v) {
   switch (type) {
@@ -111,6 +164,25 @@ class DlopenNvml final : public NvmlApi {
     current_width_ = Symbol<LinkFn>("nvmlDeviceGetCurrPcieLinkWidth");
     max_gen_ = Symbol<LinkFn>("nvmlDeviceGetMaxPcieLinkGeneration");
     max_width_ = Symbol<LinkFn>("nvmlDeviceGetMaxPcieLinkWidth");
+    // Confidential computing and MIG: present from R470 (MIG) and R535 (CC settings) on.
+    cc_settings_ = Symbol<CcSettingsFn>("nvmlSystemGetConfComputeSettings");
+    cc_state_ = Symbol<CcStateFn>("nvmlSystemGetConfComputeState");
+    cc_ready_ = Symbol<UIntFn>("nvmlSystemGetConfComputeGpusReadyState");
+    mig_mode_ = Symbol<MigModeFn>("nvmlDeviceGetMigMode");
+    max_mig_ = Symbol<DeviceUIntFn>("nvmlDeviceGetMaxMigDeviceCount");
+    mig_by_index_ = Symbol<MigByIndexFn>("nvmlDeviceGetMigDeviceHandleByIndex");
+    parent_ = Symbol<ParentFn>("nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
+    gi_id_ = Symbol<DeviceUIntFn>("nvmlDeviceGetGpuInstanceId");
+    ci_id_ = Symbol<DeviceUIntFn>("nvmlDeviceGetComputeInstanceId");
+    gi_by_id_ = Symbol<GpuInstanceByIdFn>("nvmlDeviceGetGpuInstanceById");
+    gi_info_ = Symbol<GpuInstanceInfoFn>("nvmlGpuInstanceGetInfo");
+    profile_v1_ = Symbol<ProfileV1Fn>("nvmlDeviceGetGpuInstanceProfileInfo");
+    profile_v2_ = Symbol<ProfileV2Fn>("nvmlDeviceGetGpuInstanceProfileInfoV");
+    count_ = Symbol<UIntFn>("nvmlDeviceGetCount_v2");
+    by_index_ = Symbol<HandleByIndexFn>("nvmlDeviceGetHandleByIndex_v2");
+    uuid_ = Symbol<StringFn>("nvmlDeviceGetUUID");
+    name_ = Symbol<StringFn>("nvmlDeviceGetName");
+    pci_info_ = Symbol<PciInfoFn>("nvmlDeviceGetPciInfo_v3");
     auto* driver_version = Symbol<DriverVersionFn>("nvmlSystemGetDriverVersion");
     if (!init_ || !shutdown_ || !by_pci_ || !by_uuid_ || !utilization_ || !pcie_) {
       unavailable_ = fmt::format("{} lacks the functions xferd needs (an old driver?)", library);
@@ -231,6 +303,105 @@ class DlopenNvml final : public NvmlApi {
     return Link(max_gen_, max_width_, device, generation, width);
   }
 
+  NvmlReturn ConfComputeSettings(NvmlConfComputeState* state) override {
+    if (!initialised_) return kNvmlErrorUnknown;
+    if (cc_settings_ == nullptr) return kNvmlErrorFunctionNotFound;
+    RawConfComputeSettings raw{};
+    raw.version = kConfComputeSettingsV1;
+    const NvmlReturn rc = cc_settings_(&raw);
+    if (rc == kNvmlSuccess) {
+      *state = {raw.environment, raw.cc_feature, raw.devtools_mode, raw.multi_gpu_mode};
+    }
+    return rc;
+  }
+  NvmlReturn ConfComputeState(NvmlConfComputeState* state) override {
+    if (!initialised_) return kNvmlErrorUnknown;
+    if (cc_state_ == nullptr) return kNvmlErrorFunctionNotFound;
+    RawConfComputeState raw{};
+    const NvmlReturn rc = cc_state_(&raw);
+    if (rc == kNvmlSuccess) *state = {raw.environment, raw.cc_feature, raw.devtools_mode, {}};
+    return rc;
+  }
+  NvmlReturn ConfComputeGpusReady(unsigned* accepting_work) override {
+    return Call(cc_ready_, accepting_work);
+  }
+  NvmlReturn MigMode(NvmlDevice device, unsigned* current, unsigned* pending) override {
+    return Call(mig_mode_, Raw(device), current, pending);
+  }
+  NvmlReturn MaxMigDeviceCount(NvmlDevice device, unsigned* count) override {
+    return Call(max_mig_, Raw(device), count);
+  }
+  NvmlReturn MigDeviceByIndex(NvmlDevice device, unsigned index, NvmlDevice* mig) override {
+    nvml::Device raw = nullptr;
+    const NvmlReturn rc = Call(mig_by_index_, Raw(device), index, &raw);
+    *mig = raw;
+    return rc;
+  }
+  NvmlReturn ParentOfMigDevice(NvmlDevice mig, NvmlDevice* parent) override {
+    nvml::Device raw = nullptr;
+    const NvmlReturn rc = Call(parent_, Raw(mig), &raw);
+    *parent = raw;
+    return rc;
+  }
+  NvmlReturn GpuInstanceId(NvmlDevice mig, unsigned* id) override {
+    return Call(gi_id_, Raw(mig), id);
+  }
+  NvmlReturn ComputeInstanceId(NvmlDevice mig, unsigned* id) override {
+    return Call(ci_id_, Raw(mig), id);
+  }
+  NvmlReturn GpuInstanceProfileId(NvmlDevice device, unsigned gpu_instance_id,
+                                  unsigned* profile_id) override {
+    void* instance = nullptr;
+    NvmlReturn rc = Call(gi_by_id_, Raw(device), gpu_instance_id, &instance);
+    if (rc != kNvmlSuccess) return rc;
+    RawGpuInstanceInfo info{};
+    rc = Call(gi_info_, instance, &info);
+    if (rc == kNvmlSuccess) *profile_id = info.profile_id;
+    return rc;
+  }
+  NvmlReturn GpuInstanceProfileInfo(NvmlDevice device, unsigned profile_index,
+                                    NvmlGpuInstanceProfile* profile) override {
+    if (!initialised_) return kNvmlErrorUnknown;
+    if (profile_v2_ != nullptr) {
+      RawProfileInfoV2 raw{};
+      raw.version = kProfileInfoV2;
+      const NvmlReturn rc = profile_v2_(Raw(device), profile_index, &raw);
+      if (rc == kNvmlSuccess) {
+        raw.name[sizeof raw.name - 1] = '\0';
+        *profile = {raw.id, raw.slice_count, raw.copy_engine_count, raw.memory_size_mb, raw.name};
+      }
+      return rc;
+    }
+    RawProfileInfoV1 raw{};
+    const NvmlReturn rc = Call(profile_v1_, Raw(device), profile_index, &raw);
+    if (rc == kNvmlSuccess) {
+      *profile = {raw.id, raw.slice_count, raw.copy_engine_count, raw.memory_size_mb, ""};
+    }
+    return rc;
+  }
+  NvmlReturn DeviceCount(unsigned* count) override { return Call(count_, count); }
+  NvmlReturn DeviceByIndex(unsigned index, NvmlDevice* device) override {
+    nvml::Device raw = nullptr;
+    const NvmlReturn rc = Call(by_index_, index, &raw);
+    *device = raw;
+    return rc;
+  }
+  NvmlReturn Uuid(NvmlDevice device, std::string* uuid) override {
+    return Text(uuid_, device, uuid);
+  }
+  NvmlReturn Name(NvmlDevice device, std::string* name) override {
+    return Text(name_, device, name);
+  }
+  NvmlReturn PciBusId(NvmlDevice device, std::string* bus_id) override {
+    RawPciInfo raw{};
+    const NvmlReturn rc = Call(pci_info_, Raw(device), &raw);
+    if (rc == kNvmlSuccess) {
+      raw.bus_id[sizeof raw.bus_id - 1] = '\0';
+      *bus_id = raw.bus_id;
+    }
+    return rc;
+  }
+
  private:
   NvmlReturn Link(LinkFn gen_fn, LinkFn width_fn, NvmlDevice device, unsigned* generation,
                   unsigned* width) {
@@ -238,6 +409,23 @@ class DlopenNvml final : public NvmlApi {
     if (gen_fn == nullptr || width_fn == nullptr) return kNvmlErrorNotSupported;
     const NvmlReturn rc = gen_fn(Raw(device), generation);
     return rc != kNvmlSuccess ? rc : width_fn(Raw(device), width);
+  }
+
+  // An optional call: unknown before init, "function not found" on a driver without it.
+  template <typename Fn, typename... Args>
+  NvmlReturn Call(Fn fn, Args... args) const {
+    if (!initialised_) return kNvmlErrorUnknown;
+    if (fn == nullptr) return kNvmlErrorFunctionNotFound;
+    return fn(args...);
+  }
+  NvmlReturn Text(StringFn fn, NvmlDevice device, std::string* out) const {
+    char buffer[96] = {};  // NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_DEVICE_NAME_V2_BUFFER_SIZE
+    const NvmlReturn rc = Call(fn, Raw(device), buffer, static_cast<unsigned int>(sizeof buffer));
+    if (rc == kNvmlSuccess) {
+      buffer[sizeof buffer - 1] = '\0';
+      *out = buffer;
+    }
+    return rc;
   }
 
   template <typename Fn>
@@ -259,6 +447,22 @@ class DlopenNvml final : public NvmlApi {
   SamplesFn samples_ = nullptr;
   ReplayCounterFn replays_ = nullptr;
   LinkFn current_gen_ = nullptr, current_width_ = nullptr, max_gen_ = nullptr, max_width_ = nullptr;
+  CcSettingsFn cc_settings_ = nullptr;
+  CcStateFn cc_state_ = nullptr;
+  UIntFn cc_ready_ = nullptr;
+  MigModeFn mig_mode_ = nullptr;
+  DeviceUIntFn max_mig_ = nullptr;
+  MigByIndexFn mig_by_index_ = nullptr;
+  ParentFn parent_ = nullptr;
+  DeviceUIntFn gi_id_ = nullptr, ci_id_ = nullptr;
+  GpuInstanceByIdFn gi_by_id_ = nullptr;
+  GpuInstanceInfoFn gi_info_ = nullptr;
+  ProfileV1Fn profile_v1_ = nullptr;
+  ProfileV2Fn profile_v2_ = nullptr;
+  UIntFn count_ = nullptr;
+  HandleByIndexFn by_index_ = nullptr;
+  StringFn uuid_ = nullptr, name_ = nullptr;
+  PciInfoFn pci_info_ = nullptr;
 };
 
 }  // namespace

@@ -59,7 +59,12 @@ class NvmlGpuLoadReader final : public GpuLoadReader {
     if (dev == nullptr) return std::nullopt;
     unsigned util = 0;
     if (const NvmlReturn rc = nvml_->GpuUtilization(dev, &util); rc != kNvmlSuccess) {
-      return Failed(device, "utilization", rc);
+      // A MIG-enabled GPU has no utilization (N/A in nvidia-smi): its PCIe throughput, which
+      // counts every instance's traffic, is what busy is judged by there.
+      if (!(rc == kNvmlErrorNotSupported && device.mig.Enabled())) {
+        return Failed(device, "utilization", rc);
+      }
+      util = 0;
     }
     // Each throughput query samples for ~20 ms: cheap next to a probe cycle.
     const auto pcie = Throughput(dev);

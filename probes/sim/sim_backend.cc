@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <random>
+#include <regex>
 #include <stop_token>
 #include <tuple>
 
@@ -90,6 +91,13 @@ double PathRate(const LinkPath& path) {
   return narrowest != nullptr ? narrowest->CurrentBytesPerSecond() : 0.0;
 }
 
+// Confidential computing: every copy goes through encrypted bounce buffers. The share of a
+// Gen5 x16 link (63.0 GB/s per direction) an RTX PRO 6000 Blackwell moved in CC mode:
+// 15.7 / 18.6 GB/s h2d / d2h (nvbandwidth 0.10; docs/health.md gives the source).
+constexpr double kCcH2dShare = 15.7 / 63.0, kCcD2hShare = 18.6 / 63.0;
+// Pageable copies stage once more on the host before the encrypted bounce.
+constexpr double kCcPageableShare = 0.8;
+
 ProbeSample Failed(const ProbeSpec& spec, ProbeStatus status, std::string message) {
   ProbeSample sample;
   sample.spec = spec;
@@ -118,6 +126,9 @@ struct SimBackend::State {
 
   mutable std::mutex faults_mutex;
   std::vector<SimFault> faults;
+  // The shape (faults_mutex): confidential computing and each device's MIG instances.
+  bool cc = false, cc_ready = true;
+  std::map<int, std::vector<std::string>> mig;
   // The link errors the faults count (SimFaultKind::CountErrors): when each fault began on
   // each device's timeline, and what faults replaced since counted, per (device, hop,
   // counter), so counters never go back.
@@ -137,7 +148,35 @@ struct SimBackend::State {
     return out;
   }
 
-  explicit State(const SimOptions& o) : options(o), topology(o) {}
+  explicit State(const SimOptions& o)
+      : options(o), topology(o), cc(o.confidential_computing), cc_ready(o.cc_ready), mig(o.mig) {}
+
+  // The device's shape as a real one reports it: CC for the host, MIG for the GPU.
+  void ShapeOf(int device, DeviceInfo& info) const {
+    std::lock_guard lock(faults_mutex);
+    info.cc.state = cc ? CcState::kOn : CcState::kOff;
+    if (cc) {
+      info.cc.gpus_ready = cc_ready;
+      info.cc.detail = "simulated";
+    }
+    auto it = mig.find(device);
+    if (it == mig.end()) it = mig.find(-1);
+    if (it == mig.end()) return;
+    info.mig.mode = MigMode::kEnabled;
+    info.mig.whole_gpu_copy_engines = kSimMigSlices;
+    int id = 1;
+    for (const std::string& profile : it->second) {
+      MigInstance instance;
+      instance.gpu_instance_id = id;
+      instance.compute_instance_id = 0;
+      instance.profile = profile;
+      instance.copy_engines = SimMigSlicesOf(profile);
+      instance.uuid = "MIG-" + info.uuid.substr(info.uuid.find('-') + 1, 27) +
+                      std::string(1, static_cast<char>('0' + id % 10)) + "-sim";
+      info.mig.instances.push_back(std::move(instance));
+      ++id;
+    }
+  }
 
   bool AppliesTo(const SimFault& f, int device) const { return f.device < 0 || f.device == device; }
   bool Valid(int device) const { return device >= 0 && device < static_cast<int>(devices.size()); }
@@ -247,6 +286,15 @@ SimBackend::SimBackend(SimOptions options) {
     }
   }
   for (const SimFault& f : options.faults) FaultKindOf(f.kind).Check(f, state_->topology);
+  for (const auto& [device, profiles] : options.mig) {
+    if (device >= state_->topology.size()) {
+      throw platform::Error(platform::Failure::kConfig,
+                            "a [[simulate.mig]] names device " + std::to_string(device) +
+                                " but the " + state_->topology.Describe() + " has devices 0-" +
+                                std::to_string(state_->topology.size() - 1) +
+                                "; name one of them, or -1 for every device");
+    }
+  }
   state_->faults = options.faults;
   for (int i = 0; i < state_->options.devices; ++i) {
     auto device = std::make_unique<State::Device>();
@@ -280,13 +328,18 @@ std::vector<DeviceInfo> SimBackend::Devices() const {
     info.integrated = o.integrated;
     info.c2c = o.c2c && !o.integrated;
     info.simulated = true;
+    state_->ShapeOf(i, info);
     out.push_back(std::move(info));
   }
   return out;
 }
 
 Capabilities SimBackend::GetCapabilities(int device) const {
-  return state_->CapabilitiesWith(state_->FaultsFor(device));
+  Capabilities caps = state_->CapabilitiesWith(state_->FaultsFor(device));
+  DeviceInfo info;
+  state_->ShapeOf(device, info);
+  ShapeCapabilities(info, caps);
+  return caps;
 }
 
 LinkPath SimBackend::ReadLinkPath(int device) const {
@@ -392,9 +445,18 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
     return {Failed(spec, ProbeStatus::kError, problem)};
   }
   const std::vector<SimFault> faults = state_->FaultsFor(device);
-  const Capabilities caps = state_->CapabilitiesWith(faults);
-  if (auto it = caps.unsupported.find(spec.mode); it != caps.unsupported.end()) {
-    return {Failed(spec, ProbeStatus::kUnsupported, it->second)};
+  DeviceInfo shape;
+  shape.uuid = Uuid(o.seed, device);
+  state_->ShapeOf(device, shape);
+  Capabilities caps = state_->CapabilitiesWith(faults);
+  ShapeCapabilities(shape, caps);
+  if (std::string why = caps.Reason(spec.mode, spec.direction); !why.empty()) {
+    return {Failed(spec, ProbeStatus::kUnsupported, why)};
+  }
+  // A GPU that cannot be probed at all (MIG with no instance, CC GPUs not ready) moves no
+  // data: nothing to measure, the reason said.
+  if (std::string why = UnjudgeableReason(shape.cc, shape.mig); !why.empty()) {
+    return {Failed(spec, ProbeStatus::kUnsupported, why)};
   }
 
   State::Device& dev = *state_->devices[device];
@@ -423,7 +485,15 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
                        (path.note.empty() ? std::string() : ": " + path.note))};
   }
   ProbeNoise noise;
-  const TransferModel model = ModelTransfers(spec, link_rate, effect.bandwidth, noise, dev.rng);
+  double bandwidth = effect.bandwidth;
+  if (shape.cc.On()) {
+    // Bounce-buffered: at most the CC share of the link, whatever the mode reaches alone.
+    const ModeModel m = ModelFor(spec.mode, spec.direction);
+    double cc_share = spec.direction == Direction::kD2H ? kCcD2hShare : kCcH2dShare;
+    if (spec.mode == TransferMode::kPageable) cc_share *= kCcPageableShare;
+    bandwidth *= std::min(1.0, cc_share / m.link_fraction);
+  }
+  const TransferModel model = ModelTransfers(spec, link_rate, bandwidth, noise, dev.rng);
   const double streaming_s = static_cast<double>(model.bytes) / model.bandwidth;
   auto one_transfer = [&] {
     double d = (model.fixed_s * noise.floor(dev.rng) + streaming_s * noise.stream(dev.rng)) *
@@ -486,6 +556,10 @@ SimBackend::Outcome SimBackend::Simulate(int device, const ProbeSpec& spec, doub
   sample.link_d2h_bytes = static_cast<std::uint64_t>(d2h_each * total);
   sample.status = ProbeStatus::kOk;
   sample.device_time_s = elapsed;
+  // A MIG GPU is probed through its link instances in turn, one per probe.
+  if (const std::vector<std::size_t> link = LinkInstances(shape.mig); !link.empty()) {
+    sample.instance = shape.mig.instances[link[probe.number % link.size()]];
+  }
   // Buffers placed on the GPU's node (the faults may say otherwise).
   sample.host_numa_node = o.integrated ? 0 : path.numa_node;
   for (const SimFault& f : faults) FaultKindOf(f.kind).ShapeSample(f, probe, path, sample);
@@ -539,6 +613,27 @@ std::vector<ProbeSample> SimBackend::RunConcurrent(const std::vector<int>& devic
                               : std::move(outcome.sample));
   }
   return samples;
+}
+
+void SimBackend::SetShape(bool confidential_computing, bool cc_ready,
+                          std::map<int, std::vector<std::string>> mig) {
+  std::lock_guard lock(state_->faults_mutex);
+  state_->cc = confidential_computing;
+  state_->cc_ready = cc_ready;
+  state_->mig = std::move(mig);
+}
+
+std::string SimMigProfileProblem(std::string_view profile) {
+  static const std::regex kProfile("([1-7])g\\.([0-9]{1,4})gb(\\+(me|gfx))?");
+  if (!std::regex_match(std::string(profile), kProfile)) {
+    return "not a MIG profile: write it as nvidia-smi does, \"<slices>g.<memory>gb\" with 1-7 "
+           "slices (\"3g.71gb\", \"1g.18gb+me\")";
+  }
+  return "";
+}
+
+int SimMigSlicesOf(std::string_view profile) {
+  return SimMigProfileProblem(profile).empty() ? profile.front() - '0' : 0;
 }
 
 void SimBackend::SetFaults(std::vector<SimFault> faults) {

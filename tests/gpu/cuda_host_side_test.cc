@@ -287,6 +287,47 @@ TEST(TransferLoop, LinkBytesCountEveryCopyOverTheLinkEachWay) {
   }
 }
 
+// A probe whose transfers take the given durations in turn (the last repeats).
+class RampProbe final : public TransferProbe {
+ public:
+  explicit RampProbe(std::vector<double> durations) : durations_(std::move(durations)) {}
+  void Prepare(Round round) override { indexes.push_back(round.index); }
+  void Timed(Round) override {}
+  double Verify(Round) override {
+    const double d = durations_[std::min(next_, durations_.size() - 1)];
+    ++next_;
+    return d;
+  }
+  std::vector<int> indexes;
+
+ private:
+  std::vector<double> durations_;
+  std::size_t next_ = 0;
+};
+
+TEST(FirstUseWarmUp, RunsUntilTheDurationsSettle) {
+  // The unified memory driver's ramp: slow first migrations, then steady.
+  RampProbe probe({12e-3, 11e-3, 9.5e-3, 8.0e-3, 6.3e-3, 6.2e-3, 6.25e-3, 6.2e-3});
+  Progress progress;
+  const std::vector<double> warm = WarmUntilSteady(probe, {}, progress);
+  EXPECT_EQ(warm.size(), 7u) << "steady once three rounds agree within 5 %";
+  EXPECT_TRUE(Steady(warm));
+  EXPECT_EQ(progress.done, 7);
+  EXPECT_GE(probe.indexes.front(), 1 << 20) << "round indexes of their own";
+}
+
+TEST(FirstUseWarmUp, StopsAtItsBoundWhenNothingSettles) {
+  std::vector<double> noisy;
+  for (int i = 0; i < 40; ++i) noisy.push_back(i % 2 ? 1.0 : 2.0);
+  RampProbe probe(noisy);
+  Progress progress;
+  EXPECT_EQ(WarmUntilSteady(probe, {}, progress).size(),
+            static_cast<std::size_t>(kMaxFirstUseRounds));
+  EXPECT_FALSE(Steady({1.0, 1.0}));
+  EXPECT_TRUE(Steady({3.0, 1.0, 1.02, 1.04}));
+  EXPECT_FALSE(Steady({1.0, 1.02, 1.06}));
+}
+
 TEST(TransferLoop, AStopRequestEndsTheProbeBeforeItsNextTransfer) {
   std::stop_source source;
   RecordingProbe probe;

@@ -4,7 +4,9 @@
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
 
+#include <cctype>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -139,6 +141,162 @@ probes::NvmlReturn FakeNvml::MaxPcieLink(probes::NvmlDevice device, unsigned* ge
   *generation = gpu->max_link_gen;
   *width = gpu->max_link_width;
   return gpu->link_rc;
+}
+
+probes::NvmlReturn FakeNvml::ConfComputeSettings(probes::NvmlConfComputeState* state) {
+  std::lock_guard lock(mutex_);
+  if (cc_settings_rc == probes::kNvmlSuccess) *state = cc;
+  return cc_settings_rc;
+}
+
+probes::NvmlReturn FakeNvml::ConfComputeState(probes::NvmlConfComputeState* state) {
+  std::lock_guard lock(mutex_);
+  if (cc_state_rc == probes::kNvmlSuccess)
+    *state = {cc.environment, cc.cc_feature, cc.devtools_mode, {}};
+  return cc_state_rc;
+}
+
+probes::NvmlReturn FakeNvml::ConfComputeGpusReady(unsigned* accepting_work) {
+  std::lock_guard lock(mutex_);
+  if (cc_ready_rc == probes::kNvmlSuccess) *accepting_work = cc_ready;
+  return cc_ready_rc;
+}
+
+FakeNvml::Gpu::MigDevice* FakeNvml::FindMig(probes::NvmlDevice device, Gpu** parent) {
+  for (auto& [bus_id, gpu] : gpus_) {
+    for (auto& mig : gpu.mig_devices) {
+      if (static_cast<const void*>(&mig) == device) {
+        *parent = &gpu;
+        return &mig;
+      }
+    }
+  }
+  return nullptr;
+}
+
+probes::NvmlReturn FakeNvml::MigMode(probes::NvmlDevice device, unsigned* current,
+                                     unsigned* pending) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  if (gpu->mig_rc == probes::kNvmlSuccess) *current = *pending = gpu->mig_current;
+  return gpu->mig_rc;
+}
+
+probes::NvmlReturn FakeNvml::MaxMigDeviceCount(probes::NvmlDevice device, unsigned* count) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  *count = gpu->mig_current == probes::kNvmlMigEnabled ? 7 : 0;
+  return probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::MigDeviceByIndex(probes::NvmlDevice device, unsigned index,
+                                              probes::NvmlDevice* mig) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  if (index >= gpu->mig_devices.size()) return probes::kNvmlErrorNotFound;
+  *mig = &gpu->mig_devices[index];
+  return probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::ParentOfMigDevice(probes::NvmlDevice mig, probes::NvmlDevice* parent) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = nullptr;
+  if (FindMig(mig, &gpu) == nullptr) return probes::kNvmlErrorInvalidArgument;
+  *parent = gpu;
+  return probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::GpuInstanceId(probes::NvmlDevice mig, unsigned* id) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = nullptr;
+  const Gpu::MigDevice* m = FindMig(mig, &gpu);
+  if (m == nullptr) return probes::kNvmlErrorInvalidArgument;
+  *id = m->gpu_instance;
+  return probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::ComputeInstanceId(probes::NvmlDevice mig, unsigned* id) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = nullptr;
+  const Gpu::MigDevice* m = FindMig(mig, &gpu);
+  if (m == nullptr) return probes::kNvmlErrorInvalidArgument;
+  *id = m->compute_instance;
+  return probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::GpuInstanceProfileId(probes::NvmlDevice device,
+                                                  unsigned gpu_instance_id, unsigned* profile_id) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  for (const auto& m : gpu->mig_devices) {
+    if (m.gpu_instance != gpu_instance_id) continue;
+    *profile_id = m.profile_id;
+    return probes::kNvmlSuccess;
+  }
+  return probes::kNvmlErrorNotFound;
+}
+
+probes::NvmlReturn FakeNvml::GpuInstanceProfileInfo(probes::NvmlDevice device,
+                                                    unsigned profile_index,
+                                                    probes::NvmlGpuInstanceProfile* profile) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr || profile_index >= gpu->profiles.size()) {
+    return probes::kNvmlErrorInvalidArgument;
+  }
+  *profile = gpu->profiles[profile_index];
+  return probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::DeviceCount(unsigned* count) {
+  std::lock_guard lock(mutex_);
+  *count = static_cast<unsigned>(gpus_.size());
+  return probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::DeviceByIndex(unsigned index, probes::NvmlDevice* device) {
+  std::lock_guard lock(mutex_);
+  if (index >= gpus_.size()) return probes::kNvmlErrorInvalidArgument;
+  *device = &std::next(gpus_.begin(), index)->second;
+  return probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::Uuid(probes::NvmlDevice device, std::string* uuid) {
+  std::lock_guard lock(mutex_);
+  Gpu* parent = nullptr;
+  if (const Gpu::MigDevice* m = FindMig(device, &parent)) {
+    *uuid = m->uuid;
+    return probes::kNvmlSuccess;
+  }
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  *uuid = gpu->uuid;
+  return probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::Name(probes::NvmlDevice device, std::string* name) {
+  std::lock_guard lock(mutex_);
+  Gpu* gpu = Find(device);
+  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
+  *name = gpu->name;
+  return probes::kNvmlSuccess;
+}
+
+probes::NvmlReturn FakeNvml::PciBusId(probes::NvmlDevice device, std::string* bus_id) {
+  std::lock_guard lock(mutex_);
+  for (auto& [bus, gpu] : gpus_) {
+    if (static_cast<const void*>(&gpu) != device) continue;
+    // As NVML writes it: an 8-digit domain, upper case.
+    std::string upper;
+    for (char c : bus) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    *bus_id = "0000" + upper;
+    return probes::kNvmlSuccess;
+  }
+  return probes::kNvmlErrorInvalidArgument;
 }
 
 void FakeNvml::Set(const std::string& bus_id, const std::function<void(Gpu&)>& change) {

@@ -122,6 +122,17 @@ class FakeNvml final : public probes::NvmlApi {
     // The GPU's own link: as it runs now, and the most it can train to.
     unsigned link_gen = 5, link_width = 16, max_link_gen = 5, max_link_width = 16;
     probes::NvmlReturn link_rc = probes::kNvmlSuccess;
+    // MIG: the mode (kNvmlErrorNotSupported = a GPU without MIG), the profiles the GPU
+    // offers and its MIG devices (a handle points at its entry; set them before asking).
+    std::string name = "NVIDIA H200";
+    unsigned mig_current = 0;
+    probes::NvmlReturn mig_rc = probes::kNvmlErrorNotSupported;
+    std::vector<probes::NvmlGpuInstanceProfile> profiles;
+    struct MigDevice {
+      std::string uuid;
+      unsigned gpu_instance = 0, compute_instance = 0, profile_id = 0;
+    };
+    std::vector<MigDevice> mig_devices;
   };
 
   std::string Unavailable() const override { return unavailable; }
@@ -144,6 +155,26 @@ class FakeNvml final : public probes::NvmlApi {
                                      unsigned* width) override;
   probes::NvmlReturn MaxPcieLink(probes::NvmlDevice device, unsigned* generation,
                                  unsigned* width) override;
+  probes::NvmlReturn ConfComputeSettings(probes::NvmlConfComputeState* state) override;
+  probes::NvmlReturn ConfComputeState(probes::NvmlConfComputeState* state) override;
+  probes::NvmlReturn ConfComputeGpusReady(unsigned* accepting_work) override;
+  probes::NvmlReturn MigMode(probes::NvmlDevice device, unsigned* current,
+                             unsigned* pending) override;
+  probes::NvmlReturn MaxMigDeviceCount(probes::NvmlDevice device, unsigned* count) override;
+  probes::NvmlReturn MigDeviceByIndex(probes::NvmlDevice device, unsigned index,
+                                      probes::NvmlDevice* mig) override;
+  probes::NvmlReturn ParentOfMigDevice(probes::NvmlDevice mig, probes::NvmlDevice* parent) override;
+  probes::NvmlReturn GpuInstanceId(probes::NvmlDevice mig, unsigned* id) override;
+  probes::NvmlReturn ComputeInstanceId(probes::NvmlDevice mig, unsigned* id) override;
+  probes::NvmlReturn GpuInstanceProfileId(probes::NvmlDevice device, unsigned gpu_instance_id,
+                                          unsigned* profile_id) override;
+  probes::NvmlReturn GpuInstanceProfileInfo(probes::NvmlDevice device, unsigned profile_index,
+                                            probes::NvmlGpuInstanceProfile* profile) override;
+  probes::NvmlReturn DeviceCount(unsigned* count) override;
+  probes::NvmlReturn DeviceByIndex(unsigned index, probes::NvmlDevice* device) override;
+  probes::NvmlReturn Uuid(probes::NvmlDevice device, std::string* uuid) override;
+  probes::NvmlReturn Name(probes::NvmlDevice device, std::string* name) override;
+  probes::NvmlReturn PciBusId(probes::NvmlDevice device, std::string* bus_id) override;
 
   // The GPU at `bus_id`, to set up or change between calls (under the fake's lock).
   void Set(const std::string& bus_id, const std::function<void(Gpu&)>& change);
@@ -151,9 +182,18 @@ class FakeNvml final : public probes::NvmlApi {
 
   std::string unavailable;  // "" = usable
   bool has_counters = true, has_samples = true;
+  // Confidential computing: what each call returns (kNvmlErrorFunctionNotFound: a driver
+  // without it).
+  probes::NvmlConfComputeState cc;
+  probes::NvmlReturn cc_settings_rc = probes::kNvmlErrorFunctionNotFound;
+  probes::NvmlReturn cc_state_rc = probes::kNvmlErrorFunctionNotFound;
+  unsigned cc_ready = 1;
+  probes::NvmlReturn cc_ready_rc = probes::kNvmlErrorFunctionNotFound;
 
  private:
   Gpu* Find(probes::NvmlDevice device);
+  // The MIG device a handle points at, and its GPU; nullptr when it is none.
+  Gpu::MigDevice* FindMig(probes::NvmlDevice device, Gpu** parent);
   mutable std::mutex mutex_;
   std::map<std::string, Gpu> gpus_;  // by PCI bus id; a device handle points at its entry
   int counter_reads_ = 0;

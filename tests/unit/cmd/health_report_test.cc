@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/incident_log.h"
+
 namespace xferd::cmd {
 namespace {
 
@@ -27,20 +29,25 @@ json Degraded(int index, json causes, json headline) {
   return g;
 }
 
-// The node's verdict as the daemon gives it: degraded if any GPU is, else pending if any is.
-std::string NodeVerdict(const json& gpus) {
-  // As the daemon gives it: degraded, else pending, else stale, else ok.
-  bool pending = false, stale = false;
+// The node's verdict as the daemon gives it (core::NodeVerdict).
+std::string NodeVerdictOf(const json& gpus) {
+  std::vector<core::DeviceVerdict> verdicts;
   for (const json& g : gpus) {
-    if (g["verdict"] == "degraded") return "degraded";
-    pending = pending || g["verdict"] == "pending";
-    stale = stale || g["verdict"] == "stale";
+    const auto v = core::ParseDeviceVerdict(g["verdict"].get<std::string>());
+    if (v) verdicts.push_back(*v);
   }
-  return pending ? "pending" : stale ? "stale" : "ok";
+  return std::string(core::ToString(core::NodeVerdict(verdicts)));
+}
+
+// A GPU that cannot be judged as it is, with the daemon's reason.
+json Unjudgeable(int index, const char* reason) {
+  json g = Gpu(index, "unknown");
+  g["verdict_reason"] = reason;
+  return g;
 }
 
 json Doc(json gpus, double age = 5, double stale_after = 195) {
-  const std::string verdict = NodeVerdict(gpus);
+  const std::string verdict = NodeVerdictOf(gpus);
   return {{"version", 1},
           {"verdict", verdict},
           {"daemon",
@@ -125,6 +132,50 @@ TEST(HealthReport, AStaleGpuIsUnknownNeverOk) {
   EXPECT_EQ(r.line.rfind("UNKNOWN: gpu1 stale", 0), 0u) << r.line;
   EXPECT_EQ(Judge(Doc({Gpu(0, "stale"), Degraded(1, json::array(), BelowBand())})).state,
             HealthOutcome::kProblem);
+}
+
+// A GPU that cannot be judged (MIG with no instance, CC GPUs not ready) is unknown with the
+// daemon's reason, told apart from a stale one (which went unmeasured); a degraded GPU
+// elsewhere still is a problem, and a stale GPU is named before an unknown one, as the
+// node's verdict orders them.
+TEST(HealthReport, AnUnknownGpuIsUnknownWithItsReasonApartFromAStaleOne) {
+  const char* mig = "MIG enabled, no GPU instance to probe through";
+  HealthReport r = Judge(Doc({Gpu(0, "ok"), Unjudgeable(1, mig)}));
+  EXPECT_EQ(r.state, HealthOutcome::kUnknown);
+  EXPECT_EQ(r.line, std::string("UNKNOWN: gpu1 verdict unknown: ") + mig);
+  EXPECT_EQ(Judge(Doc({Unjudgeable(0, mig), Degraded(1, json::array(), BelowBand())})).state,
+            HealthOutcome::kProblem);
+  r = Judge(Doc({Unjudgeable(0, mig), Gpu(1, "stale")}));
+  EXPECT_EQ(r.state, HealthOutcome::kUnknown);
+  EXPECT_EQ(r.line.rfind("UNKNOWN: gpu1 stale", 0), 0u) << r.line;
+  // A cause asked for: unknown still, never "no GPU degraded with ...".
+  HealthJudgeOptions link;
+  link.cause = "link_downtrained";
+  EXPECT_EQ(Judge(Doc({Unjudgeable(0, mig)}), link).state, HealthOutcome::kUnknown);
+}
+
+// Every verdict the daemon writes (core's words) is one `xferd health` reads, and the node's
+// verdict it checks is the one core gives from them: no second list to fall behind.
+TEST(HealthReport, ReadsExactlyTheVerdictWordsTheDaemonWrites) {
+  for (core::DeviceVerdict v : core::kAllDeviceVerdicts) {
+    const std::string word(core::ToString(v));
+    json gpu = v == core::DeviceVerdict::kUnknown ? Unjudgeable(1, "CC GPUs not ready")
+                                                  : Gpu(1, word.c_str());
+    if (v == core::DeviceVerdict::kDegraded) gpu = Degraded(1, json::array(), BelowBand());
+    const HealthReport r = Judge(Doc({Gpu(0, "ok"), gpu}));
+    EXPECT_EQ(r.line.find("not a status document"), std::string::npos) << word << ": " << r.line;
+    EXPECT_EQ(r.state, v == core::DeviceVerdict::kOk         ? HealthOutcome::kOk
+                       : v == core::DeviceVerdict::kDegraded ? HealthOutcome::kProblem
+                                                             : HealthOutcome::kUnknown)
+        << word << ": " << r.line;
+  }
+  json doc = Doc({Gpu(0, "ok"), Gpu(1, "ok")});
+  doc["gpus"][0]["verdict"] = "maybe";
+  const HealthReport r = Judge(doc);
+  for (core::DeviceVerdict v : core::kAllDeviceVerdicts) {
+    EXPECT_NE(r.line.find("\"" + std::string(core::ToString(v)) + "\""), std::string::npos)
+        << r.line;
+  }
 }
 
 // Held to its peers' baseline while it learns: the line says so.
@@ -304,6 +355,19 @@ TEST(HealthReport, AnyDocumentNotOfTheDocumentedShapeIsUnknownSayingWhatIsWrong)
       {"verdict of a GPU true", [](json& d) { d["gpus"][0]["verdict"] = true; },
        "gpus[0].verdict is true"},
       {"a GPU twice", [](json& d) { d["gpus"][1]["gpu"] = 0; }, "gpu0 is listed twice"},
+      {"an unknown GPU without its reason",
+       [](json& d) {
+         d["gpus"][1]["verdict"] = "unknown";
+         d["verdict"] = "unknown";
+       },
+       "gpus[1].verdict_reason is missing"},
+      {"node says unknown over a stale GPU",
+       [](json& d) {
+         d["gpus"][0] = Unjudgeable(0, "MIG enabled, no GPU instance to probe through");
+         d["gpus"][1]["verdict"] = "stale";
+         d["verdict"] = "unknown";
+       },
+       "verdict is the string \"unknown\", not \"stale\""},
       {"negative GPU index", [](json& d) { d["gpus"][0]["gpu"] = -1; }, "gpus[0].gpu"},
       {"GPU index 0.5", [](json& d) { d["gpus"][0]["gpu"] = 0.5; }, "gpus[0].gpu"},
       {"causes not a list", [](json& d) { d["gpus"][0]["causes"] = "none"; }, "gpus[0].causes"},

@@ -46,6 +46,45 @@ TEST(ConfigValidation, SimulatedFaults) {
   EXPECT_EQ(ErrorOf("[simulate]\nfault = 3\n").key(), "simulate.fault");
 }
 
+TEST(Config, SimulatedShapes) {
+  const Config cc = Parse("[simulate]\nconfidential_computing = true\n");
+  EXPECT_TRUE(cc.sim.confidential_computing);
+  EXPECT_TRUE(cc.sim.cc_ready);
+  EXPECT_FALSE(Parse("[simulate]\nconfidential_computing = true\n"
+                     "confidential_computing_ready = false\n")
+                   .sim.cc_ready);
+  // Every GPU, or some: an empty list is MIG on with no instance.
+  const Config every = Parse("[simulate]\nmig = [\"3g.71gb\", \"3g.71gb\"]\n");
+  EXPECT_EQ(every.sim.mig.at(-1), (std::vector<std::string>{"3g.71gb", "3g.71gb"}));
+  const Config some = Parse(
+      "[simulate]\ndevices = 3\n[[simulate.mig]]\ndevice = 0\ninstances = [\"7g.141gb\"]\n"
+      "[[simulate.mig]]\ndevice = 2\ninstances = []\n");
+  EXPECT_EQ(some.sim.mig.size(), 2u);
+  EXPECT_TRUE(some.sim.mig.at(2).empty());
+  EXPECT_FALSE(some.sim.mig.contains(1));
+}
+
+TEST(ConfigValidation, SimulatedShapes) {
+  // A [simulate] body and the key its error must name.
+  const std::pair<const char*, const char*> cases[] = {
+      {"mig = [\"3g\"]\n", "simulate.mig"},
+      {"mig = [3]\n", "simulate.mig"},
+      {"mig = \"3g.71gb\"\n", "simulate.mig"},
+      {"mig = [\"4g.71gb\", \"4g.71gb\"]\n", "simulate.mig"},
+      {"confidential_computing_ready = false\n", "simulate.confidential_computing_ready"},
+      {"confidential_computing = 1\n", "simulate.confidential_computing"},
+      {"[[simulate.mig]]\ninstances = []\n", "simulate.mig[0].device"},
+      {"[[simulate.mig]]\ndevice = 0\n", "simulate.mig[0].instances"},
+      {"[[simulate.mig]]\ndevice = 0\ninstances = []\nfactor = 1\n", "simulate.mig[0].factor"},
+      {"[[simulate.mig]]\ndevice = 0\ninstances = []\n[[simulate.mig]]\ndevice = 0\n"
+       "instances = []\n",
+       "simulate.mig[1].device"},
+  };
+  for (const auto& [body, key] : cases) {
+    EXPECT_EQ(ErrorOf(std::string("[simulate]\n") + body).key(), key) << body;
+  }
+}
+
 TEST(Config, SimulatedLinkErrors) {
   const Config c = Parse(
       "[[simulate.fault]]\nkind = \"link_errors\"\nrate = 12.5\n"

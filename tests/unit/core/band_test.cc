@@ -351,5 +351,100 @@ TEST(BandMinSize, FollowsTheLinkAsThePlansSizesDo) {
   }
 }
 
+// ---- Confidential computing and MIG ------------------------------------------------------
+
+TEST(ConfidentialComputing, TheLinkBandDoesNotApplyWithoutAPublishedFigure) {
+  probes::DeviceInfo gpu = SimGpu();
+  gpu.name = "NVIDIA H100 80GB HBM3";
+  gpu.cc.state = probes::CcState::kOn;
+  const ExpectedBand band = ResolveBand(Settings{}, gpu, Gen4x16());
+  EXPECT_FALSE(band.Known());
+  EXPECT_TRUE(band.confidential);
+  EXPECT_EQ(band.source.rfind("confidential computing on: bounce-buffered copies", 0), 0u)
+      << band.source;
+  // Far under the PCIe band, and never below it: held to the baseline only.
+  for (const auto& [mode, direction] : probes::AllModeDirections()) {
+    const BandVerdict v = JudgeBand(mode, direction, 64ull << 20, 1e9, band);
+    EXPECT_NE(v, BandVerdict::kBelowBand) << probes::ToString(mode);
+  }
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, 64ull << 20, 1e9, band),
+            BandVerdict::kConfidential);
+}
+
+TEST(ConfidentialComputing, APublishedFigureHoldsPinnedCopiesOnly) {
+  probes::DeviceInfo gpu = SimGpu();
+  gpu.name = "NVIDIA RTX PRO 6000 Blackwell Server Edition";
+  gpu.cc.state = probes::CcState::kOn;
+  Settings settings;
+  settings.drift_fraction = 0.8;
+  const ExpectedBand band = ResolveBand(settings, gpu, Gen4x16());
+  ASSERT_TRUE(band.Known());
+  EXPECT_DOUBLE_EQ(band.lower_bytes_per_s, 0.8 * 15.7e9);
+  EXPECT_NE(band.source.find("PR #6029"), std::string::npos) << band.source;
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, 64ull << 20, 15.0e9, band),
+            BandVerdict::kOk);
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kD2H, 64ull << 20, 8.0e9, band),
+            BandVerdict::kBelowBand);
+  EXPECT_EQ(JudgeBand(TransferMode::kPinnedAsync, Direction::kH2D, 64ull << 20, 8.0e9, band),
+            BandVerdict::kConfidential);
+  EXPECT_EQ(HoldOf(TransferMode::kPinned, Direction::kBidirectional, 64ull << 20, band),
+            BandHold::kConfidential);
+}
+
+TEST(ConfidentialComputing, AConfiguredBandStillHolds) {
+  probes::DeviceInfo gpu = SimGpu();
+  gpu.cc.state = probes::CcState::kOn;
+  Settings settings;
+  settings.bands.push_back({"0", 10e9, 12e9});
+  const ExpectedBand band = ResolveBand(settings, gpu, Gen4x16());
+  EXPECT_EQ(band.source, "config");
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, 64ull << 20, 9e9, band),
+            BandVerdict::kBelowBand);
+}
+
+probes::MigState MigOf(std::vector<int> copy_engines, int whole) {
+  probes::MigState mig;
+  mig.mode = probes::MigMode::kEnabled;
+  mig.whole_gpu_copy_engines = whole;
+  int id = 1;
+  for (int ce : copy_engines) {
+    probes::MigInstance i;
+    i.gpu_instance_id = id++;
+    i.copy_engines = ce;
+    mig.instances.push_back(i);
+  }
+  return mig;
+}
+
+TEST(Mig, InstancesWithFewerCopyEnginesThanTheGpuKeepTheirBaselines) {
+  probes::DeviceInfo gpu = SimGpu();
+  gpu.mig = MigOf({3, 3}, 7);
+  ExpectedBand band = ResolveBand(Settings{}, gpu, Gen4x16());
+  EXPECT_TRUE(band.few_copy_engines);
+  EXPECT_FALSE(band.Known()) << "no band: each mode its baseline";
+  EXPECT_NE(band.source.find("3 of the GPU's 7 copy engines"), std::string::npos) << band.source;
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, 64ull << 20, 1e9, band),
+            BandVerdict::kFewCopyEngines);
+  gpu.mig = MigOf({7}, 7);
+  band = ResolveBand(Settings{}, gpu, Gen4x16());
+  EXPECT_FALSE(band.few_copy_engines);
+  EXPECT_EQ(JudgeBand(TransferMode::kPinned, Direction::kH2D, 64ull << 20, 1e9, band),
+            BandVerdict::kBelowBand);
+  gpu.mig = MigOf({0}, 7);  // copy engines not readable: baseline only
+  EXPECT_TRUE(ResolveBand(Settings{}, gpu, Gen4x16()).few_copy_engines);
+}
+
+TEST(Mig, TheLinkGoesThroughTheInstancesWithTheMostCopyEngines) {
+  probes::MigState mig = MigOf({1, 3, 3}, 7);
+  EXPECT_EQ(probes::LinkInstances(mig), (std::vector<std::size_t>{1, 2}));
+  mig.instances[1].reachable = false;  // created after the process started
+  EXPECT_EQ(probes::LinkInstances(mig), (std::vector<std::size_t>{2}));
+  EXPECT_EQ(probes::UnjudgeableReason({}, MigOf({}, 7)),
+            "MIG enabled, no GPU instance to probe through");
+  probes::MigState later = MigOf({3}, 7);
+  later.instances[0].reachable = false;
+  EXPECT_NE(probes::UnjudgeableReason({}, later).find("restart xferd"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace xferd::core

@@ -777,6 +777,85 @@ TEST(Baseline, AFaultFromTheFirstCycleIsCaughtAgainstItsPeers) {
   EXPECT_FALSE(faulty.Degraded());
 }
 
+// A GPU in confidential-computing mode, or probed through MIG instances, is no peer of a
+// plain GPU of the same model: its copies are bounce-buffered, or go through an instance's
+// copy engines. A CC GPU reading a third of its plain peers is not "below its peers'
+// baseline"; two CC GPUs are each other's peers.
+TEST(Baseline, PeersAreGpusOfTheSameShape) {
+  HealthTracker h(TestConfig(3));
+  probes::DeviceInfo cc = Gpu0();
+  cc.index = 1;
+  cc.uuid = "GPU-cc-1";
+  cc.cc.state = probes::CcState::kOn;
+  probes::DeviceInfo cc2 = cc;
+  cc2.index = 2;
+  cc2.uuid = "GPU-cc-2";
+  probes::DeviceInfo mig = Gpu0();
+  mig.index = 3;
+  mig.uuid = "GPU-mig-3";
+  mig.mig.mode = probes::MigMode::kEnabled;
+  mig.mig.whole_gpu_copy_engines = 7;
+  mig.mig.instances.push_back({"MIG-a", 1, 0, "3g.71gb", 3, true});
+  EXPECT_EQ(ReadingShape(Gpu0()), "");
+  EXPECT_EQ(ReadingShape(cc), "cc");
+  EXPECT_EQ(ReadingShape(mig), "mig-3ce");
+  auto pinned = [](const probes::DeviceInfo& d, double gbps) {
+    CycleObservation o = Cycle({Sample(TransferMode::kPinned, Direction::kH2D, gbps)});
+    o.device = d;
+    return o;
+  };
+  DeviceHealth r;
+  for (int i = 0; i < 6; ++i) {
+    h.Observe(pinned(Gpu0(), 25.0));
+    r = h.Observe(pinned(cc, 8.0));
+    EXPECT_FALSE(r.Degraded()) << "held to plain peers";
+    EXPECT_FALSE(h.Observe(pinned(mig, 12.0)).Degraded()) << "held to plain peers";
+  }
+  // The CC GPU learned its own figure: a second CC GPU far under it is held to it.
+  for (int i = 0; i < 4; ++i) r = h.Observe(pinned(cc2, 3.0));
+  EXPECT_TRUE(r.Degraded());
+  ASSERT_NE(WorstDegraded(r), nullptr);
+  EXPECT_NEAR(WorstDegraded(r)->peer_baseline_bytes_per_s, 8.0e9, 0.1e9);
+}
+
+// A GPU that cannot be judged as it is: unknown, not stale, on its own STATUS line.
+TEST(Summary, AGpuThatCannotBeJudgedHasItsOwnLine) {
+  HealthTracker h(TestConfig(3));
+  CycleObservation o = Cycle({});
+  o.device.mig.mode = probes::MigMode::kEnabled;  // and no instance to probe through
+  const DeviceHealth r = h.Observe(o);
+  EXPECT_TRUE(r.Unknown());
+  EXPECT_FALSE(r.Stale());
+  EXPECT_EQ(h.Summary(), "UNKNOWN gpu0: MIG enabled, no GPU instance to probe through");
+}
+
+// A GPU whose shape changes (confidential computing turned on, other MIG instances) starts
+// its baselines over: readings of the old shape never judge the new one, and what it learned
+// is kept under its shape's key, for when that shape comes back.
+TEST(Baseline, AShapeChangeStartsOverAndKeepsWhatEachShapeLearned) {
+  HealthTracker h(TestConfig(3));
+  for (int i = 0; i < 6; ++i) h.Observe(PinnedCycle(25.0));
+  probes::DeviceInfo cc = Gpu0();
+  cc.cc.state = probes::CcState::kOn;
+  CycleObservation under_cc = PinnedCycle(8.0);
+  under_cc.device = cc;
+  DeviceHealth r;
+  for (int i = 0; i < 6; ++i) r = h.Observe(under_cc);
+  EXPECT_FALSE(r.Degraded()) << "held to what it read without CC";
+  EXPECT_NEAR(h.Baseline(cc.uuid, TransferMode::kPinned, Direction::kH2D, kHealthSize), 8.0e9,
+              0.1e9);
+  const BaselineSet saved = h.Snapshot();
+  const auto& keys = saved.at(cc.uuid);
+  EXPECT_EQ(keys.count("pinned/h2d/" + probes::FormatSize(kHealthSize)), 1u);
+  EXPECT_EQ(keys.count("pinned/h2d/" + probes::FormatSize(kHealthSize) + "@cc"), 1u);
+  // Restarted without CC: the plain baseline judges again, and a plain reading at the CC
+  // figure is a drop.
+  HealthTracker again(TestConfig(3));
+  again.Restore(saved);
+  for (int i = 0; i < 3; ++i) r = again.Observe(PinnedCycle(8.0));
+  EXPECT_TRUE(r.Degraded());
+}
+
 // ---- Current readings ---------------------------------------------------------------
 
 // A DEGRADED verdict rests on a bad reading younger than FreshnessBounds::degraded_s: past

@@ -127,6 +127,38 @@ TEST(IncidentLog, AGpuDegradedAtItsFirstVerdictIsLoggedFromPending) {
   EXPECT_EQ(incidents[0].to, DeviceVerdict::kDegraded);
 }
 
+TEST(IncidentLog, AGpuThatCannotBeJudgedIsUnknownWithoutAnIncident) {
+  IncidentLog log;
+  EXPECT_EQ(log.Observe(Health(false), false, 2, At(0)), DeviceVerdict::kOk);
+  DeviceHealth no_instance = Health(false);
+  no_instance.unjudgeable = "MIG enabled, no GPU instance to probe through";
+  EXPECT_EQ(log.Observe(no_instance, false, 2, At(60)), DeviceVerdict::kUnknown);
+  EXPECT_EQ(log.Verdict(no_instance.uuid), DeviceVerdict::kUnknown);
+  EXPECT_TRUE(log.Incidents().empty()) << "nothing was judged: no change to log";
+  // Judged again and still ok: no incident either (compared with the last judged verdict).
+  EXPECT_EQ(log.Observe(Health(false), false, 2, At(120)), DeviceVerdict::kOk);
+  EXPECT_TRUE(log.Incidents().empty());
+  EXPECT_EQ(ParseDeviceVerdict("unknown"), DeviceVerdict::kUnknown);
+  // A fault seen without a probe (a link that flaps between probes) is one all the same.
+  DeviceHealth flapping = no_instance;
+  flapping.diagnoses.push_back({DiagnosisCause::kLinkFlapping, "6 transitions", ""});
+  EXPECT_EQ(log.Observe(flapping, false, 2, At(180)), DeviceVerdict::kDegraded);
+  EXPECT_FALSE(no_instance.Stale()) << "unknown, not stale: it cannot be measured as it is";
+}
+
+// The verdict words, read back as written, and the node's verdict from its GPUs': degraded,
+// then pending, stale, unknown, ok.
+TEST(IncidentLog, EveryVerdictReadsBackAndTheNodeTakesTheFirstAnyGpuHas) {
+  for (DeviceVerdict v : kAllDeviceVerdicts) EXPECT_EQ(ParseDeviceVerdict(ToString(v)), v);
+  EXPECT_FALSE(ParseDeviceVerdict("Unknown").has_value());
+  using V = DeviceVerdict;
+  EXPECT_EQ(NodeVerdict({}), V::kOk);
+  EXPECT_EQ(NodeVerdict({V::kOk, V::kUnknown}), V::kUnknown);
+  EXPECT_EQ(NodeVerdict({V::kUnknown, V::kStale, V::kOk}), V::kStale);
+  EXPECT_EQ(NodeVerdict({V::kStale, V::kPending}), V::kPending);
+  EXPECT_EQ(NodeVerdict({V::kUnknown, V::kDegraded, V::kPending}), V::kDegraded);
+}
+
 TEST(IncidentLog, KeepsTheNewestEntriesOnly) {
   IncidentLog log(4);
   for (int i = 0; i < 20; ++i) log.Observe(Health(i % 2 == 1), false, 1, At(i));

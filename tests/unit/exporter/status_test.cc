@@ -102,6 +102,41 @@ TEST(StatusBoard, AGpuWithoutACycleIsPending) {
   EXPECT_TRUE(doc["incidents"].empty());
 }
 
+// The node's verdict is the one its GPUs' give (core::NodeVerdict), whenever the document
+// is made: during the first cycle too, when one GPU is judged and the next is not yet (a
+// node "pending" over GPUs "ok" and "degraded" was a document xferd health refused).
+TEST(StatusBoard, TheNodeVerdictIsAlwaysTheOneItsGpusGive) {
+  core::IncidentLog log;
+  StatusBoard board(log);
+  board.SetDevice(Gpu(0));
+  board.SetDevice(Gpu(1));
+  core::DeviceHealth ok;
+  ok.gpu = 0;
+  ok.uuid = Gpu(0).uuid;
+  board.RecordHealth(ok, log.Observe(ok, false, 1, std::chrono::system_clock::now()), false);
+  DaemonStatus first_cycle;
+  first_cycle.cycles = 0;
+  json doc = json::parse(board.Render(first_cycle, std::chrono::system_clock::now()));
+  EXPECT_EQ(doc["gpus"][0]["verdict"], "ok");
+  EXPECT_EQ(doc["gpus"][1]["verdict"], "pending");
+  EXPECT_EQ(doc["verdict"], "pending");
+  // The second judged ok before the cycle is counted: ok, as its GPUs are.
+  ok.gpu = 1;
+  ok.uuid = Gpu(1).uuid;
+  board.RecordHealth(ok, log.Observe(ok, false, 1, std::chrono::system_clock::now()), false);
+  doc = json::parse(board.Render(first_cycle, std::chrono::system_clock::now()));
+  EXPECT_EQ(doc["verdict"], "ok");
+  const core::DeviceHealth degraded = Degraded();
+  board.RecordHealth(degraded, log.Observe(degraded, false, 1, std::chrono::system_clock::now()),
+                     false);
+  doc = json::parse(board.Render(first_cycle, std::chrono::system_clock::now()));
+  EXPECT_EQ(doc["verdict"], "degraded");
+  core::IncidentLog empty_log;
+  StatusBoard none(empty_log);
+  doc = json::parse(none.Render(first_cycle, std::chrono::system_clock::now()));
+  EXPECT_EQ(doc["verdict"], "pending");
+}
+
 TEST(StatusBoard, SaysWhatWasRecorded) {
   core::IncidentLog log;
   StatusBoard board(log);

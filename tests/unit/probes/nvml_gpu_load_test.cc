@@ -159,6 +159,13 @@ TEST(NvmlLoad, TheBusyReadingOrNothingWhenAValueIsNotAvailable) {
   EXPECT_DOUBLE_EQ(load->pcie_bytes_per_s, 2000 * 1024.0);
   nvml->Set(kBus, [](auto& g) { g.utilization_rc = kNvmlErrorNotSupported; });
   EXPECT_FALSE(reader->Read(Gpu()));
+  // A MIG-enabled GPU has no utilization: busy is judged by its PCIe throughput alone.
+  DeviceInfo mig = Gpu();
+  mig.mig.mode = MigMode::kEnabled;
+  const auto mig_load = reader->Read(mig);
+  ASSERT_TRUE(mig_load);
+  EXPECT_EQ(mig_load->utilization_percent, 0);
+  EXPECT_DOUBLE_EQ(mig_load->pcie_bytes_per_s, 2000 * 1024.0);
 }
 
 TEST(NvmlLoad, UtilizationRightAfterTheProbeFromTheDriversSamples) {

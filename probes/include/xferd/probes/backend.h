@@ -25,6 +25,11 @@ class TransferBackend {
 
   virtual Capabilities GetCapabilities(int device) const = 0;
 
+  // Read the devices' shape again (confidential computing, MIG: what the driver says now),
+  // for Devices() and GetCapabilities() from then on: at start and on reload. A backend
+  // whose shape is set otherwise (the simulated one's, by its config) keeps it.
+  virtual void RefreshShape() {}
+
   // The PCIe path from the device to its root port, read now (link speeds drop when idle:
   // call it while a probe runs to see the trained link).
   virtual LinkPath ReadLinkPath(int device) const = 0;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ inline constexpr NvmlReturn kNvmlSuccess = 0;
 inline constexpr NvmlReturn kNvmlErrorInvalidArgument = 2;
 inline constexpr NvmlReturn kNvmlErrorNotSupported = 3;  // "N/A" in nvidia-smi
 inline constexpr NvmlReturn kNvmlErrorNotFound = 6;
+inline constexpr NvmlReturn kNvmlErrorFunctionNotFound = 13;  // the driver lacks the call
 inline constexpr NvmlReturn kNvmlErrorGpuIsLost = 15;
 inline constexpr NvmlReturn kNvmlErrorUnknown = 999;
 
@@ -42,6 +44,33 @@ struct NvmlCounterValue {
 struct NvmlSample {
   std::uint64_t timestamp_us = 0;  // Unix time, microseconds
   double value = 0;                // percent
+};
+
+// nvmlConfComputeSystemState_t, and nvmlSystemConfComputeSettings_v1_t's fields (nvml.h).
+struct NvmlConfComputeState {
+  unsigned environment = 0;    // NVML_CC_SYSTEM_ENVIRONMENT_*: 0 unavailable, 1 sim, 2 prod
+  unsigned cc_feature = 0;     // NVML_CC_SYSTEM_FEATURE_*: 0 disabled, 1 enabled
+  unsigned devtools_mode = 0;  // NVML_CC_SYSTEM_DEVTOOLS_MODE_*: 0 off, 1 on
+  // NVML_CC_SYSTEM_MULTIGPU_*: 0 none, 1 protected PCIe, 2 NVLE; nullopt from the older
+  // nvmlSystemGetConfComputeState, which has no such field.
+  std::optional<unsigned> multi_gpu_mode;
+};
+inline constexpr unsigned kNvmlCcFeatureEnabled = 1;  // NVML_CC_SYSTEM_FEATURE_ENABLED
+inline constexpr unsigned kNvmlCcMultiGpuProtectedPcie =
+    1;                                              // NVML_CC_SYSTEM_MULTIGPU_PROTECTED_PCIE
+inline constexpr unsigned kNvmlCcMultiGpuNvle = 2;  // NVML_CC_SYSTEM_MULTIGPU_NVLE
+inline constexpr unsigned kNvmlMigEnabled = 1;      // NVML_DEVICE_MIG_ENABLE
+// NVML_GPU_INSTANCE_PROFILE_COUNT in the header xferd was written against; the reader asks
+// profile indexes until NVML_ERROR_INVALID_ARGUMENT, as the header says, up to a bound.
+inline constexpr unsigned kNvmlGpuInstanceProfileBound = 64;
+
+// A GPU instance profile (nvmlGpuInstanceProfileInfo_v2_t, or v1's fields without a name).
+struct NvmlGpuInstanceProfile {
+  unsigned id = 0;  // the profile id a GPU instance names (nvmlGpuInstanceInfo_t::profileId)
+  unsigned slice_count = 0;
+  unsigned copy_engines = 0;  // copyEngineCount
+  unsigned long long memory_mib = 0;
+  std::string name;  // "MIG 3g.71gb"; "" from the v1 call
 };
 
 class NvmlApi {
@@ -89,6 +118,43 @@ class NvmlApi {
     (void)device, (void)generation, (void)width;
     return kNvmlErrorNotSupported;
   }
+
+  // The shapes of the GPUs (probes/nvml/nvml_shape.cc reads them). Each is the NVML call of
+  // the comment; a driver without it returns kNvmlErrorFunctionNotFound.
+  // nvmlSystemGetConfComputeSettings (R535+: the multi-GPU mode too), and the older
+  // nvmlSystemGetConfComputeState.
+  virtual NvmlReturn ConfComputeSettings(NvmlConfComputeState* state);
+  virtual NvmlReturn ConfComputeState(NvmlConfComputeState* state);
+  // nvmlSystemGetConfComputeGpusReadyState: 1 = the GPUs accept work.
+  virtual NvmlReturn ConfComputeGpusReady(unsigned* accepting_work);
+  // nvmlDeviceGetMigMode: kNvmlMigEnabled or 0, now and after the next reset.
+  virtual NvmlReturn MigMode(NvmlDevice device, unsigned* current, unsigned* pending);
+  // nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetMigDeviceHandleByIndex (kNvmlErrorNotFound:
+  // no MIG device at that index), nvmlDeviceGetDeviceHandleFromMigDeviceHandle.
+  virtual NvmlReturn MaxMigDeviceCount(NvmlDevice device, unsigned* count);
+  virtual NvmlReturn MigDeviceByIndex(NvmlDevice device, unsigned index, NvmlDevice* mig);
+  virtual NvmlReturn ParentOfMigDevice(NvmlDevice mig, NvmlDevice* parent);
+  // nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId of a MIG device.
+  virtual NvmlReturn GpuInstanceId(NvmlDevice mig, unsigned* id);
+  virtual NvmlReturn ComputeInstanceId(NvmlDevice mig, unsigned* id);
+  // The profile id of GPU instance `gpu_instance_id` of `device` (nvmlDeviceGetGpuInstanceById,
+  // then nvmlGpuInstanceGetInfo's profileId).
+  virtual NvmlReturn GpuInstanceProfileId(NvmlDevice device, unsigned gpu_instance_id,
+                                          unsigned* profile_id);
+  // Profile `profile_index` (NVML_GPU_INSTANCE_PROFILE_*) of `device`:
+  // nvmlDeviceGetGpuInstanceProfileInfoV (v2, with the name), else
+  // nvmlDeviceGetGpuInstanceProfileInfo. kNvmlErrorInvalidArgument past the last profile.
+  virtual NvmlReturn GpuInstanceProfileInfo(NvmlDevice device, unsigned profile_index,
+                                            NvmlGpuInstanceProfile* profile);
+  // nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2: every GPU the driver has, MIG
+  // GPUs with no instance (which CUDA does not list) too.
+  virtual NvmlReturn DeviceCount(unsigned* count);
+  virtual NvmlReturn DeviceByIndex(unsigned index, NvmlDevice* device);
+  // nvmlDeviceGetUUID ("GPU-...", "MIG-..."), nvmlDeviceGetName, nvmlDeviceGetPciInfo_v3's
+  // busId ("00000000:3B:00.0").
+  virtual NvmlReturn Uuid(NvmlDevice device, std::string* uuid);
+  virtual NvmlReturn Name(NvmlDevice device, std::string* name);
+  virtual NvmlReturn PciBusId(NvmlDevice device, std::string* bus_id);
 };
 
 // NVML from `library` through dlopen; one instance per library for the whole process (the
@@ -99,5 +165,41 @@ std::shared_ptr<NvmlApi> OpenNvml(const std::string& library = "libnvidia-ml.so.
 // The device NVML knows as `device`: by its PCI bus id, else its UUID (CUDA and NVML number
 // GPUs differently; the bus id or UUID names the same one).
 NvmlReturn FindNvmlDevice(NvmlApi& nvml, const DeviceInfo& device, NvmlDevice* out);
+
+// Confidential computing as NVML reports it: on when the CC feature is enabled or the
+// system runs in protected-PCIe mode (which takes the CC path even with the feature field
+// 0); NVLE alone is not CC. Whether the GPUs accept work, when on. Unknown, with the reason,
+// when neither call answers (a driver before R535, no NVML).
+ConfidentialComputing ReadConfidentialComputing(NvmlApi& nvml);
+
+// The MIG mode of `device` (a physical GPU) and its instances: each MIG device's UUID, GPU
+// and compute instance ids, profile name and copy engines; and the most copy engines any
+// of its profiles owns. kDisabled when the GPU has no MIG (not supported is disabled);
+// unknown, with the reason, when the mode cannot be read.
+MigState ReadMig(NvmlApi& nvml, NvmlDevice device);
+
+// Every physical GPU NVML lists, in its order, with its UUID, bus id ("0000:3b:00.0") and
+// name: how a MIG GPU with no instance, which CUDA does not list, is found.
+struct NvmlGpu {
+  std::string uuid, pci_bus_id, name;
+  NvmlDevice handle = nullptr;
+};
+std::vector<NvmlGpu> ListNvmlGpus(NvmlApi& nvml);
+
+// One physical GPU as xferd judges it, over the devices CUDA lists: a GPU without MIG is its
+// one CUDA device; a MIG-enabled GPU is all the CUDA devices on its PCI bus id (its compute
+// instances, each matched to its MIG instance by UUID), identified by the GPU's own UUID and
+// name, and a MIG GPU CUDA lists nothing of (no instance) is there too, from NVML.
+struct PhysicalGpu {
+  DeviceInfo info;       // index: its place in the list; mig filled for a MIG GPU
+  int cuda_device = -1;  // the CUDA device of a GPU without MIG; -1 for a MIG GPU
+  // For a MIG GPU, per info.mig.instances: the CUDA device of each (-1: not listed by CUDA
+  // in this process; the instance is then not reachable).
+  std::vector<int> instance_cuda_devices;
+};
+// `cuda_devices` as the CUDA runtime lists them (index = CUDA ordinal; a MIG device's bus id
+// is its GPU's). Without NVML every CUDA device stays a GPU of its own, MIG unknown.
+std::vector<PhysicalGpu> GroupPhysicalGpus(const std::vector<DeviceInfo>& cuda_devices,
+                                           NvmlApi& nvml);
 
 }  // namespace xferd::probes

@@ -62,6 +62,13 @@ std::vector<SimFault::Kind> AllSimFaultKinds();  // every kind, in the enum's or
 std::string_view ToString(SimFault::ErrorCounter counter);
 std::optional<SimFault::ErrorCounter> ParseSimErrorCounter(std::string_view text);
 
+// The simulated GPU's MIG profiles: "<slices>g.<memory>gb" with 1-7 slices, a "+me" or
+// "+gfx" suffix allowed; each slice owns one copy engine and the whole GPU (7 slices) 7.
+// Why `profile` is not one ("" when it is).
+inline constexpr int kSimMigSlices = 7;
+std::string SimMigProfileProblem(std::string_view profile);
+int SimMigSlicesOf(std::string_view profile);  // 0 when not a profile
+
 // Another process's traffic on each simulated GPU's link ([simulate]
 // foreign_traffic_bytes_per_second, foreign_traffic_duty): bursts at random moments.
 struct ForeignTrafficOptions {
@@ -97,6 +104,15 @@ struct SimOptions {
   // soak). The durations reported are the simulated ones either way.
   double time_scale = 1.0;
   std::vector<SimFault> faults;
+  // Confidential computing on the simulated host ([simulate] confidential_computing): copies
+  // at bounce-buffered rates, the modes CC forbids skipped; `cc_ready` false: the GPUs do
+  // not accept work yet (confidential_computing_ready).
+  bool confidential_computing = false;
+  bool cc_ready = true;
+  // MIG per simulated GPU ([simulate] mig, [[simulate.mig]]): device (-1 = every one) -> its
+  // GPU instances' profiles ("3g.71gb"); an empty list = MIG on with no instance. A device
+  // not named has MIG disabled.
+  std::map<int, std::vector<std::string>> mig;
   // Modes every simulated device reports unsupported, with the reason (to exercise skips).
   std::map<TransferMode, std::string> unsupported;
   ForeignTrafficOptions foreign_traffic;
@@ -136,6 +152,10 @@ class SimBackend final : public TransferBackend {
 
   // Replace the injected faults (config reload); thread-safe.
   void SetFaults(std::vector<SimFault> faults);
+  // Replace the simulated host's shape (config reload): confidential computing, its ready
+  // state and the MIG instances; Devices() says it from then on. Thread-safe.
+  void SetShape(bool confidential_computing, bool cc_ready,
+                std::map<int, std::vector<std::string>> mig);
 
   // What the simulated device does to its own link's current speed and width now, on top
   // of what its sysfs tree (or the built-in host) says: a downtrain fault's cap, and the

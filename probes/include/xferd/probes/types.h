@@ -59,6 +59,60 @@ bool IsLinkBound(TransferMode mode, Direction direction);
 std::string FormatSize(std::uint64_t bytes);
 std::optional<std::uint64_t> ParseSize(std::string_view text);
 
+// Confidential computing (CC) as the driver reports it for the system (NVML): with it on,
+// every host<->device copy goes through encrypted bounce buffers, far below what the link
+// carries. docs/health.md ("Confidential computing") says what xferd holds a GPU to then.
+enum class CcState { kUnknown, kOff, kOn };
+std::string_view ToString(CcState state);  // "unknown", "off", "on"
+
+struct ConfidentialComputing {
+  CcState state = CcState::kOff;
+  // With CC on: whether the GPUs accept work yet (nvmlSystemGetConfComputeGpusReadyState;
+  // a CC GPU takes none until attestation sets it ready); nullopt = not read.
+  std::optional<bool> gpus_ready;
+  std::string detail;   // what else the driver said: "production, protected PCIe"
+  std::string problem;  // why the state is unknown ("" when read)
+  bool On() const { return state == CcState::kOn; }
+  // On, and the driver says the GPUs take no work yet: nothing can be judged.
+  bool NotReady() const { return On() && gpus_ready == false; }
+};
+
+// MIG (Multi-Instance GPU) mode of one physical GPU and its instances as the driver lists
+// them. A MIG-enabled GPU is probed through its instances (CUDA sees one device per
+// instance, none for a GPU with no instance); its link and verdict stay the GPU's.
+enum class MigMode { kUnknown, kDisabled, kEnabled };
+std::string_view ToString(MigMode mode);  // "unknown", "disabled", "enabled"
+
+struct MigInstance {
+  std::string uuid;              // "MIG-..." as nvidia-smi -L lists it
+  int gpu_instance_id = -1;      // dcgm-exporter's GPU_I_ID
+  int compute_instance_id = -1;  // its compute instance within the GPU instance
+  std::string profile;           // dcgm-exporter's GPU_I_PROFILE: "3g.71gb"
+  int copy_engines = 0;          // its profile's copyEngineCount; 0 = unknown
+  // This process can probe through it: CUDA enumerated it when the process started (an
+  // instance created later is listed, and reached only after a restart).
+  bool reachable = true;
+};
+
+struct MigState {
+  MigMode mode = MigMode::kDisabled;
+  std::vector<MigInstance> instances;  // by GPU instance id
+  // The copy engines of the GPU's largest instance profile (the whole GPU as one
+  // instance); 0 = unknown. The link band is held only where an instance owns as many.
+  int whole_gpu_copy_engines = 0;
+  std::string problem;  // why the mode or an instance could not be read ("" when read)
+  bool Enabled() const { return mode == MigMode::kEnabled; }
+};
+
+// The instances of a MIG-enabled GPU the link is probed through: the reachable ones that
+// own the most copy engines (by GPU instance id), so their readings compare with each
+// other. Indexes into state.instances; empty when there is none (or MIG is off).
+std::vector<std::size_t> LinkInstances(const MigState& state);
+
+// Why a GPU of this shape cannot be judged at all ("MIG enabled, no GPU instance to probe
+// through", "confidential computing on, GPUs not ready for work"); "" when it can.
+std::string UnjudgeableReason(const ConfidentialComputing& cc, const MigState& mig);
+
 struct ProbeSpec {
   TransferMode mode = TransferMode::kPinned;
   Direction direction = Direction::kH2D;
@@ -171,6 +225,8 @@ struct ProbeSample {
   // link_h2d_bytes / link_d2h_bytes, or when the backend left them at 0 the warm-up and
   // timed transfers of the spec in its direction(s).
   std::pair<double, double> OwnLinkBytes() const;
+  // The MIG instance the probe went through (a MIG-enabled GPU); nullopt otherwise.
+  std::optional<MigInstance> instance;
 };
 
 struct DeviceInfo {
@@ -185,12 +241,25 @@ struct DeviceInfo {
   bool integrated = false;  // shares DRAM with the host (Jetson, IGX iGPU)
   bool c2c = false;         // reaches host memory over NVLink-C2C (Grace Hopper), not PCIe
   bool simulated = false;   // always true for the simulated backend
+  // The shape the driver reports: confidential computing (the system's) and MIG (this
+  // physical GPU's). A MIG-enabled GPU is one device here whatever its instances.
+  ConfidentialComputing cc;
+  MigState mig;
 };
 
-// What a device can do; an unsupported mode carries the reason it is skipped.
+// What a device can do; an unsupported mode (or one direction of it) carries the reason it
+// is skipped.
 struct Capabilities {
   std::map<TransferMode, std::string> unsupported;  // mode -> reason
+  std::map<std::pair<TransferMode, Direction>, std::string> unsupported_pairs;
   bool Supports(TransferMode mode) const { return !unsupported.contains(mode); }
+  // Why (mode, direction) is skipped; "" when the device can do it.
+  std::string Reason(TransferMode mode, Direction direction) const;
 };
+
+// What a GPU's shape takes away (device.cc, device.mig): with confidential computing on,
+// the modes it forbids or makes meaningless, each with the reason; the one rule both
+// backends apply.
+void ShapeCapabilities(const DeviceInfo& device, Capabilities& capabilities);
 
 }  // namespace xferd::probes
