@@ -13,9 +13,7 @@
 
 #include "cmd/backend.h"
 #include "cmd/band_output.h"
-#include "exporter/exposition.h"
 #include "exporter/http_metrics.h"
-#include "exporter/textfile.h"
 #include "platform/abandonable_call.h"
 #include "platform/build_info.h"
 #include "platform/exit_codes.h"
@@ -43,15 +41,6 @@ using std::chrono::duration_cast;
 constexpr auto kProbeStopWait = 1500ms;
 // How often the main thread looks at signals, the watchdog and the probe loop.
 constexpr auto kTick = 100ms;
-
-CycleResult ResultOfCycle(const CycleReport& r) {
-  bool all_busy = !r.devices.empty();
-  for (const auto& d : r.devices) all_busy = all_busy && d.skipped_busy;
-  if (all_busy) return CycleResult::kSkippedBusy;
-  if (r.over_budget) return CycleResult::kOverBudget;
-  if (r.errors > 0 || r.timeouts > 0 || r.skipped_busy > 0) return CycleResult::kPartial;
-  return CycleResult::kOk;
-}
 
 // What a reload cannot change in a running process; said in the log so nobody waits for it.
 void WarnRestartOnly(const Config& running, const Config& next) {
@@ -108,6 +97,9 @@ Service::Service(Config config, probes::TransferBackend& backend,
       health_(*config_),
       status_board_(incidents_),
       state_(config_->state_dir),
+      cycle_log_(health_, *seams_.clock),
+      persistence_(state_, health_, incidents_, metrics_, [this] { return CurrentConfig(); }),
+      pipeline_(health_, incidents_, backend_, *seams_.clock),
       started_(seams_.clock->Now()) {}
 
 Service::~Service() {
@@ -156,278 +148,6 @@ std::string Service::StatusDocument() const {
   daemon.uptime_s = duration<double>(*daemon.now - started_).count();
   daemon.freshness = FreshnessOf(*config);
   return status_board_.Render(daemon, std::chrono::system_clock::now());
-}
-
-// One line per (mode, direction) whose verdict flipped: the figures that made it flip and
-// the likely causes with their advice, so the log says what to check, not only that.
-void Service::LogVerdictChanges(const DeviceHealth& health) {
-  for (const PairVerdict& v : health.verdicts) {
-    if (!v.changed) continue;
-    ScopedLogFields fields(std::to_string(health.gpu), std::string(probes::ToString(v.mode)));
-    // Each size's reading as the band sees it: per direction (both ways at once: half the
-    // total, the total beside it), against the band of its own mode, where one holds it.
-    const bool both = v.direction == probes::Direction::kBidirectional;
-    std::string figures;
-    bool held = false;
-    for (const SeriesHealth& s : health.series) {
-      if (s.mode != v.mode || s.direction != v.direction) continue;
-      held = held || HeldToBand(s.mode, s.direction, s.size_bytes, health.band);
-      figures += fmt::format(
-          "{}{} {:.2f} GB/s{}{}{}{}", figures.empty() ? "" : ", ", probes::FormatSize(s.size_bytes),
-          PerDirection(s.direction, s.median_bytes_per_s) / 1e9,
-          both ? fmt::format(" per direction ({:.2f} both ways)", s.median_bytes_per_s / 1e9) : "",
-          s.BaselineReference() > 0
-              ? fmt::format(" ({}baseline {:.2f}{})",
-                            s.peer_baseline_bytes_per_s > 0 ? "peers' " : "",
-                            s.BaselineReference() / 1e9, both ? " both ways" : "")
-              : "",
-          s.Bad() ? " low" : "", s.stale ? " stale" : "");
-    }
-    if (health.band.Known() && held) {
-      const ExpectedBand band = ModeBand(health.band, v.mode, v.direction);
-      figures += fmt::format("; band {:.2f}-{:.2f} GB/s per direction",
-                             band.lower_bytes_per_s / 1e9, band.upper_bytes_per_s / 1e9);
-    }
-    std::string causes;
-    for (const Diagnosis& d : health.diagnoses) {
-      causes += fmt::format("; likely {} ({}): {}", ToString(d.cause), d.detail, d.advice);
-    }
-    spdlog::log(v.degraded ? spdlog::level::warn : spdlog::level::info,
-                "gpu {} {} {}: verdict {} ({}){}", health.gpu, probes::ToString(v.mode),
-                probes::ToString(v.direction),
-                v.degraded ? "DEGRADED"
-                : v.stale  ? "stale (its DEGRADED rested on a reading too old; not measured since)"
-                           : "back to ok",
-                figures, causes);
-  }
-}
-
-void Service::OnCycle(const CycleReport& report) {
-  const auto config = CurrentConfig();
-  // Concurrent runs first: the causes they show are part of each GPU's health below.
-  for (const GroupRun& run : report.concurrent) {
-    health_.ObserveConcurrent(run);
-    metrics_.RecordConcurrent(run, GroupBand(run.group, *config));
-    LogConcurrent(run, *config);
-  }
-  for (const DeviceCycle& dc : report.devices) {
-    CycleObservation obs;
-    obs.device = dc.device;
-    ShapeNow(obs.device);
-    obs.link_path = dc.link_path;
-    obs.samples = dc.samples;
-    obs.busy = dc.skipped_busy;
-    obs.link_errors = ReadLinkErrors(dc);
-    obs.at = seams_.clock->Now();
-    obs.at_wall = std::chrono::system_clock::now();
-    obs.confirmation = report.confirmation;
-    for (const DeviceCycle::Outlook& o : dc.outlook) obs.planned.push_back(o.spec);
-    if (link_watch_) {
-      // The capability of each link as read while probing; and what the watch saw since.
-      if (dc.link_read) link_watch_->SetPath(dc.device, dc.link_path);
-      obs.link_watch = link_watch_->State(dc.device.uuid);
-      metrics_.RecordLinkWatch(dc.device.index, obs.link_watch);
-      status_board_.RecordLinkWatch(dc.device.index, obs.link_watch);
-    }
-    const DeviceHealth health = health_.Observe(obs);
-    metrics_.RecordHealth(health);
-    const DeviceVerdict verdict =
-        incidents_.Observe(health, obs.busy, config->consecutive_bad, obs.at_wall);
-    status_board_.RecordHealth(health, verdict, obs.busy);
-    if (!report.confirmation) {
-      metrics_.RecordSchedule(dc.device.index, dc.allowance_s, dc.held_back);
-      status_board_.RecordSchedule(
-          dc.device.index, {dc.allowance_s, AllowanceCapacity(*config), config->burst_reserve_s,
-                            config->max_duty_cycle, dc.held_back, dc.outlook});
-    }
-    LogVerdictChanges(health);
-    LogStaleChange(health, verdict == DeviceVerdict::kStale);
-  }
-  // A confirmation round is no cycle: the cycle counters and timings stay the cycles'.
-  if (!report.confirmation) metrics_.RecordCycle(report.wall_s, ResultOfCycle(report));
-
-  const StateWrite w = state_.Save(health_.Snapshot(), incidents_.Incidents());
-  if (!w.skipped) {
-    metrics_.RecordStateWrite(w.ok);
-    // Said when it starts and stops failing, not every cycle (intervals can be short).
-    if (!w.ok && !state_write_failing_) {
-      spdlog::error("state: {} (said once; xferd_state_write_errors_total counts each failure)",
-                    w.error);
-    } else if (w.ok && state_write_failing_) {
-      spdlog::info("state: writing {} works again", state_.path().string());
-    }
-    state_write_failing_ = !w.ok;
-  }
-
-  WriteTextfile(*config);
-
-  const std::string summary = health_.Summary();
-  if (report.confirmation) {
-    std::string ran;
-    for (const DeviceCycle& dc : report.devices) {
-      for (const probes::ProbeSample& s : dc.samples) {
-        ran +=
-            fmt::format("{}gpu{} {} {} {:.2f} GB/s{}{}", ran.empty() ? "" : ", ", dc.device.index,
-                        probes::ToString(s.spec.mode), probes::ToString(s.spec.direction),
-                        s.MedianBandwidth() / 1e9,
-                        s.spec.direction == probes::Direction::kBidirectional ? " both ways" : "",
-                        s.Contended() ? " (contended)" : "");
-      }
-    }
-    spdlog::info("cycle {} confirmation: {} ({:.3f} s device); {}", report.number,
-                 ran.empty() ? "nothing ran" : ran, report.device_s, summary);
-    std::lock_guard lock(status_mutex_);
-    status_ = fmt::format("cycle {}: {}", report.number, summary);
-    return;
-  }
-  const double duty = report.wall_s + report.next_in.count() / 1e3 > 0
-                          ? report.device_s / (report.wall_s + report.next_in.count() / 1e3)
-                          : 0;
-  // What the allowance held back, and when the stalest of it is due, per GPU.
-  std::string held;
-  for (const DeviceCycle& dc : report.devices) {
-    if (dc.held_back == 0) continue;
-    std::optional<SteadyTime> latest;
-    bool never = false;
-    for (const DeviceCycle::Outlook& o : dc.outlook) {
-      if (!o.held_back) continue;
-      if (!o.next_run) never = true;
-      if (o.next_run && (!latest || *o.next_run > *latest)) latest = o.next_run;
-    }
-    held += fmt::format(
-        "{}gpu {}: {}{}", held.empty() ? "; " : ", ", dc.device.index, dc.held_back,
-        never ? ", some not within 2 h"
-        : latest
-            ? fmt::format(", all by {}",
-                          FormatSeconds(duration<double>(*latest - seams_.clock->Now()).count(), 0))
-            : "");
-  }
-  spdlog::info(
-      "cycle {}: {} ok, {} contended, {} error, {} timeout, {} unsupported, {} skipped busy, "
-      "{} over budget, {} held back (allowance{}); {:.3f} s wall, {:.3f} s device, duty {:.4f}; "
-      "next in {:.1f} s; {}",
-      report.number, report.ok - report.contended, report.contended, report.errors, report.timeouts,
-      report.unsupported, report.skipped_busy, report.skipped_budget, report.held_back, held,
-      report.wall_s, report.device_s, duty, report.next_in.count() / 1e3, summary);
-  std::lock_guard lock(status_mutex_);
-  status_ = fmt::format("cycle {}: {}", report.number, summary);
-}
-
-// Between cycles (the probe thread wakes for it): verdicts whose readings grew too old
-// since the last cycle, published when their bound says (HealthTracker::Expire), on every
-// surface.
-void Service::ExpireVerdicts() {
-  const auto config = CurrentConfig();
-  for (const DeviceHealth& health : health_.Expire(seams_.clock->Now())) {
-    metrics_.RecordHealth(health);
-    // Nothing was judged, time passed: it counts as no judgement (as a busy cycle).
-    const DeviceVerdict verdict = incidents_.Observe(health, /*busy=*/true, config->consecutive_bad,
-                                                     std::chrono::system_clock::now());
-    status_board_.RecordHealth(health, verdict, false);
-    LogVerdictChanges(health);
-    LogStaleChange(health, verdict == DeviceVerdict::kStale);
-  }
-}
-
-// A GPU whose verdict went stale (its headline series unmeasured past their bound) and back.
-void Service::LogStaleChange(const DeviceHealth& health, bool stale) {
-  bool& was = stale_said_[health.gpu];
-  if (stale == was) return;
-  was = stale;
-  ScopedLogFields fields(std::to_string(health.gpu), "");
-  if (stale) {
-    spdlog::warn(
-        "gpu {}: verdict STALE: its headline probes (pinned h2d and d2h) have no reading "
-        "younger than {} ({} of its series stale): the GPU went unmeasured (busy, the cycle "
-        "budget, failing probes: see the lines above); xferd health answers unknown until it "
-        "is measured again",
-        health.gpu, FormatSeconds(FreshnessOf(*CurrentConfig()).headline_s, 0),
-        health.StaleSeries());
-  } else {
-    spdlog::info("gpu {}: measured again: its verdict is current ({})", health.gpu,
-                 health.Degraded() ? "DEGRADED" : "ok");
-  }
-}
-
-void Service::ShapeNow(probes::DeviceInfo& device) const {
-  // The backend's shape as of the last start or reload (a MIG instance made since, CC
-  // turned on).
-  for (const probes::DeviceInfo& now : backend_.Devices()) {
-    if (now.index != device.index) continue;
-    device.cc = now.cc;
-    device.mig = now.mig;
-  }
-}
-
-LinkErrorGrowth Service::ReadLinkErrors(const DeviceCycle& dc) {
-  if (!seams_.link_errors) return {};
-  // A busy cycle read no path: the counters are read on the path as it stands.
-  const probes::LinkPath path =
-      dc.link_read ? dc.link_path : backend_.ReadLinkPath(dc.device.index);
-  const LinkErrorReading reading = link_errors_.Observe(
-      dc.device, seams_.link_errors->Read(dc.device, path), seams_.clock->Now());
-  metrics_.RecordLinkErrors(dc.device, reading);
-  status_board_.RecordLinkErrors(dc.device, reading);
-  return link_errors_.Growth(dc.device.uuid);
-}
-
-void Service::LogConcurrent(const GroupRun& run, const Config& config) {
-  std::string members;
-  for (std::size_t i = 0; i < run.samples.size() && i < run.devices.size(); ++i) {
-    const probes::ProbeSample& s = run.samples[i];
-    members += fmt::format("{}{} {}", members.empty() ? "" : ", ", run.devices[i].index,
-                           s.status == probes::ProbeStatus::kOk
-                               ? fmt::format("{:.2f}", s.MedianBandwidth() / 1e9)
-                               : std::string(probes::ToString(s.status)));
-  }
-  const core::ExpectedBand band = GroupBand(run.group, config);
-  spdlog::info("concurrent {} pinned {}: GPUs {} GB/s; together {}{}", run.group.name,
-               probes::ToString(run.spec.direction), members,
-               run.AllOk() ? fmt::format("{:.2f} GB/s", run.Aggregate() / 1e9) : "n/a",
-               band.Known() && AggregateHeldToBand(run.spec.direction)
-                   ? fmt::format(" (expected {:.2f}-{:.2f})", band.lower_bytes_per_s / 1e9,
-                                 band.upper_bytes_per_s / 1e9)
-                   : "");
-}
-
-void Service::WriteTextfile(const Config& config) {
-  if (config.textfile_path.empty()) return;
-  if (config.textfile_path != textfile_swept_) {
-    // Once per path (at start, and when a reload names another): what writes of an earlier
-    // run interrupted by a crash left beside it, and only that (platform/files.h).
-    textfile_swept_ = config.textfile_path;
-    if (const std::size_t removed = RemoveAbandonedTempFiles(config.textfile_path)) {
-      spdlog::info(
-          "textfile: removed {} temporary file(s) ({}*) that writes interrupted by a "
-          "crash left",
-          removed,
-          (config.textfile_path.parent_path() / AtomicTempPrefix(config.textfile_path)).string());
-    }
-  }
-  std::error_code ec;
-  if (std::filesystem::is_symlink(config.textfile_path, ec)) {
-    // Said once per link: the write replaces it with the file itself (platform/files.h).
-    const auto target = std::filesystem::read_symlink(config.textfile_path, ec);
-    spdlog::warn(
-        "textfile: {} is a symbolic link (to {}); it is replaced by a regular file of "
-        "xferd's own mode (0644) and group: xferd never writes through a link, nor "
-        "takes its target's permissions; point [daemon] textfile_path at the file "
-        "node_exporter reads",
-        platform::PrintablePath(config.textfile_path.string()),
-        platform::PrintablePath(target.string()));
-  }
-  try {
-    exporter::WriteTextfile(config.textfile_path,
-                            RenderExposition(Collectables{metrics_.Exposition()}, "xferd_"));
-    if (textfile_failing_) {
-      spdlog::info("textfile: writing {} works again", config.textfile_path.string());
-    }
-    textfile_failing_ = false;
-  } catch (const std::exception& e) {
-    metrics_.RecordTextfileWrite(false);
-    if (!textfile_failing_) spdlog::error("textfile: {}", e.what());
-    textfile_failing_ = true;
-  }
 }
 
 void Service::CheckStall() {
@@ -569,8 +289,9 @@ void Service::FinishReload() {
   }
   if (!pending->announced) return;
   seams_.notifier->Ready();
-  std::lock_guard lock(status_mutex_);
-  if (!status_.empty()) seams_.notifier->Status(status_);
+  if (const std::string status = cycle_log_.Status(); !status.empty()) {
+    seams_.notifier->Status(status);
+  }
 }
 
 void Service::StartServing(const Config& config) {
@@ -710,9 +431,15 @@ void Service::Prepare(const Config& config) {
     metrics_.RecordLinkPath(d.index, p);
     status_board_.RecordLinkPath(d.index, p);
   };
-  callbacks.on_cycle = [this](const CycleReport& r) { OnCycle(r); };
+  // What a cycle came to, judged once and handed to every surface in one pass.
+  pipeline_.SetLinkErrorReader(seams_.link_errors);
+  pipeline_.Add(metrics_);
+  pipeline_.Add(status_board_);
+  pipeline_.Add(persistence_);
+  pipeline_.Add(cycle_log_);
+  callbacks.on_cycle = [this](const CycleReport& r) { pipeline_.Fold(r, *CurrentConfig()); };
   callbacks.next_expiry = [this] { return health_.NextExpiry(); };
-  callbacks.on_expiry = [this] { ExpireVerdicts(); };
+  callbacks.on_expiry = [this] { pipeline_.Expire(*CurrentConfig()); };
   callbacks.flip_ahead = [this](const probes::DeviceInfo& d, const probes::LinkPath& path,
                                 const probes::ProbeSample& s) {
     return health_.ReadingsToFlip(d, path, s);
@@ -724,8 +451,7 @@ void Service::Prepare(const Config& config) {
     LinkWatchHooks hooks;
     hooks.probing_since = [this](int device) { return scheduler_->ProbingSince(device); };
     hooks.on_change = [this](const probes::DeviceInfo& d, const LinkWatchState& state) {
-      metrics_.RecordLinkWatch(d.index, state);
-      status_board_.RecordLinkWatch(d.index, state);
+      pipeline_.LinkWatchChanged(d, state);
     };
     link_watch_ = std::make_unique<LinkWatcher>(*seams_.link_state, devices_, config, *seams_.clock,
                                                 std::move(hooks));
@@ -734,10 +460,9 @@ void Service::Prepare(const Config& config) {
     for (const auto& d : devices_) {
       link_watch_->SetPath(d, backend_.ReadLinkPath(d.index));
       // Its counters at 0 from the first scrape, where it has links to read.
-      const LinkWatchState state = link_watch_->State(d.uuid);
-      metrics_.RecordLinkWatch(d.index, state);
-      status_board_.RecordLinkWatch(d.index, state);
+      pipeline_.LinkWatchChanged(d, link_watch_->State(d.uuid));
     }
+    pipeline_.SetLinkWatch(link_watch_.get());
     spdlog::info("link watch: {}", link_watch_->Describe());
   }
 }
@@ -816,8 +541,7 @@ int Service::Supervise(ProbeThread& probe) {
         ready_ = true;
         spdlog::info("ready: first probe cycle done");
       }
-      std::lock_guard lock(status_mutex_);
-      seams_.notifier->Status(status_);
+      seams_.notifier->Status(cycle_log_.Status());
     }
     CheckStall();
     const auto now = std::chrono::steady_clock::now();

@@ -19,9 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "cmd/cycle_log.h"
+#include "cmd/persistence.h"
 #include "config/config.h"
 #include "core/busy_detector.h"
 #include "core/clock.h"
+#include "core/cycle_pipeline.h"
 #include "core/health_tracker.h"
 #include "core/incident_log.h"
 #include "core/link_errors.h"
@@ -88,22 +91,13 @@ class Service {
 
  private:
   std::shared_ptr<const config::Config> CurrentConfig() const;
-  void OnCycle(const core::CycleReport& report);                      // probe thread
-  void LogVerdictChanges(const core::DeviceHealth& health);           // verdict_mutex_ held
-  void LogStaleChange(const core::DeviceHealth& health, bool stale);  // verdict_mutex_ held
-  void ExpireVerdicts();                                              // main thread
-  void LogConcurrent(const core::GroupRun& run, const config::Config& config);  // probe thread
-  void WriteTextfile(const config::Config& config);                             // probe thread
-  // The device's CC and MIG shape as the backend has it now (start, reload).
-  void ShapeNow(probes::DeviceInfo& device) const;
-  core::LinkErrorGrowth ReadLinkErrors(const core::DeviceCycle& cycle);         // probe thread
-  void StartReload();                                                           // main thread
-  bool ReloadReady() const;                                                     // main thread
-  void FinishReload();                                                          // main thread
-  exporter::HealthState Healthz() const;                                        // HTTP threads
-  void CheckStall();                                                            // main thread
-  void StartServing(const config::Config& config);                              // main thread
-  void StopServing();                                                           // main thread
+  void StartReload();                               // main thread
+  bool ReloadReady() const;                         // main thread
+  void FinishReload();                              // main thread
+  exporter::HealthState Healthz() const;            // HTTP threads
+  void CheckStall();                                // main thread
+  void StartServing(const config::Config& config);  // main thread
+  void StopServing();                               // main thread
   void StartHealthSocket(const config::Config& config,
                          const web::HttpServer::Handler& handler);  // main thread
   void Prepare(const config::Config& config);                       // main thread, first
@@ -125,8 +119,12 @@ class Service {
   core::IncidentLog incidents_;
   // The status API: fed the values metrics_ is fed, in the same callbacks.
   exporter::StatusBoard status_board_;
-  core::LinkErrorTracker link_errors_;
   core::StateFile state_;
+  CycleLog cycle_log_;       // the log lines of each cycle and the STATUS text
+  Persistence persistence_;  // the state file and the textfile, after each cycle
+  // Each cycle's report judged once and handed to metrics_, status_board_, persistence_
+  // and cycle_log_ in that order (Prepare adds them).
+  core::CyclePipeline pipeline_;
   std::unique_ptr<core::Scheduler> scheduler_;
   mutable std::mutex servers_mutex_;  // http_ and health_socket_ as refusal_metrics_ reads them
   std::unique_ptr<core::LinkWatcher> link_watch_;  // with seams_.link_state
@@ -136,14 +134,6 @@ class Service {
 
   const core::SteadyTime started_;
   std::atomic<bool> stalled_{false};
-  mutable std::mutex status_mutex_;
-  std::string status_;  // the STATUS line of the last cycle
-  bool state_write_failing_ = false, textfile_failing_ = false;  // probe thread only
-  // Held while a GPU's health is judged and published (the probe thread after each cycle,
-  // the main thread as readings grow old), so an older judgement never overwrites a newer.
-  std::mutex verdict_mutex_;
-  std::map<int, bool> stale_said_;        // per GPU: its verdict was logged stale (verdict_mutex_)
-  std::filesystem::path textfile_swept_;  // probe thread: leftovers removed beside this one
 
   // A reload reads its files on a thread of its own, so that a file on a hung file system
   // cannot keep the main thread from SIGTERM and the watchdog; the main thread applies the

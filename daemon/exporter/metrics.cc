@@ -439,8 +439,7 @@ void Metrics::RecordHealth(const DeviceHealth& health) {
     // GPU pinned_async where its chunks' per-copy cost bounds it (core::HoldOf). A GPU with
     // no band (confidential computing without a published figure, a MIG GPU's small
     // instances) has nothing to be exempt from: every series keeps its baseline.
-    if (health.band.Known() &&
-        core::BandExempt(s.mode, s.direction, s.size_bytes, health.band)) {
+    if (health.band.Known() && core::BandExempt(s.mode, s.direction, s.size_bytes, health.band)) {
       Gauge(FamilyId::kBandExempt)
           .Add({{"gpu", gpu},
                 {"mode", Mode(s.mode)},
@@ -556,6 +555,40 @@ void Metrics::RecordLinkWatch(int gpu_index, const core::LinkWatchState& state) 
     last.reduced_->Increment(state.reduced_s - last.reduced_s);
     last.reduced_s = state.reduced_s;
   }
+}
+
+CycleResult CycleResultOf(const core::CycleReport& r) {
+  bool all_busy = !r.devices.empty();
+  for (const auto& d : r.devices) all_busy = all_busy && d.skipped_busy;
+  if (all_busy) return CycleResult::kSkippedBusy;
+  if (r.over_budget) return CycleResult::kOverBudget;
+  if (r.errors > 0 || r.timeouts > 0 || r.skipped_busy > 0) return CycleResult::kPartial;
+  return CycleResult::kOk;
+}
+
+void Metrics::OnConcurrent(const core::GroupRun& run, const core::ExpectedBand& band) {
+  RecordConcurrent(run, band);
+}
+
+void Metrics::OnLinkErrors(const probes::DeviceInfo& device,
+                           const core::LinkErrorReading& reading) {
+  RecordLinkErrors(device, reading);
+}
+
+void Metrics::OnLinkWatch(const probes::DeviceInfo& device, const core::LinkWatchState& state) {
+  RecordLinkWatch(device.index, state);
+}
+
+void Metrics::OnJudged(const core::GpuJudgement& j) {
+  RecordHealth(j.health);
+  if (j.cycle != nullptr && !j.confirmation) {
+    RecordSchedule(j.cycle->device.index, j.cycle->allowance_s, j.cycle->held_back);
+  }
+}
+
+void Metrics::OnCycleEnd(const core::CycleReport& report, const core::Settings& settings) {
+  (void)settings;
+  if (!report.confirmation) RecordCycle(report.wall_s, CycleResultOf(report));
 }
 
 void Metrics::RecordConfigReload(bool ok, double unix_seconds) {

@@ -4,8 +4,10 @@
 // types, labels, profiles and the series budget is docs/metrics.md.
 //
 // Use (the service): Metrics metrics(registry); metrics.SetBuildInfo(); per GPU at start
-// SetDevice(dev); per cycle: RecordLinkPath, RecordSample for each probe (or RecordSkipped),
-// RecordHealth, then RecordCycle. All methods are thread-safe (prometheus-cpp metrics are).
+// SetDevice(dev); per probe RecordLinkPath, RecordSample (or RecordSkipped); what a cycle
+// came to through the core::CyclePipeline it is a consumer of (RecordHealth, RecordSchedule,
+// the link's errors and watch, RecordConcurrent, RecordCycle). All methods are thread-safe
+// (prometheus-cpp metrics are).
 #pragma once
 
 #include <prometheus/counter.h>
@@ -25,6 +27,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/cycle_pipeline.h"
 #include "core/health_tracker.h"
 #include "core/host_groups.h"
 #include "core/link_errors.h"
@@ -47,6 +50,9 @@ ProbeResult ResultOf(probes::ProbeStatus status);
 // Outcomes of a whole cycle, the `result` label of xferd_cycles_total.
 enum class CycleResult { kOk, kPartial, kSkippedBusy, kOverBudget };
 std::string_view ToString(CycleResult result);  // "ok", "partial", "skipped_busy", "over_budget"
+// Every GPU skipped busy; else over its budget; else some probe failed, timed out or was
+// skipped busy; else ok.
+CycleResult CycleResultOf(const core::CycleReport& report);
 
 // Bucket boundaries (seconds) of one duration histogram: 9 fine boundaries of ratio 2^(1/8)
 // (~1.09) from 0.917x to 1.83x the anchor duration and one coarse boundary at 4x. Every
@@ -62,10 +68,10 @@ std::string DcgmBusId(std::string_view bus_id);
 // set (a Kubernetes pod's node, from the downward API), else the host name.
 std::string NodeName();
 
-class Metrics {
+class Metrics final : public core::CycleConsumer {
  public:
   explicit Metrics(prometheus::Registry& registry, std::string node_name = NodeName());
-  ~Metrics();
+  ~Metrics() override;
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
@@ -129,6 +135,16 @@ class Metrics {
   // capability (the counters start at 0 once it watches the GPU's links). Any thread; the
   // generation moves only when a count did.
   void RecordLinkWatch(int gpu, const core::LinkWatchState& state);
+
+  // What a cycle came to (core::CyclePipeline): each GPU's health and, after a cycle, its
+  // schedule; the link's errors and watch; the concurrent runs; the cycle's outcome (a
+  // confirmation round is no cycle: the cycle counters and timings stay the cycles').
+  void OnConcurrent(const core::GroupRun& run, const core::ExpectedBand& band) override;
+  void OnLinkErrors(const probes::DeviceInfo& device,
+                    const core::LinkErrorReading& reading) override;
+  void OnLinkWatch(const probes::DeviceInfo& device, const core::LinkWatchState& state) override;
+  void OnJudged(const core::GpuJudgement& judgement) override;
+  void OnCycleEnd(const core::CycleReport& report, const core::Settings& settings) override;
 
   void RecordConfigReload(bool ok, double unix_seconds);
   void RecordStateWrite(bool ok);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "core/allowance.h"
 #include "core/band.h"
 #include "platform/build_info.h"
 #include "platform/printable.h"
@@ -247,6 +248,23 @@ void StatusBoard::RecordHealth(const core::DeviceHealth& health, DeviceVerdict v
   d.health = health;
   d.verdict = verdict;
   d.busy = busy;
+}
+
+void StatusBoard::OnLinkErrors(const probes::DeviceInfo& device,
+                               const core::LinkErrorReading& reading) {
+  RecordLinkErrors(device, reading);
+}
+
+void StatusBoard::OnLinkWatch(const probes::DeviceInfo& device, const core::LinkWatchState& state) {
+  RecordLinkWatch(device.index, state);
+}
+
+void StatusBoard::OnJudged(const core::GpuJudgement& j) {
+  RecordHealth(j.health, j.verdict, j.busy);
+  if (j.cycle == nullptr || j.confirmation) return;
+  RecordSchedule(j.cycle->device.index, {j.cycle->allowance_s, core::AllowanceCapacity(j.settings),
+                                         j.settings.burst_reserve_s, j.settings.max_duty_cycle,
+                                         j.cycle->held_back, j.cycle->outlook});
 }
 
 void StatusBoard::RecordSchedule(int gpu, GpuSchedule schedule) {

@@ -24,6 +24,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/cycle_pipeline.h"
 #include "core/freshness.h"
 #include "core/health_tracker.h"
 #include "core/incident_log.h"
@@ -79,9 +80,18 @@ struct GpuSchedule {
 };
 
 // Thread-safe: the Record* methods from the probe thread, Render from the HTTP threads.
-class StatusBoard {
+// What a cycle came to reaches it as a consumer of the core::CyclePipeline, as it reaches
+// Metrics: the board shows what the metrics export.
+class StatusBoard final : public core::CycleConsumer {
  public:
   explicit StatusBoard(const core::IncidentLog& incidents);
+
+  // From the pipeline: each GPU's health and verdict and, after a cycle, its schedule; the
+  // link's errors and watch.
+  void OnLinkErrors(const probes::DeviceInfo& device,
+                    const core::LinkErrorReading& reading) override;
+  void OnLinkWatch(const probes::DeviceInfo& device, const core::LinkWatchState& state) override;
+  void OnJudged(const core::GpuJudgement& judgement) override;
 
   void SetDevice(const probes::DeviceInfo& device);
   void RecordLinkPath(int gpu, const probes::LinkPath& path);
