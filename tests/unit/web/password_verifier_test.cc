@@ -198,9 +198,14 @@ TEST(PasswordVerifier, AnAddressThatKeepsFailingGetsOneCheckAtATime) {
   options.penalty_after_failures = 2;
   options.penalty_per_address = 2;
   PasswordVerifier verifier(options);
-  verifier.SetUsers({{"prometheus", kCost8}});
+  verifier.SetUsers({{"prometheus", kCost8}, {"slow", kCost12}});
   EXPECT_EQ(CheckOnce(verifier, "192.0.2.1", "prometheus", "a"), LoginVerdict::kDenied);
   EXPECT_EQ(CheckOnce(verifier, "192.0.2.1", "prometheus", "b"), LoginVerdict::kDenied);
+  // The one verifier thread busy with another address's slow login, so that none of the
+  // failing address's starts before all three have asked (on a loaded machine the first
+  // could otherwise be checked and gone, and make room for the third).
+  Login busy(verifier, "10.0.0.9", "slow", "x");
+  ASSERT_TRUE(busy.parked());
   // Now failing: its logins queue, two at most; the next at the same time is told 429.
   Login first(verifier, "192.0.2.1", "prometheus", "c");
   Login second(verifier, "192.0.2.1", "prometheus", "d");
@@ -212,6 +217,7 @@ TEST(PasswordVerifier, AnAddressThatKeepsFailingGetsOneCheckAtATime) {
   // Both queued ones are checked.
   EXPECT_EQ(first.Wait(), LoginVerdict::kDenied);
   EXPECT_EQ(second.Wait(), LoginVerdict::kDenied);
+  EXPECT_EQ(busy.Wait(), LoginVerdict::kDenied);
   // Its right password still works, and clears the record.
   EXPECT_EQ(CheckOnce(verifier, "192.0.2.1", "prometheus", "test-password"),
             LoginVerdict::kAllowed);
