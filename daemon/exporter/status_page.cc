@@ -65,44 +65,6 @@ std::string RowClass(const SeriesView& s) {
   return "";
 }
 
-// The figures a headline says: "5.10 GB/s < 19.85 GB/s band".
-std::string HeadlineFigures(const GpuView& g) {
-  if (!g.headline_reading) return "";
-  if (!g.headline_reference || g.headline_below.empty()) {
-    return FormatGbps(g.headline_reading) + " GB/s (recovering)";
-  }
-  const std::string against = g.headline_below == "baseline" && g.headline_of == "peers"
-                                  ? "peers' baseline"
-                                  : g.headline_below;
-  return fmt::format("{} GB/s &lt; {} GB/s {}", FormatGbps(g.headline_reading),
-                     FormatGbps(g.headline_reference), Esc(against));
-}
-
-// What the verdict rests on, in one line: the worst series and the cause that leads, or
-// why the GPU has no verdict it can be judged by.
-std::string Why(const GpuView& g) {
-  if (g.verdict == "ok") {
-    return g.stale_series > 0
-               ? fmt::format("within band; {} series without a current reading", g.stale_series)
-               : "within band";
-  }
-  if (g.verdict == "degraded") {
-    std::string line;
-    if (g.has_headline) line = Esc(g.headline_series) + ": " + HeadlineFigures(g);
-    const std::string cause = g.LeadingCause();
-    if (!cause.empty()) line += (line.empty() ? "" : "; ") + std::string("cause ") + Esc(cause);
-    return line.empty() ? "degraded" : line;
-  }
-  if (!g.verdict_reason.empty()) return Esc(g.verdict_reason);
-  if (g.verdict == "pending")
-    return "no verdict yet: being judged (first cycles, or after a restart)";
-  if (g.verdict == "stale") {
-    return "its headline series have no current reading (busy, the cycle budget, or failing "
-           "probes): not known";
-  }
-  return "not known";
-}
-
 struct Plotted {
   const SeriesView* series;
   std::string_view colour;
@@ -395,7 +357,8 @@ std::string GpuSection(const GpuView& g) {
       Esc(g.verdict), g.index, Esc(g.verdict), g.index, Esc(g.name), VerdictBadge(g.verdict));
   out += fmt::format("<p class=\"dim small\">{} &middot; {}{}</p>\n", Esc(g.uuid),
                      Esc(g.pci_bus_id), g.simulated ? " &middot; simulated device" : "");
-  out += fmt::format("<p class=\"why{}\">{}</p>\n", g.verdict == "degraded" ? " bad" : "", Why(g));
+  out += fmt::format("<p class=\"why{}\">{}</p>\n", g.verdict == "degraded" ? " bad" : "",
+                     Esc(VerdictLine(g)));
   out += "<div class=\"cols\">\n" + Plots(g) + LinkFacts(g) + "</div>\n";
   out += SeriesTable(g) + CausesTable(g) + CountersTable(g);
   return out + "</section>\n";
@@ -410,7 +373,7 @@ std::string Overview(const StatusView& v) {
         "<tr{}><td><a href=\"#gpu{}\">gpu{}</a> <span class=\"dim\">{}</span></td><td>{}</td>"
         "<td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
         g.verdict == "degraded" ? " class=\"bad\"" : "", g.index, g.index, Esc(g.name),
-        VerdictBadge(g.verdict), Why(g), g.series.size(), g.stale_series);
+        VerdictBadge(g.verdict), Esc(VerdictLine(g)), g.series.size(), g.stale_series);
   }
   return out + "</tbody></table>\n";
 }

@@ -273,6 +273,39 @@ std::string GpuView::LeadingCause() const {
   return headline_cause;
 }
 
+std::string VerdictLine(const GpuView& g) {
+  if (g.verdict == "ok") {
+    return g.stale_series > 0
+               ? fmt::format("within band; {} series without a current reading", g.stale_series)
+               : "within band";
+  }
+  if (g.verdict == "degraded") {
+    std::string line;
+    if (g.has_headline) {
+      line = g.headline_series + ": " + FormatGbps(g.headline_reading) + " GB/s";
+      if (g.headline_reference && !g.headline_below.empty()) {
+        line += fmt::format(" < {} GB/s {}", FormatGbps(g.headline_reference),
+                            g.headline_below == "baseline" && g.headline_of == "peers"
+                                ? "peers' baseline"
+                                : g.headline_below);
+      } else {
+        line += " (recovering)";
+      }
+    }
+    const std::string cause = g.LeadingCause();
+    if (!cause.empty()) line += (line.empty() ? "" : "; ") + std::string("cause ") + cause;
+    return line.empty() ? "degraded" : line;
+  }
+  if (!g.verdict_reason.empty()) return g.verdict_reason;
+  if (g.verdict == "pending")
+    return "no verdict yet: being judged (first cycles, or after a restart)";
+  if (g.verdict == "stale") {
+    return "its headline series have no current reading (busy, the cycle budget or failing "
+           "probes): not known";
+  }
+  return "not known";
+}
+
 std::optional<StatusView> ReadStatusView(std::string_view document, std::string& problem) {
   const json doc = json::parse(document, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) {

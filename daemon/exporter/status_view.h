@@ -135,6 +135,12 @@ struct StatusView {
   std::vector<IncidentView> incidents;
 };
 
+// What a GPU's verdict rests on, in one line of text: its worst series' figures and the
+// cause that leads ("pinned h2d 64MiB: 5.10 GB/s < 19.85 GB/s band; cause
+// link_downtrained"), "within band", or why it has no verdict it can be judged by (the
+// document's verdict_reason, for a word this xferd may not know).
+std::string VerdictLine(const GpuView& gpu);
+
 // The view of a status document's text. Never throws: a field the document lacks, or holds
 // in another type, stays empty. nullopt, with `problem` set, only when the text is no JSON
 // object.
