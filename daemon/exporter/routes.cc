@@ -207,20 +207,19 @@ class RenderedStatus {
     return text.zipped;
   }
 
-  // The page of the document, made once per render when a client first asks for it (one
-  // page at a time: the parse of a 64-GPU host's document holds a few MB for a moment).
-  static std::shared_ptr<const std::string> Page(const Text& text, const ExporterRoutes& routes) {
+  // The page of the document, made once per render when a client first asks for it. Under
+  // the lock the document renders under: the two never render at once (each holds a tree
+  // several times its text for a moment: a 64-GPU host's document is ~1 MB).
+  std::shared_ptr<const std::string> Page(const Text& text, const ExporterRoutes& routes) {
     std::call_once(text.page_once, [&] {
-      static std::mutex one_at_a_time;
-      std::lock_guard lock(one_at_a_time);
+      std::lock_guard lock(mutex_);
       text.page =
           std::make_shared<const std::string>(RenderStatusPage(*text.plain, routes.telemetry_path));
       malloc_trim(0);
     });
     return text.page;
   }
-  static std::shared_ptr<const std::string> PageGzipped(const Text& text,
-                                                        const ExporterRoutes& routes) {
+  std::shared_ptr<const std::string> PageGzipped(const Text& text, const ExporterRoutes& routes) {
     const auto page = Page(text, routes);
     std::call_once(text.page_zipped_once, [&] { text.page_zipped = Gzip(*page); });
     return text.page_zipped;
@@ -276,9 +275,9 @@ HttpResponse PageResponse(const ExporterRoutes& routes, RenderedStatus& rendered
   const auto text = rendered.Get(routes);
   HttpResponse response = Text(200, std::string());
   response.content_type = "text/html; charset=utf-8";
-  response.shared_body = RenderedStatus::Page(*text, routes);
+  response.shared_body = rendered.Page(*text, routes);
   if (web::AcceptsGzip(request.accept_encoding)) {
-    if (auto zipped = RenderedStatus::PageGzipped(*text, routes)) {
+    if (auto zipped = rendered.PageGzipped(*text, routes)) {
       response.shared_body = std::move(zipped);
       response.headers.emplace_back("Content-Encoding", "gzip");
     }

@@ -88,12 +88,30 @@ SeriesView ReadSeries(const json& s) {
   v.stale = Bool(s, "stale");
   v.headline = Bool(s, "headline");
   v.age_s = Num(s, "age_seconds");
-  for (const json& r : List(s, "recent")) {
-    if (!r.is_array() || r.size() < 2 || !r[0].is_number() || !r[1].is_number()) continue;
-    const double age = r[0].get<double>(), rate = r[1].get<double>();
+  const json& recent = At(s, "recent");
+  const json& ages = List(recent, "age_seconds");
+  const json& rates = List(recent, "bytes_per_second");
+  for (std::size_t i = 0; i < std::min(ages.size(), rates.size()); ++i) {
+    if (!ages[i].is_number() || !rates[i].is_number()) continue;
+    const double age = ages[i].get<double>(), rate = rates[i].get<double>();
     if (std::isfinite(age) && std::isfinite(rate) && rate > 0) v.recent.push_back({age, rate});
   }
   return v;
+}
+
+IncidentView ReadIncident(const json& i) {
+  IncidentView incident;
+  incident.time = Str(i, "time");
+  incident.gpu = Int(i, "gpu", -1);
+  incident.uuid = Str(i, "uuid");
+  incident.from = Str(i, "from");
+  incident.to = Str(i, "to");
+  for (const json& s : List(i, "series")) {
+    incident.series.push_back(Str(s, "mode") + " " + Str(s, "direction"));
+  }
+  for (const json& c : List(i, "causes"))
+    incident.causes.emplace_back(Str(c, "cause"), Str(c, "detail"));
+  return incident;
 }
 
 GpuView ReadGpu(const json& g) {
@@ -307,12 +325,31 @@ std::string VerdictLine(const GpuView& g) {
 }
 
 std::optional<StatusView> ReadStatusView(std::string_view document, std::string& problem) {
-  const json doc = json::parse(document, nullptr, /*allow_exceptions=*/false);
+  StatusView v;
+  // Each GPU and incident is read into the view as soon as it is parsed, and dropped from
+  // the tree: the parse holds one GPU's tree at a time, never the whole document's (a
+  // 64-GPU host's is ~1.3 MB of text and its tree several times that).
+  std::string top_key;
+  const json::parser_callback_t read = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key) {
+      top_key = parsed.get<std::string>();
+    } else if (depth == 2 && event == json::parse_event_t::object_end) {
+      if (top_key == "gpus") {
+        v.gpus.push_back(ReadGpu(parsed));
+        return false;
+      }
+      if (top_key == "incidents") {
+        v.incidents.push_back(ReadIncident(parsed));
+        return false;
+      }
+    }
+    return true;
+  };
+  const json doc = json::parse(document, read, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) {
     problem = "not a status document (not a JSON object)";
     return std::nullopt;
   }
-  StatusView v;
   v.version = Int(doc, "version");
   v.xferd_version = Str(doc, "xferd_version");
   v.time = Str(doc, "time");
@@ -335,25 +372,9 @@ std::optional<StatusView> ReadStatusView(std::string_view document, std::string&
     v.reload_error = Str(reload, "error");
     v.reloads = Int(reload, "reloads");
   }
-  for (const json& g : List(doc, "gpus")) {
-    if (g.is_object()) v.gpus.push_back(ReadGpu(g));
-  }
-  for (const json& i : List(doc, "incidents")) {
-    if (!i.is_object()) continue;
-    IncidentView incident;
-    incident.time = Str(i, "time");
-    incident.gpu = Int(i, "gpu", -1);
-    incident.uuid = Str(i, "uuid");
-    incident.from = Str(i, "from");
-    incident.to = Str(i, "to");
-    for (const json& s : List(i, "series")) {
-      incident.series.push_back(Str(s, "mode") + " " + Str(s, "direction"));
-    }
-    for (const json& c : List(i, "causes")) {
-      incident.causes.emplace_back(Str(c, "cause"), Str(c, "detail"));
-    }
-    v.incidents.push_back(std::move(incident));
-  }
+  // A document whose gpus or incidents are no list: what they held was not read above.
+  if (!At(doc, "gpus").is_array()) v.gpus.clear();
+  if (!At(doc, "incidents").is_array()) v.incidents.clear();
   return v;
 }
 

@@ -264,7 +264,8 @@ TEST_F(PageTest, TheViewReadsWhatItCanOfAnOddDocument) {
     "version": "1",
     "daemon": {"healthy": "yes", "cycles": -1},
     "gpus": [1, {"gpu": "zero",
-                 "series": [{"mode": 3, "recent": [[1, 2], ["a", 3], [4], [5, -6]]}],
+                 "series": [{"mode": 3, "recent": {"age_seconds": [1, "a", 4, 5, 6],
+                                                    "bytes_per_second": [2, 3, 4, -6]}}],
                  "causes": "none",
                  "link": {"pcie": {"current": {"generation": "4"}}}}],
     "incidents": [{"series": [{"mode": "pinned"}]}]
@@ -275,7 +276,7 @@ TEST_F(PageTest, TheViewReadsWhatItCanOfAnOddDocument) {
   ASSERT_EQ(view->gpus.size(), 1u);
   EXPECT_EQ(view->gpus[0].index, -1);
   ASSERT_EQ(view->gpus[0].series.size(), 1u);
-  EXPECT_EQ(view->gpus[0].series[0].recent.size(), 1u);
+  EXPECT_EQ(view->gpus[0].series[0].recent.size(), 2u) << "[1, 2] and [4, 4]";
   EXPECT_TRUE(view->gpus[0].link.pcie);
   EXPECT_FALSE(RenderStatusPage(doc.dump(), "/metrics").empty());
   EXPECT_FALSE(ReadStatusView("[1, 2]", problem));

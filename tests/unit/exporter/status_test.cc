@@ -283,14 +283,16 @@ TEST(StatusBoard, KeepsTheRecentReadingsOfEachSeriesBounded) {
   DaemonStatus daemon;
   daemon.now = start + std::chrono::seconds(60 * (readings - 1) + 5);
   json doc = Render(board, daemon);
-  const json& recent = doc["gpus"][0]["series"][0]["recent"];
-  ASSERT_EQ(recent.size(), kRecentReadings);
+  const json& ages = doc["gpus"][0]["series"][0]["recent"]["age_seconds"];
+  const json& rates = doc["gpus"][0]["series"][0]["recent"]["bytes_per_second"];
+  ASSERT_EQ(ages.size(), kRecentReadings);
+  ASSERT_EQ(rates.size(), kRecentReadings);
   // The oldest kept is reading 9 (the first 8 dropped), the newest the last, 5 s ago.
-  EXPECT_EQ(recent[0][1], 9e9);
-  EXPECT_EQ(recent[0][0], 60.0 * (kRecentReadings - 1) + 5);
-  EXPECT_EQ(recent.back()[1], 1e9 * static_cast<double>(readings));
-  EXPECT_EQ(recent.back()[0], 5);
-  EXPECT_EQ(doc["gpus"][0]["series"][1]["recent"].size(), kRecentReadings);
+  EXPECT_EQ(rates[0], 9e9);
+  EXPECT_EQ(ages[0], 60.0 * (kRecentReadings - 1) + 5);
+  EXPECT_EQ(rates.back(), 1e9 * static_cast<double>(readings));
+  EXPECT_EQ(ages.back(), 5);
+  EXPECT_EQ(doc["gpus"][0]["series"][1]["recent"]["age_seconds"].size(), kRecentReadings);
 
   // The zero_copy series is planned no more: its readings go.
   health.series.pop_back();
@@ -298,11 +300,11 @@ TEST(StatusBoard, KeepsTheRecentReadingsOfEachSeriesBounded) {
   board.RecordHealth(health, core::DeviceVerdict::kDegraded, false);
   doc = Render(board, daemon);
   ASSERT_EQ(doc["gpus"][0]["series"].size(), 1u);
-  EXPECT_EQ(doc["gpus"][0]["series"][0]["recent"].back()[0], 0);
+  EXPECT_EQ(doc["gpus"][0]["series"][0]["recent"]["age_seconds"].back(), 0);
   health.series.push_back(other);
   health.series.back().measured_at.reset();
   board.RecordHealth(health, core::DeviceVerdict::kDegraded, false);
-  EXPECT_TRUE(Render(board, daemon)["gpus"][0]["series"][1]["recent"].empty());
+  EXPECT_TRUE(Render(board, daemon)["gpus"][0]["series"][1]["recent"]["age_seconds"].empty());
 }
 
 // The configuration's last load: the start's, then each reload's result, a refused one
