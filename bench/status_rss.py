@@ -7,7 +7,7 @@ and the document's size per GPU.
 
 Starts xferd on the simulated device with --devices GPUs (every mode and direction, 64 MiB,
 as the shipped plan probes), plain HTTP and no login on loopback, waits for the first
-cycle (with --full, for 33 cycles a second apart: every series' ring of recent readings
+cycle (with --full, for 33 cycles half a second apart: every series' ring of recent readings
 full, the document at its largest), and prints the status document's size (and per GPU, with gzip beside it). Then
 --clients clients read --path (/api/v1/status; / for the status page; /metrics for the
 scrape; several, comma-separated, shared out among the clients in turn) from 127.0.0.1 over
@@ -78,7 +78,7 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="xferd-status-rss-"))
     try:
         (work / "xferd.toml").write_text(
-            CONFIG.format(devices=args.devices, interval="1s" if args.full else "5s"))
+            CONFIG.format(devices=args.devices, interval="500ms" if args.full else "5s"))
         log = open(work / "xferd.log", "wb")
         proc = subprocess.Popen([args.xferd, "run", "--config", str(work / "xferd.toml"),
                                  "--web.listen-address", "127.0.0.1:0",

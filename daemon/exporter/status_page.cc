@@ -218,7 +218,10 @@ std::string Plots(const GpuView& g) {
     });
     if (worst != g.series.end() &&
         std::none_of(main.begin(), main.end(), [&](const SeriesView* s) { return s == &*worst; })) {
-      out += Plot(g, {{&*worst, kColours[0]}}, worst->band_lower, std::nullopt,
+      // Its mode's band: the GPU's where it is held to it whole (its upper bound too).
+      const bool whole = worst->band_lower && worst->band_lower == g.band_lower;
+      out += Plot(g, {{&*worst, kColours[0]}}, worst->band_lower,
+                  whole ? g.band_upper : std::nullopt,
                   fmt::format("gpu{} {}: recent readings", g.index, worst->Name()));
     }
   }
