@@ -200,9 +200,8 @@ CLI::App* AddHealthCommand(CLI::App& app, HealthCommandOptions& health) {
 CLI::App* AddStatusCommand(CLI::App& app, StatusCommandOptions& status) {
   auto* status_cmd = app.add_subcommand(
       "status",
-      "Show the running daemon's status as tables: per GPU its verdict and leading cause, each "
-      "series' reading against its band and baseline, its age and next run; the incident log. "
-      "Exit status as xferd health's");
+      "Show the running daemon's status as tables: per GPU its verdict and cause, each series "
+      "against band and baseline with its age and next run; exit status as health's");
   AddDaemonFlags(status_cmd, status.daemon);
   status_cmd->add_flag("--json", status.json,
                        "Print the status document (/api/v1/status) as the daemon served it");

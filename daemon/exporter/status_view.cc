@@ -390,7 +390,10 @@ std::string FormatGbps(std::optional<double> bytes_per_s) {
 std::string FormatAge(std::optional<double> seconds) {
   if (!seconds) return "-";
   const double s = std::max(0.0, *seconds);
-  if (s < 10 && s != std::floor(s)) return fmt::format("{:.2g} s", s);
+  // Under 10 s to a tenth (a sub-second interval on the simulated device), whole after.
+  if (const double tenths = std::round(s * 10) / 10; s < 10 && tenths != std::floor(tenths)) {
+    return fmt::format("{:.1f} s", tenths);
+  }
   if (s < 100) return fmt::format("{:.0f} s", s);
   if (s < 3600) return fmt::format("{:.0f} min", s / 60);
   if (s < 86400) {

@@ -199,7 +199,7 @@ def figure(bytes_per_s, both_ways=False):
     return "-" if bytes_per_s is None else f"{bytes_per_s / (2 if both_ways else 1) / 1e9:.2f}"
 
 
-def test_xferd_status_shows_the_documents_tables_with_the_exit_status_of_health(daemon):
+def test_the_status_command_shows_the_documents_tables_with_the_exit_status_of_health(daemon):
     config = dict(interval="300ms", devices=2, sizes=BAND)
     d = daemon(sim_config(**config)).start().wait_ready()
     d.wait_for(lambda: status(d)["daemon"]["cycles"] >= 3 and
@@ -251,7 +251,7 @@ def test_xferd_status_shows_the_documents_tables_with_the_exit_status_of_health(
     assert "ok -> degraded" in out.split("incidents, newest first:")[1]
 
 
-def test_xferd_status_asks_like_health_and_says_why_there_is_no_table(daemon):
+def test_the_status_command_asks_like_health_and_says_why_there_is_no_table(daemon):
     d = daemon(sim_config()).start().wait_ready()
     d.wait_for(lambda: status(d)["gpus"][0]["verdict"] == "ok", 30, "ok")
     dead = f"127.0.0.1:{free_port()}"

@@ -287,6 +287,8 @@ TEST(StatusViewWords, AgesAndRates) {
   EXPECT_EQ(FormatAge(0.4), "0.4 s");
   EXPECT_EQ(FormatAge(0), "0 s");
   EXPECT_EQ(FormatAge(2.5), "2.5 s");
+  EXPECT_EQ(FormatAge(0.0083), "0 s");
+  EXPECT_EQ(FormatAge(0.99), "1 s");
   EXPECT_EQ(FormatAge(59), "59 s");
   EXPECT_EQ(FormatAge(600), "10 min");
   EXPECT_EQ(FormatAge(3600 + 5 * 60), "1 h 5 min");
