@@ -202,7 +202,7 @@ std::chrono::milliseconds TimeoutOf(const DaemonClientOptions& options) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(*timeout);
 }
 
-HealthReport Unknown(std::string line) {
+HealthReport UnknownAnswer(std::string line) {
   return {HealthOutcome::kUnknown, "UNKNOWN: " + std::move(line)};
 }
 
@@ -212,22 +212,23 @@ StatusAnswer AnswerOf(const web::HttpUrl& url, const web::HttpClientResponse& re
   switch (response.status) {
     case 200: return {response.body, {}};
     case 401:
-      return {std::nullopt, Unknown(where + " refused the login (401): check "
-                                            "--basic-auth.username and the password file")};
+      return {std::nullopt, UnknownAnswer(where + " refused the login (401): check "
+                                                  "--basic-auth.username and the password file")};
     case 404:
-      return {std::nullopt, Unknown(where + " has no status API (404): is it an older xferd, "
-                                            "or another service on that port?")};
+      return {std::nullopt, UnknownAnswer(where + " has no status API (404): is it an older xferd, "
+                                                  "or another service on that port?")};
     case 429:
     case 503:
       return {std::nullopt,
-              Unknown(where + " answered " + std::to_string(response.status) +
-                      (response.status == 429 ? " (too many failed logins from this address)"
-                                              : " (busy checking other logins)") +
-                      ": the daemon refused the check; on the daemon's host xferd asks over "
-                      "the health socket, which needs no login")};
+              UnknownAnswer(where + " answered " + std::to_string(response.status) +
+                            (response.status == 429 ? " (too many failed logins from this address)"
+                                                    : " (busy checking other logins)") +
+                            ": the daemon refused the check; on the daemon's host xferd asks over "
+                            "the health socket, which needs no login")};
     default:
-      return {std::nullopt, Unknown(where + " answered " + std::to_string(response.status) + ": " +
-                                    platform::Printable(response.body.substr(0, 200), 200))};
+      return {std::nullopt,
+              UnknownAnswer(where + " answered " + std::to_string(response.status) + ": " +
+                            platform::Printable(response.body.substr(0, 200), 200))};
   }
 }
 

@@ -18,7 +18,7 @@ using nlohmann::json;
 // Outside text (a GPU's name, a cause's detail, a path) as the views may print it: control
 // bytes escaped, valid UTF-8, cut at this many bytes. The HTML page escapes it again for
 // HTML.
-constexpr std::size_t kTextBytes = 300;
+constexpr std::size_t kViewTextBytes = 300;
 
 const json& At(const json& object, const char* key) {
   static const json kNull;
@@ -29,7 +29,7 @@ const json& At(const json& object, const char* key) {
 
 std::string Str(const json& object, const char* key) {
   const json& v = At(object, key);
-  return v.is_string() ? platform::Printable(v.get<std::string>(), kTextBytes) : std::string();
+  return v.is_string() ? platform::Printable(v.get<std::string>(), kViewTextBytes) : std::string();
 }
 
 std::optional<double> Num(const json& object, const char* key) {

@@ -32,6 +32,7 @@ def stable(doc):
     for g in doc["gpus"]:
         for s in g["series"]:
             s.pop("age_seconds")
+            s["recent"].pop("age_seconds")
         for s in (g["schedule"] or {}).get("series", []):
             s.pop("next_run_in_seconds")
     return doc
@@ -103,6 +104,12 @@ def check_against_metrics(doc, m):
                 assert bw is None, s
             else:
                 assert close(s["bandwidth_bytes_per_second"], bw), (s, bw)
+            # Its recent readings end with the reading itself (to the byte), newest last.
+            recent = s["recent"]
+            assert len(recent["age_seconds"]) == len(recent["bytes_per_second"]) <= 32, s
+            if s["bandwidth_bytes_per_second"] is not None and s["age_seconds"] is not None:
+                assert recent["bytes_per_second"][-1] == round(s["bandwidth_bytes_per_second"]), s
+                assert recent["age_seconds"] == sorted(recent["age_seconds"], reverse=True), s
             base = one(m, "xferd_bandwidth_baseline_bytes_per_second", **labels)
             if s["baseline_bytes_per_second"] is None:
                 assert base is None, s
