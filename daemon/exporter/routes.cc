@@ -286,7 +286,7 @@ HttpResponse PageResponse(const ExporterRoutes& routes, RenderedStatus& rendered
   response.headers.emplace_back("Cache-Control", "no-store");
   // Nothing from elsewhere: no script, style or image but its own inline ones.
   response.headers.emplace_back("Content-Security-Policy",
-                                "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+                                "default-src 'none'; style-src 'unsafe-inline'; "
                                 "frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
   return response;
 }

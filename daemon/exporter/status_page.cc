@@ -75,7 +75,7 @@ struct Plotted {
 // ringed red), the newest at the right edge.
 std::string Plot(const GpuView& g, const std::vector<Plotted>& shown, std::optional<double> lower,
                  std::optional<double> upper, const std::string& label) {
-  constexpr double kWidth = 380, kHeight = 150, kLeft = 38, kRight = 8, kTop = 10, kBottom = 20;
+  constexpr double kWidth = 400, kHeight = 174, kLeft = 38, kRight = 10, kTop = 22, kBottom = 20;
   double oldest = 0, highest = 0;
   std::size_t points = 0;
   for (const Plotted& p : shown) {
@@ -220,9 +220,9 @@ std::string Plots(const GpuView& g) {
         std::none_of(main.begin(), main.end(), [&](const SeriesView* s) { return s == &*worst; })) {
       // Its mode's band: the GPU's where it is held to it whole (its upper bound too).
       const bool whole = worst->band_lower && worst->band_lower == g.band_lower;
-      out += Plot(g, {{&*worst, kColours[0]}}, worst->band_lower,
-                  whole ? g.band_upper : std::nullopt,
-                  fmt::format("gpu{} {}: recent readings", g.index, worst->Name()));
+      out +=
+          Plot(g, {{&*worst, kColours[0]}}, worst->band_lower, whole ? g.band_upper : std::nullopt,
+               fmt::format("gpu{} {}: recent readings", g.index, worst->Name()));
     }
   }
   return out;
