@@ -25,8 +25,8 @@ using exporter::SeriesColumn;
 using exporter::SeriesView;
 using exporter::StatusView;
 
-// Text as wide as `width` columns (the views' text is printable, one byte a column but for
-// UTF-8 continuation bytes).
+// The columns `text` takes in a terminal: the views' text is printable (control bytes
+// escaped), one column a character, UTF-8 continuation bytes none.
 std::size_t Columns(const std::string& text) {
   return static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) {
     return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
@@ -83,11 +83,8 @@ std::string Link(const GpuView& g) {
                   : "link not read yet";
   }
   if (l.errors_read) {
-    double total = 0;
-    for (const exporter::CounterView& c : l.counters) {
-      if (c.readable && c.value) total += *c.value;
-    }
-    text += "; " + std::to_string(static_cast<long long>(total)) + " link errors counted";
+    text +=
+        "; " + std::to_string(static_cast<long long>(l.ErrorsCounted())) + " link errors counted";
   }
   return text;
 }

@@ -261,16 +261,8 @@ std::string LinkFacts(const GpuView& g) {
   if (!l.errors_read) {
     row("link errors", "not read: " + Esc(l.errors_reason));
   } else {
-    double total = 0;
-    int readable = 0;
-    for (const CounterView& c : l.counters) {
-      if (c.readable && c.value) {
-        total += *c.value;
-        ++readable;
-      }
-    }
-    row("link errors", fmt::format("{:.0f} counted by {} of {} readable counters", total, readable,
-                                   l.counters.size()));
+    row("link errors", fmt::format("{:.0f} counted by {} of {} readable counters",
+                                   l.ErrorsCounted(), l.CountersReadable(), l.counters.size()));
   }
   std::string contention = g.busy ? "<strong>busy: skipped last cycle</strong>" : "not busy";
   if (g.traffic_readable) {

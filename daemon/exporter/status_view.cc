@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <map>
@@ -282,6 +283,20 @@ std::string SeriesView::State() const {
   if (!reading) return "no reading yet";
   if (last_result == "skipped_busy") return "ok, skipped busy";
   return "ok";
+}
+
+double LinkView::ErrorsCounted() const {
+  double total = 0;
+  for (const CounterView& c : counters) {
+    if (c.readable && c.value) total += *c.value;
+  }
+  return total;
+}
+
+int LinkView::CountersReadable() const {
+  return static_cast<int>(std::count_if(counters.begin(), counters.end(), [](const CounterView& c) {
+    return c.readable && c.value.has_value();
+  }));
 }
 
 std::string GpuView::LeadingCause() const {

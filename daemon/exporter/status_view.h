@@ -82,6 +82,10 @@ struct LinkView {
   bool errors_read = false;
   std::string errors_reason;
   std::vector<CounterView> counters;
+
+  // What the readable counters add up to, and how many were readable.
+  double ErrorsCounted() const;
+  int CountersReadable() const;
 };
 
 struct GpuView {
