@@ -3,12 +3,14 @@
 and the document's size per GPU.
 
     bench/status_rss.py [--xferd build/xferd] [--devices 64] [--clients 50] [--seconds 15]
-                        [--slow N] [--path /api/v1/status]
+                        [--slow N] [--path /api/v1/status] [--full]
 
 Starts xferd on the simulated device with --devices GPUs (every mode and direction, 64 MiB,
 as the shipped plan probes), plain HTTP and no login on loopback, waits for the first
-cycle, and prints the status document's size (and per GPU, with gzip beside it). Then
---clients clients read --path (/api/v1/status; /metrics for the scrape) from 127.0.0.1 over
+cycle (with --full, for 33 cycles half a second apart: every series' ring of recent readings
+full, the document at its largest), and prints the status document's size (and per GPU, with gzip beside it). Then
+--clients clients read --path (/api/v1/status; / for the status page; /metrics for the
+scrape; several, comma-separated, shared out among the clients in turn) from 127.0.0.1 over
 and over for --seconds, each on a new connection; --slow of them read each answer a few KiB at a time. It prints the resident
 memory (VmRSS) before, the most seen during (sampled every 50 ms), and 3 s after, and exits 1
 when RSS went over the daemon's 32 MiB or stayed more than 4 MiB above where it started.
@@ -27,7 +29,7 @@ from pathlib import Path
 
 BUDGET_MIB = 32
 CONFIG = """[probe]
-interval = "5s"
+interval = "{interval}"
 jitter = 0
 max_duty_cycle = 1.0
 
@@ -71,20 +73,23 @@ def main():
     ap.add_argument("--slow", type=int, default=10)
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--path", default="/api/v1/status")
+    ap.add_argument("--full", action="store_true")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="xferd-status-rss-"))
     try:
-        (work / "xferd.toml").write_text(CONFIG.format(devices=args.devices))
+        (work / "xferd.toml").write_text(
+            CONFIG.format(devices=args.devices, interval="500ms" if args.full else "5s"))
         log = open(work / "xferd.log", "wb")
         proc = subprocess.Popen([args.xferd, "run", "--config", str(work / "xferd.toml"),
                                  "--web.listen-address", "127.0.0.1:0",
                                  "--state-dir", str(work / "state")],
                                 stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + (240 if args.full else 120)
         port = None
         while time.monotonic() < deadline:
             text = Path(log.name).read_text(errors="replace")
-            if "ready: first probe cycle done" in text:
+            if "ready: first probe cycle done" in text and (not args.full or
+                                                            "cycle 33:" in text):
                 port = int(text.split("serving http://127.0.0.1:")[1].split("/")[0])
                 break
             if proc.poll() is not None:
@@ -92,7 +97,7 @@ def main():
             time.sleep(0.1)
         if port is None:
             proc.kill()
-            sys.exit("xferd was not ready within 120 s")
+            sys.exit("xferd was not ready (or had not run its cycles) in time")
         doc = get(port, "/api/v1/status")
         packed = len(gzip.compress(doc))
         print(f"status document, {args.devices} GPUs: {len(doc):,} B ({len(doc) // args.devices:,} B "
@@ -103,17 +108,19 @@ def main():
         counts = {"ok": 0, "failed": 0}
         lock = threading.Lock()
 
-        def client(slow):
+        paths = args.path.split(",")
+
+        def client(slow, path):
             while not stop.is_set():
                 try:
-                    body = get(port, args.path, slow)
+                    body = get(port, path, slow)
                     ok = len(body) > 1000
                 except OSError:
                     ok = False
                 with lock:
                     counts["ok" if ok else "failed"] += 1
 
-        threads = [threading.Thread(target=client, args=(i < args.slow,))
+        threads = [threading.Thread(target=client, args=(i < args.slow, paths[i % len(paths)]))
                    for i in range(args.clients)]
         for t in threads:
             t.start()

@@ -21,7 +21,8 @@ test=(make git ca-certificates ccache libgtest-dev libgmock-dev libbenchmark-dev
       prometheus-node-exporter
       clang libclang-rt-14-dev
       dpkg-dev file   # cpack's .deb: dpkg-shlibdeps computes Depends, file finds the ELF files
-      mmdebstrap systemd-container util-linux)  # the unit and .deb under a booted systemd
+      mmdebstrap systemd-container util-linux   # the unit and .deb under a booted systemd
+      chromium)  # headless, the status page's browser test (tests/integration/test_status_page.py)
 bench=(wrk nginx-light)
 
 list=0 want=("${build[@]}")

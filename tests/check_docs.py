@@ -42,11 +42,21 @@ def build_targets(root):
 def xferd_flags(root):
     """Each command's flags, from where main.cc adds them."""
     main = (root / "daemon/cmd/main.cc").read_text()
+
+    def added(code):
+        return {f for o in re.findall(r'add_(?:option|flag)\(\s*"([^"]+)"', code)
+                for f in o.split(",") if f.startswith("--")}
+
+    # Flags several commands share, added by a function of their own (void AddXFlags(...)).
+    shared = {m.group(1): added(m.group(0))
+              for m in re.finditer(r"void (Add\w+Flags)\(.*?\n}\n", main, re.S)}
     commands = {}
     for m in re.finditer(r"CLI::App\* Add(\w+)Command\(.*?\n}\n", main, re.S):
         name = re.sub(r"(?<!^)([A-Z])", r"-\1", m.group(1)).lower()
-        commands[name] = {f for o in re.findall(r'add_(?:option|flag)\(\s*"([^"]+)"', m.group(0))
-                          for f in o.split(",") if f.startswith("--")}
+        commands[name] = added(m.group(0))
+        for function, flags in shared.items():
+            if function + "(" in m.group(0):
+                commands[name] |= flags
     version = re.search(r'add_subcommand\("version".*?\n\n', main, re.S)
     commands["version"] = set(re.findall(r'add_flag\("(--[a-z-]+)"', version.group(0)))
     for flags in commands.values():

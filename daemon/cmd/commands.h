@@ -75,11 +75,9 @@ struct CheckConfigOptions {
 };
 int CheckConfigCommand(const CheckConfigOptions& options);
 
-// `xferd health`: asks the daemon for its verdict (/api/v1/status), prints one line and
-// exits 0 (ok), 1 (a GPU degraded) or 2 (unknown: unreachable, no verdict yet, stale); with
-// `nagios`, 0, 2 and 3. Never throws for a daemon's answer or a bad setting: those are
-// unknown, said on the line.
-struct HealthCommandOptions {
+// Where the daemon is and how to ask it, for `xferd health` and `xferd status` alike
+// (cmd/daemon_client.h): its config file, and the flags that override what it says.
+struct DaemonClientOptions {
   std::optional<std::string> config_file;      // -c/--config; default /etc/xferd/xferd.toml
   std::optional<std::string> listen_address;   // --web.listen-address
   std::optional<std::string> web_config_file;  // --web.config.file ("" = none)
@@ -90,11 +88,30 @@ struct HealthCommandOptions {
   std::optional<std::string> username;         // --basic-auth.username
   std::optional<std::string> password_file;    // --basic-auth.password-file
   std::string timeout = "5s";                  // --timeout
-  std::optional<std::string> stale_after;      // --stale-after
-  std::optional<std::string> cause;            // --cause
-  bool nagios = false;                         // --nagios
+};
+
+// `xferd health`: asks the daemon for its verdict (/api/v1/status), prints one line and
+// exits 0 (ok), 1 (a GPU degraded) or 2 (unknown: unreachable, no verdict yet, stale); with
+// `nagios`, 0, 2 and 3. Never throws for a daemon's answer or a bad setting: those are
+// unknown, said on the line.
+struct HealthCommandOptions {
+  DaemonClientOptions daemon;
+  std::optional<std::string> stale_after;  // --stale-after
+  std::optional<std::string> cause;        // --cause
+  bool nagios = false;                     // --nagios
 };
 int HealthCommand(const HealthCommandOptions& options);
+
+// `xferd status`: the daemon's status document as a table (GPU x series: reading, band,
+// baseline, age, next run; each GPU's verdict and leading cause; the incident log), after
+// the line and with the exit status of `xferd health` (0 ok, 1 a GPU degraded, 2 unknown).
+// With `json`, the document as the daemon served it. Never throws for a daemon's answer or
+// a bad setting: those are unknown.
+struct StatusCommandOptions {
+  DaemonClientOptions daemon;
+  bool json = false;  // --json
+};
+int StatusCommand(const StatusCommandOptions& options);
 
 // `xferd version`.
 int VersionCommand(bool json);

@@ -319,6 +319,28 @@ std::string Problem(const json& gpu, const std::optional<std::string>& wanted) {
   return line;
 }
 
+// The answer as JSON when it is a status document of the version this xferd reads and of
+// the documented shape; else null and `problem` says what it is not.
+json CheckedDocument(std::string_view body, std::string& problem) {
+  json doc = ReadDocument(body, problem);
+  if (!problem.empty()) return nullptr;
+  // The version first: a document of another version is told by it, whatever its shape.
+  if (const auto it = doc.find("version");
+      it != doc.end() && it->is_number_integer() && *it != kReadsStatusVersion) {
+    problem = fmt::format(
+        "status document version {}; this xferd reads version {}: use the xferd that runs the "
+        "daemon",
+        it->get<long long>(), kReadsStatusVersion);
+    return nullptr;
+  }
+  problem = ShapeProblem(doc);
+  if (!problem.empty()) {
+    problem = "the daemon's answer is not a status document as documented: " + problem;
+    return nullptr;
+  }
+  return doc;
+}
+
 }  // namespace
 
 int HealthExitCode(HealthOutcome state, bool nagios) {
@@ -338,22 +360,16 @@ std::string NagiosLine(const HealthReport& report) {
   return std::string("XFERD ") + word + " - " + report.line;
 }
 
+std::string StatusDocumentProblem(std::string_view body) {
+  std::string problem;
+  CheckedDocument(body, problem);
+  return problem;
+}
+
 HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& options) {
   std::string problem;
-  const json doc = ReadDocument(body, problem);
+  const json doc = CheckedDocument(body, problem);
   if (!problem.empty()) return Unknown(problem);
-  // The version first: a document of another version is told by it, whatever its shape.
-  if (const auto it = doc.find("version");
-      it != doc.end() && it->is_number_integer() && *it != kReadsStatusVersion) {
-    return Unknown(
-        fmt::format("status document version {}; this xferd reads version {}: "
-                    "use the xferd that runs the daemon",
-                    it->get<long long>(), kReadsStatusVersion));
-  }
-  problem = ShapeProblem(doc);
-  if (!problem.empty()) {
-    return Unknown("the daemon's answer is not a status document as documented: " + problem);
-  }
   const json& daemon = doc["daemon"];
   if (!daemon["healthy"].get<bool>()) {
     return Unknown("xferd unhealthy: " +

@@ -35,6 +35,11 @@ struct HealthJudgeOptions {
 // Never throws: an answer it cannot read is unknown, with what was wrong.
 HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& options);
 
+// "" when `body` is a status document this xferd reads (its version, the documented shape
+// of the fields JudgeStatus reads); else what it is not, as JudgeStatus's line says it.
+// `xferd status` shows a table of a document only where this is "".
+std::string StatusDocumentProblem(std::string_view body);
+
 // "XFERD OK - ", "XFERD CRITICAL - ", "XFERD UNKNOWN - " and the line: Nagios's form.
 std::string NagiosLine(const HealthReport& report);
 

@@ -1,4 +1,4 @@
-// xferd run | probe | check-config | health | version
+// xferd run | probe | check-config | health | status | version
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -137,35 +137,50 @@ CLI::App* AddCheckConfigCommand(CLI::App& app, CheckConfigOptions& check) {
   return check_cmd;
 }
 
+// Where the daemon is and how to reach it: the flags `health` and `status` share
+// (cmd/daemon_client.h reads them).
+void AddDaemonFlags(CLI::App* cmd, DaemonClientOptions& daemon) {
+  cmd->add_option("-c,--config", daemon.config_file,
+                  "The daemon's TOML config (default /etc/xferd/xferd.toml when present)");
+  cmd->add_option("--web.listen-address", daemon.listen_address,
+                  "The daemon's listen address, instead of the config's");
+  cmd->add_option("--web.config.file", daemon.web_config_file,
+                  "The daemon's web config (TLS, basic auth), instead of the config's");
+  cmd->add_option("--url", daemon.url,
+                  "Where the daemon serves, e.g. https://127.0.0.1:9742 (overrides the "
+                  "address and TLS the config says)");
+  cmd->add_option("--socket", daemon.socket,
+                  "The daemon's health socket, asked first (default: the config's "
+                  "[web] health_socket, <state_dir>/health.sock, when no --url or "
+                  "--web.listen-address is given); --url or the config's address "
+                  "when it cannot be connected to; \"\" for none");
+  cmd->add_option("--tls.ca-file", daemon.ca_file,
+                  "CA certificate(s) to verify the daemon's certificate with (default: "
+                  "the daemon's own cert_file)");
+  cmd->add_option("--tls.server-name", daemon.server_name,
+                  "The name the daemon's certificate must carry (default: the host)");
+  cmd->add_option("--basic-auth.username", daemon.username,
+                  "Basic-auth user (default: the only user of the web config)");
+  cmd->add_option("--basic-auth.password-file", daemon.password_file,
+                  "File holding that user's password (one line)");
+  cmd->add_option("--timeout", daemon.timeout, "Give up after this long (default 5s)");
+}
+
+// The exit codes of the commands that report the daemon's verdict (health, status).
+std::string VerdictExitCodes(const char* ok, const char* problem) {
+  return ExitCodes({{HealthExitCode(HealthOutcome::kOk, false), ok},
+                    {HealthExitCode(HealthOutcome::kProblem, false), problem},
+                    {HealthExitCode(HealthOutcome::kUnknown, false),
+                     "unknown: no answer, no verdict yet, or a stale one"},
+                    {xferd::kExitUsage, "a flag the command line cannot parse"}});
+}
+
 CLI::App* AddHealthCommand(CLI::App& app, HealthCommandOptions& health) {
   auto* health_cmd = app.add_subcommand(
       "health",
       "Ask the running daemon for its verdict: one line; exit 0 ok, 1 a GPU degraded, "
       "2 unknown (node-problem-detector's plugin protocol)");
-  health_cmd->add_option("-c,--config", health.config_file,
-                         "The daemon's TOML config (default /etc/xferd/xferd.toml when present)");
-  health_cmd->add_option("--web.listen-address", health.listen_address,
-                         "The daemon's listen address, instead of the config's");
-  health_cmd->add_option("--web.config.file", health.web_config_file,
-                         "The daemon's web config (TLS, basic auth), instead of the config's");
-  health_cmd->add_option("--url", health.url,
-                         "Where the daemon serves, e.g. https://127.0.0.1:9742 (overrides the "
-                         "address and TLS the config says)");
-  health_cmd->add_option("--socket", health.socket,
-                         "The daemon's health socket, asked first (default: the config's "
-                         "[web] health_socket, <state_dir>/health.sock, when no --url or "
-                         "--web.listen-address is given); --url or the config's address "
-                         "when it cannot be connected to; \"\" for none");
-  health_cmd->add_option("--tls.ca-file", health.ca_file,
-                         "CA certificate(s) to verify the daemon's certificate with (default: "
-                         "the daemon's own cert_file)");
-  health_cmd->add_option("--tls.server-name", health.server_name,
-                         "The name the daemon's certificate must carry (default: the host)");
-  health_cmd->add_option("--basic-auth.username", health.username,
-                         "Basic-auth user (default: the only user of the web config)");
-  health_cmd->add_option("--basic-auth.password-file", health.password_file,
-                         "File holding that user's password (one line)");
-  health_cmd->add_option("--timeout", health.timeout, "Give up after this long (default 5s)");
+  AddDaemonFlags(health_cmd, health.daemon);
   health_cmd->add_option("--stale-after", health.stale_after,
                          "A verdict older than this is unknown (default: the daemon's limit, 3 "
                          "intervals + the cycle budget)");
@@ -175,15 +190,23 @@ CLI::App* AddHealthCommand(CLI::App& app, HealthCommandOptions& health) {
   health_cmd->add_flag("--nagios", health.nagios,
                        "Nagios plugin form: XFERD OK/CRITICAL/UNKNOWN, exit 0, 2, 3");
   health_cmd->footer(
-      ExitCodes({{HealthExitCode(HealthOutcome::kOk, false), "every GPU's verdict is ok"},
-                 {HealthExitCode(HealthOutcome::kProblem, false), "a GPU is DEGRADED"},
-                 {HealthExitCode(HealthOutcome::kUnknown, false),
-                  "unknown: no answer, no verdict yet, or a stale one"},
-                 {xferd::kExitUsage, "a flag the command line cannot parse"}}) +
+      VerdictExitCodes("every GPU's verdict is ok", "a GPU is DEGRADED") +
       "\nWith --nagios: " + std::to_string(HealthExitCode(HealthOutcome::kOk, true)) + " OK, " +
       std::to_string(HealthExitCode(HealthOutcome::kProblem, true)) + " CRITICAL, " +
       std::to_string(HealthExitCode(HealthOutcome::kUnknown, true)) + " UNKNOWN");
   return health_cmd;
+}
+
+CLI::App* AddStatusCommand(CLI::App& app, StatusCommandOptions& status) {
+  auto* status_cmd = app.add_subcommand(
+      "status",
+      "Show the running daemon's status as tables: per GPU its verdict and cause, each series "
+      "against band and baseline with its age and next run; exit status as health's");
+  AddDaemonFlags(status_cmd, status.daemon);
+  status_cmd->add_flag("--json", status.json,
+                       "Print the status document (/api/v1/status) as the daemon served it");
+  status_cmd->footer(VerdictExitCodes("every GPU's verdict is ok", "a GPU is DEGRADED"));
+  return status_cmd;
 }
 
 }  // namespace
@@ -200,6 +223,8 @@ int main(int argc, char** argv) {
   auto* check_cmd = AddCheckConfigCommand(app, check);
   HealthCommandOptions health;
   auto* health_cmd = AddHealthCommand(app, health);
+  StatusCommandOptions status;
+  auto* status_cmd = AddStatusCommand(app, status);
   bool version_json = false;
   auto* version_cmd = app.add_subcommand("version", "Print the version and build");
   version_cmd->add_flag("--json", version_json, "Print JSON");
@@ -230,6 +255,7 @@ int main(int argc, char** argv) {
     if (*probe_cmd) return RunProbeCommand(probe);
     if (*check_cmd) return CheckConfigCommand(check);
     if (*health_cmd) return HealthCommand(health);
+    if (*status_cmd) return StatusCommand(status);
     if (*version_cmd) return VersionCommand(version_json);
   } catch (const xferd::platform::Error& e) {
     // Escaped and capped however the message was made: it may quote a flag, a file or a

@@ -212,8 +212,8 @@ void Service::FinishReload() {
   const std::shared_ptr<PendingReload> pending = std::move(reload_);
   reload_.reset();
   const auto running = CurrentConfig();
-  const double now_s =
-      duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto now = std::chrono::system_clock::now();
+  const double now_s = duration<double>(now.time_since_epoch()).count();
   try {
     if (pending->error) std::rethrow_exception(pending->error);
     Config next = std::move(*pending->config);
@@ -276,14 +276,17 @@ void Service::FinishReload() {
       config_ = std::make_shared<const Config>(std::move(next));
     }
     metrics_.RecordConfigReload(true, now_s);
+    status_board_.RecordConfigLoad(true, true, now, "");
     spdlog::info("reload: configuration {} applied from the next cycle", seams_.config_name);
   } catch (const platform::Error& e) {
     // ConfigError (exit 78 at start) and the rest: the file, its line and the fix.
     metrics_.RecordConfigReload(false, now_s);
+    status_board_.RecordConfigLoad(true, false, now, e.what());
     spdlog::error("reload failed, keeping the running configuration: {}",
                   platform::Printable(e.what(), 2000));
   } catch (const std::exception& e) {
     metrics_.RecordConfigReload(false, now_s);
+    status_board_.RecordConfigLoad(true, false, now, std::string("internal error: ") + e.what());
     spdlog::error("reload failed (internal error), keeping the running configuration: {}",
                   platform::Printable(e.what(), 2000));
   }
@@ -376,8 +379,9 @@ void Service::Prepare(const Config& config) {
     status_board_.SetDevice(d);
   }
   metrics_.SetPlan(config);
-  metrics_.RecordConfigReload(
-      true, duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  const auto loaded_at = std::chrono::system_clock::now();
+  metrics_.RecordConfigReload(true, duration<double>(loaded_at.time_since_epoch()).count());
+  status_board_.RecordConfigLoad(false, true, loaded_at, "");
 
   // Read where a hung file system cannot keep SIGTERM from stopping the daemon.
   StateLoad loaded;

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <utility>
 
+#include "exporter/status_page.h"
 #include "web/content_coding.h"
 #include "web/paths.h"
 
@@ -21,22 +22,6 @@ using web::kHealthPath;
 using web::kLandingPath;
 using web::kStatusPath;
 namespace {
-
-std::string EscapeHtml(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 HttpResponse Text(int status, std::string body) {
   HttpResponse r;
@@ -190,6 +175,11 @@ class RenderedStatus {
     std::shared_ptr<const std::string> plain;
     mutable std::once_flag zipped_once;
     mutable std::shared_ptr<const std::string> zipped;
+    // The status page of this document (RenderStatusPage), made when a client first asks.
+    mutable std::once_flag page_once;
+    mutable std::shared_ptr<const std::string> page;
+    mutable std::once_flag page_zipped_once;
+    mutable std::shared_ptr<const std::string> page_zipped;
   };
 
   std::shared_ptr<const Text> Get(const ExporterRoutes& routes) {
@@ -213,26 +203,48 @@ class RenderedStatus {
 
   // The document in gzip, made once per render when a client first asks for it.
   static std::shared_ptr<const std::string> Gzipped(const Text& text) {
-    std::call_once(text.zipped_once, [&] {
-      std::string out(compressBound(static_cast<uLong>(text.plain->size())) + 64, '\0');
-      z_stream stream{};
-      if (deflateInit2(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8,
-                       Z_DEFAULT_STRATEGY) != Z_OK) {
-        return;
-      }
-      stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.plain->data()));
-      stream.avail_in = static_cast<uInt>(text.plain->size());
-      stream.next_out = reinterpret_cast<Bytef*>(out.data());
-      stream.avail_out = static_cast<uInt>(out.size());
-      const int rc = deflate(&stream, Z_FINISH);
-      out.resize(out.size() - stream.avail_out);
-      deflateEnd(&stream);
-      if (rc == Z_STREAM_END) text.zipped = std::make_shared<const std::string>(std::move(out));
-    });
+    std::call_once(text.zipped_once, [&] { text.zipped = Gzip(*text.plain); });
     return text.zipped;
   }
 
+  // The page of the document, made once per render when a client first asks for it. Under
+  // the lock the document renders under: the two never render at once (each holds a tree
+  // several times its text for a moment: a 64-GPU host's document is ~1 MB).
+  std::shared_ptr<const std::string> Page(const Text& text, const ExporterRoutes& routes) {
+    std::call_once(text.page_once, [&] {
+      std::lock_guard lock(mutex_);
+      text.page =
+          std::make_shared<const std::string>(RenderStatusPage(*text.plain, routes.telemetry_path));
+      malloc_trim(0);
+    });
+    return text.page;
+  }
+  std::shared_ptr<const std::string> PageGzipped(const Text& text, const ExporterRoutes& routes) {
+    const auto page = Page(text, routes);
+    std::call_once(text.page_zipped_once, [&] { text.page_zipped = Gzip(*page); });
+    return text.page_zipped;
+  }
+
  private:
+  // `plain` as one gzip member; none when zlib fails (then served plain).
+  static std::shared_ptr<const std::string> Gzip(const std::string& plain) {
+    std::string out(compressBound(static_cast<uLong>(plain.size())) + 64, '\0');
+    z_stream stream{};
+    if (deflateInit2(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
+        Z_OK) {
+      return nullptr;
+    }
+    stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
+    stream.avail_in = static_cast<uInt>(plain.size());
+    stream.next_out = reinterpret_cast<Bytef*>(out.data());
+    stream.avail_out = static_cast<uInt>(out.size());
+    const int rc = deflate(&stream, Z_FINISH);
+    out.resize(out.size() - stream.avail_out);
+    deflateEnd(&stream);
+    if (rc != Z_STREAM_END) return nullptr;
+    return std::make_shared<const std::string>(std::move(out));
+  }
+
   std::mutex mutex_;
   std::shared_ptr<const Text> text_;
   std::chrono::steady_clock::time_point made_;
@@ -254,6 +266,28 @@ HttpResponse StatusResponse(const ExporterRoutes& routes, RenderedStatus& render
   response.headers.emplace_back("Vary", "Accept-Encoding");
   // A verdict is of its moment: no cache between a health check and the daemon keeps it.
   response.headers.emplace_back("Cache-Control", "no-store");
+  return response;
+}
+
+// The status page: a view of the document of the same rendering, served like it.
+HttpResponse PageResponse(const ExporterRoutes& routes, RenderedStatus& rendered,
+                          const HttpRequest& request) {
+  const auto text = rendered.Get(routes);
+  HttpResponse response = Text(200, std::string());
+  response.content_type = "text/html; charset=utf-8";
+  response.shared_body = rendered.Page(*text, routes);
+  if (web::AcceptsGzip(request.accept_encoding)) {
+    if (auto zipped = rendered.PageGzipped(*text, routes)) {
+      response.shared_body = std::move(zipped);
+      response.headers.emplace_back("Content-Encoding", "gzip");
+    }
+  }
+  response.headers.emplace_back("Vary", "Accept-Encoding");
+  response.headers.emplace_back("Cache-Control", "no-store");
+  // Nothing from elsewhere: no script, style or image but its own inline ones.
+  response.headers.emplace_back("Content-Security-Policy",
+                                "default-src 'none'; style-src 'unsafe-inline'; "
+                                "frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
   return response;
 }
 
@@ -298,6 +332,7 @@ HttpServer::Handler MakeExporterHandler(ExporterRoutes routes) {
       return response;
     }
     if (request.path == kStatusPath && r.status) return StatusResponse(r, *status, request);
+    if (request.path == kLandingPath && r.status) return PageResponse(r, *status, request);
     if (request.path == kLandingPath) {
       HttpResponse response = Text(200, LandingPage(r));
       response.content_type = "text/html; charset=utf-8";

@@ -58,25 +58,6 @@ json PcieOf(const probes::LinkPath& path) {
   return pcie;
 }
 
-json Errors(const std::optional<std::vector<LinkErrorCounter>>& counters) {
-  if (!counters) {
-    return {{"read", false},
-            {"reason", "this xferd does not read the link's error counters"},
-            {"counters", json::array()}};
-  }
-  json list = json::array();
-  for (const LinkErrorCounter& c : *counters) {
-    list.push_back({{"device", Text(c.device)},
-                    {"counter", c.counter},
-                    {"source", c.source},
-                    {"class", c.aer_class.empty() ? json(nullptr) : json(c.aer_class)},
-                    {"readable", c.readable},
-                    {"value", c.value ? json(*c.value) : json(nullptr)},
-                    {"reason", c.readable ? std::string() : Text(c.reason)}});
-  }
-  return {{"read", true}, {"reason", ""}, {"counters", std::move(list)}};
-}
-
 json Watch(const std::optional<core::LinkWatchState>& watch) {
   if (!watch || !watch->watching) {
     return {{"watching", false},
@@ -102,35 +83,6 @@ json Seconds(const std::optional<core::SteadyTime>& from,
              const std::optional<core::SteadyTime>& to) {
   if (!from || !to) return nullptr;
   return std::chrono::duration<double>(*to - *from).count();
-}
-
-json Series(const core::SeriesHealth& s, const core::ExpectedBand& band,
-            const std::optional<core::SteadyTime>& now) {
-  const bool held = core::HeldToBand(s.mode, s.direction, s.size_bytes, band);
-  json lower = nullptr;
-  if (held && band.Known()) lower = core::ModeBand(band, s.mode, s.direction).lower_bytes_per_s;
-  return {{"mode", probes::ToString(s.mode)},
-          {"direction", probes::ToString(s.direction)},
-          {"size", probes::FormatSize(s.size_bytes)},
-          {"size_bytes", s.size_bytes},
-          {"status", probes::ToString(s.status)},
-          {"bandwidth_bytes_per_second", Rate(s.median_bytes_per_s)},
-          {"held_to_band", held},
-          {"band_lower_bytes_per_second", lower},
-          {"baseline_bytes_per_second", Rate(s.baseline_bytes_per_s)},
-          {"baseline_cycles", s.baseline_cycles},
-          {"below_band", s.below_band},
-          {"below_baseline", s.below_baseline},
-          {"contended", s.contended},
-          {"peer_baseline_bytes_per_second", Rate(s.peer_baseline_bytes_per_s)},
-          {"bad_streak", s.bad_streak},
-          {"good_streak", s.good_streak},
-          {"degraded", s.degraded},
-          {"stale", s.stale},
-          {"headline", s.headline},
-          {"measured_at",
-           s.measured_wall ? json(core::FormatUtcTime(*s.measured_wall)) : json(nullptr)},
-          {"age_seconds", Seconds(s.measured_at, now)}};
 }
 
 // The degraded series furthest below what it should be, and what it is below.
@@ -190,6 +142,435 @@ json Shape(const probes::ConfidentialComputing& cc, const probes::MigState& mig,
             {"problem", Text(mig.problem)}}}};
 }
 
+// ---- The document as tables ---------------------------------------------------------------
+// Each object of the document is one table of fields: its name and how its value is made
+// from what the object shows (docs/http.md has the same tables, in words). A field is added
+// by a row; the order of the rows is the order docs/http.md reads in (the JSON object's
+// keys are written sorted).
+
+template <class T>
+struct Field {
+  const char* name;
+  json (*make)(const T&);
+};
+
+template <class T, std::size_t N>
+json ObjectOf(const T& from, const Field<T> (&fields)[N]) {
+  json object = json::object();
+  for (const Field<T>& f : fields) object[f.name] = f.make(from);
+  return object;
+}
+
+// A list of objects, one per item, each made from `context(item)`.
+template <class Items, class Context, class T, std::size_t N>
+json ListOf(const Items& items, Context context, const Field<T> (&fields)[N]) {
+  json list = json::array();
+  for (const auto& item : items) list.push_back(ObjectOf<T>(context(item), fields));
+  return list;
+}
+
+// The names of a table's fields, for StatusFieldNames.
+template <class T, std::size_t N>
+void NamesOf(const std::string& prefix, const Field<T> (&fields)[N],
+             std::vector<std::string>& names) {
+  for (const Field<T>& f : fields) names.push_back(prefix + f.name);
+}
+
+json Optional(const std::optional<double>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+struct DaemonContext {
+  const DaemonStatus& daemon;
+  const ConfigLoad& load;
+};
+
+constexpr Field<core::FreshnessBounds> kFreshnessFields[] = {
+    {"headline_seconds", [](const core::FreshnessBounds& f) { return json(f.headline_s); }},
+    {"rotating_seconds", [](const core::FreshnessBounds& f) { return json(f.rotating_s); }},
+    {"degraded_seconds", [](const core::FreshnessBounds& f) { return json(f.degraded_s); }},
+};
+
+constexpr Field<ConfigLoad> kReloadFields[] = {
+    {"successful", [](const ConfigLoad& l) { return json(l.successful); }},
+    {"time", [](const ConfigLoad& l) { return json(core::FormatUtcTime(l.time)); }},
+    {"reloads", [](const ConfigLoad& l) { return json(l.reloads); }},
+    {"error", [](const ConfigLoad& l) { return json(Text(l.error)); }},
+};
+
+constexpr Field<DaemonContext> kDaemonFields[] = {
+    {"healthy", [](const DaemonContext& c) { return json(c.daemon.healthy); }},
+    {"reason", [](const DaemonContext& c) { return json(Text(c.daemon.reason)); }},
+    {"cycles", [](const DaemonContext& c) { return json(c.daemon.cycles); }},
+    {"uptime_seconds", [](const DaemonContext& c) { return json(c.daemon.uptime_s); }},
+    {"last_cycle_age_seconds",
+     [](const DaemonContext& c) { return Optional(c.daemon.last_cycle_age_s); }},
+    {"stale_after_seconds", [](const DaemonContext& c) { return json(c.daemon.stale_after_s); }},
+    {"interval_seconds", [](const DaemonContext& c) { return json(c.daemon.interval_s); }},
+    {"consecutive_bad", [](const DaemonContext& c) { return json(c.daemon.consecutive_bad); }},
+    {"freshness",
+     [](const DaemonContext& c) { return ObjectOf(c.daemon.freshness, kFreshnessFields); }},
+    {"reload", [](const DaemonContext& c) { return ObjectOf(c.load, kReloadFields); }},
+};
+
+constexpr Field<core::PairVerdict> kPairFields[] = {
+    {"mode", [](const core::PairVerdict& v) { return json(probes::ToString(v.mode)); }},
+    {"direction", [](const core::PairVerdict& v) { return json(probes::ToString(v.direction)); }},
+    {"degraded", [](const core::PairVerdict& v) { return json(v.degraded); }},
+    {"stale", [](const core::PairVerdict& v) { return json(v.stale); }},
+};
+
+struct CauseContext {
+  const core::Diagnosis& cause;
+  std::optional<core::DiagnosisCause> lead;
+};
+
+constexpr Field<CauseContext> kCauseFields[] = {
+    {"cause", [](const CauseContext& c) { return json(core::ToString(c.cause.cause)); }},
+    {"fault", [](const CauseContext& c) { return json(!core::IsNote(c.cause.cause)); }},
+    {"leads", [](const CauseContext& c) { return json(c.lead && *c.lead == c.cause.cause); }},
+    {"detail", [](const CauseContext& c) { return json(Text(c.cause.detail)); }},
+    {"advice", [](const CauseContext& c) { return json(Text(c.cause.advice)); }},
+};
+
+constexpr Field<LinkErrorCounter> kCounterFields[] = {
+    {"device", [](const LinkErrorCounter& c) { return json(Text(c.device)); }},
+    {"counter", [](const LinkErrorCounter& c) { return json(c.counter); }},
+    {"source", [](const LinkErrorCounter& c) { return json(c.source); }},
+    {"class",
+     [](const LinkErrorCounter& c) {
+       return c.aer_class.empty() ? json(nullptr) : json(c.aer_class);
+     }},
+    {"readable", [](const LinkErrorCounter& c) { return json(c.readable); }},
+    {"value", [](const LinkErrorCounter& c) { return c.value ? json(*c.value) : json(nullptr); }},
+    {"reason",
+     [](const LinkErrorCounter& c) { return json(c.readable ? std::string() : Text(c.reason)); }},
+};
+
+using LinkErrors = std::optional<std::vector<LinkErrorCounter>>;
+
+constexpr Field<LinkErrors> kErrorsFields[] = {
+    {"read", [](const LinkErrors& e) { return json(e.has_value()); }},
+    {"reason",
+     [](const LinkErrors& e) {
+       return json(e ? "" : "this xferd does not read the link's error counters");
+     }},
+    {"counters",
+     [](const LinkErrors& e) {
+       return e ? ListOf(
+                      *e, [](const LinkErrorCounter& c) -> const LinkErrorCounter& { return c; },
+                      kCounterFields)
+                : json::array();
+     }},
+};
+
+struct OutlookContext {
+  const core::DeviceCycle::Outlook& outlook;
+  const DaemonStatus& daemon;
+};
+
+constexpr Field<OutlookContext> kOutlookFields[] = {
+    {"mode", [](const OutlookContext& c) { return json(probes::ToString(c.outlook.spec.mode)); }},
+    {"direction",
+     [](const OutlookContext& c) { return json(probes::ToString(c.outlook.spec.direction)); }},
+    {"size",
+     [](const OutlookContext& c) { return json(probes::FormatSize(c.outlook.spec.size_bytes)); }},
+    {"class", [](const OutlookContext& c) { return json(core::ToString(c.outlook.cls)); }},
+    {"held_back", [](const OutlookContext& c) { return json(c.outlook.held_back); }},
+    {"next_run_in_seconds",
+     [](const OutlookContext& c) { return Seconds(c.daemon.now, c.outlook.next_run); }},
+};
+
+struct ScheduleContext {
+  const GpuSchedule& schedule;
+  const DaemonStatus& daemon;
+};
+
+constexpr Field<ScheduleContext> kScheduleFields[] = {
+    {"allowance_seconds", [](const ScheduleContext& c) { return json(c.schedule.allowance_s); }},
+    {"allowance_capacity_seconds",
+     [](const ScheduleContext& c) { return json(c.schedule.capacity_s); }},
+    {"burst_reserve_seconds", [](const ScheduleContext& c) { return json(c.schedule.reserve_s); }},
+    {"max_duty_cycle", [](const ScheduleContext& c) { return json(c.schedule.duty_cycle); }},
+    {"held_back", [](const ScheduleContext& c) { return json(c.schedule.held_back); }},
+    {"series",
+     [](const ScheduleContext& c) {
+       return ListOf(
+           c.schedule.series,
+           [&](const core::DeviceCycle::Outlook& o) {
+             return OutlookContext{o, c.daemon};
+           },
+           kOutlookFields);
+     }},
+};
+
+struct SeriesContext {
+  const core::SeriesHealth& s;
+  const core::ExpectedBand& band;
+  const DaemonStatus& daemon;
+  const RecentReadings* recent;
+};
+
+json LowerOf(const SeriesContext& c) {
+  if (!core::HeldToBand(c.s.mode, c.s.direction, c.s.size_bytes, c.band) || !c.band.Known()) {
+    return nullptr;
+  }
+  return core::ModeBand(c.band, c.s.mode, c.s.direction).lower_bytes_per_s;
+}
+
+// {"age_seconds": [...], "bytes_per_second": [...]}, oldest first: the readings the page
+// plots. Two lists of numbers rather than a list of pairs: half the nodes when a reader
+// parses it (a 64-GPU host holds 26,000 readings). Ages to a tenth of a second and rates to
+// the byte keep the text short.
+json RecentOf(const SeriesContext& c) {
+  json ages = json::array(), rates = json::array();
+  if (c.recent != nullptr && c.daemon.now) {
+    for (std::size_t i = 0; i < c.recent->size(); ++i) {
+      const RecentReadings::Reading& r = (*c.recent)[i];
+      const double age = std::chrono::duration<double>(*c.daemon.now - r.at).count();
+      ages.push_back(std::round(age * 10) / 10);
+      rates.push_back(std::llround(r.bytes_per_s));
+    }
+  }
+  return {{"age_seconds", std::move(ages)}, {"bytes_per_second", std::move(rates)}};
+}
+
+constexpr Field<SeriesContext> kSeriesFields[] = {
+    {"mode", [](const SeriesContext& c) { return json(probes::ToString(c.s.mode)); }},
+    {"direction", [](const SeriesContext& c) { return json(probes::ToString(c.s.direction)); }},
+    {"size", [](const SeriesContext& c) { return json(probes::FormatSize(c.s.size_bytes)); }},
+    {"size_bytes", [](const SeriesContext& c) { return json(c.s.size_bytes); }},
+    {"status", [](const SeriesContext& c) { return json(probes::ToString(c.s.status)); }},
+    {"bandwidth_bytes_per_second",
+     [](const SeriesContext& c) { return Rate(c.s.median_bytes_per_s); }},
+    {"held_to_band",
+     [](const SeriesContext& c) {
+       return json(core::HeldToBand(c.s.mode, c.s.direction, c.s.size_bytes, c.band));
+     }},
+    {"band_lower_bytes_per_second", LowerOf},
+    {"baseline_bytes_per_second",
+     [](const SeriesContext& c) { return Rate(c.s.baseline_bytes_per_s); }},
+    {"baseline_cycles", [](const SeriesContext& c) { return json(c.s.baseline_cycles); }},
+    {"below_band", [](const SeriesContext& c) { return json(c.s.below_band); }},
+    {"below_baseline", [](const SeriesContext& c) { return json(c.s.below_baseline); }},
+    {"contended", [](const SeriesContext& c) { return json(c.s.contended); }},
+    {"peer_baseline_bytes_per_second",
+     [](const SeriesContext& c) { return Rate(c.s.peer_baseline_bytes_per_s); }},
+    {"bad_streak", [](const SeriesContext& c) { return json(c.s.bad_streak); }},
+    {"good_streak", [](const SeriesContext& c) { return json(c.s.good_streak); }},
+    {"degraded", [](const SeriesContext& c) { return json(c.s.degraded); }},
+    {"stale", [](const SeriesContext& c) { return json(c.s.stale); }},
+    {"headline", [](const SeriesContext& c) { return json(c.s.headline); }},
+    {"measured_at",
+     [](const SeriesContext& c) {
+       return c.s.measured_wall ? json(core::FormatUtcTime(*c.s.measured_wall)) : json(nullptr);
+     }},
+    {"age_seconds", [](const SeriesContext& c) { return Seconds(c.s.measured_at, c.daemon.now); }},
+    {"recent", RecentOf},
+};
+
+struct ProbeContext {
+  const GpuRecord::ProbeKey& key;
+  const GpuRecord::ProbeRecord& record;
+};
+
+constexpr Field<ProbeContext> kProbeFields[] = {
+    {"mode", [](const ProbeContext& c) { return json(probes::ToString(std::get<0>(c.key))); }},
+    {"direction", [](const ProbeContext& c) { return json(probes::ToString(std::get<1>(c.key))); }},
+    {"size", [](const ProbeContext& c) { return json(probes::FormatSize(std::get<2>(c.key))); }},
+    {"last_run",
+     [](const ProbeContext& c) { return json(core::FormatUtcTime(c.record.last_run)); }},
+    {"result", [](const ProbeContext& c) { return json(ToString(c.record.result)); }},
+    {"message", [](const ProbeContext& c) { return json(c.record.message); }},
+    {"last_success",
+     [](const ProbeContext& c) {
+       return c.record.last_success ? json(core::FormatUtcTime(*c.record.last_success))
+                                    : json(nullptr);
+     }},
+};
+
+constexpr Field<core::ExpectedBand> kBandFields[] = {
+    {"lower_bytes_per_second",
+     [](const core::ExpectedBand& b) { return json(b.lower_bytes_per_s); }},
+    {"upper_bytes_per_second",
+     [](const core::ExpectedBand& b) { return json(b.upper_bytes_per_s); }},
+    {"source", [](const core::ExpectedBand& b) { return json(Text(b.source)); }},
+};
+
+constexpr Field<GpuRecord> kLinkFields[] = {
+    {"host_link",
+     [](const GpuRecord& d) { return json(probes::ToString(probes::HostLinkOf(d.info))); }},
+    {"read", [](const GpuRecord& d) { return json(d.path.has_value()); }},
+    {"pcie", [](const GpuRecord& d) { return d.path ? PcieOf(*d.path) : json(nullptr); }},
+    {"numa_node",
+     [](const GpuRecord& d) {
+       return d.path && d.path->numa_node >= 0 ? json(d.path->numa_node) : json(nullptr);
+     }},
+    {"iommu",
+     [](const GpuRecord& d) { return d.path ? json(Text(d.path->iommu_type)) : json(nullptr); }},
+    {"errors", [](const GpuRecord& d) { return ObjectOf(d.link_errors, kErrorsFields); }},
+    {"watch", [](const GpuRecord& d) { return Watch(d.link_watch); }},
+};
+
+constexpr Field<GpuRecord> kLastProbeFields[] = {
+    {"mode", [](const GpuRecord& d) { return json(probes::ToString(d.last_probe->mode)); }},
+    {"direction",
+     [](const GpuRecord& d) { return json(probes::ToString(d.last_probe->direction)); }},
+    {"size", [](const GpuRecord& d) { return json(probes::FormatSize(d.last_probe->size_bytes)); }},
+    {"state", [](const GpuRecord& d) { return json(probes::ToString(d.last_contention)); }},
+};
+
+constexpr Field<GpuRecord> kContentionFields[] = {
+    {"busy", [](const GpuRecord& d) { return json(d.busy); }},
+    {"traffic_readable",
+     [](const GpuRecord& d) {
+       return d.traffic_readable ? json(*d.traffic_readable) : json(nullptr);
+     }},
+    {"foreign_h2d_bytes_per_second", [](const GpuRecord& d) { return Optional(d.foreign_h2d); }},
+    {"foreign_d2h_bytes_per_second", [](const GpuRecord& d) { return Optional(d.foreign_d2h); }},
+    {"last_probe",
+     [](const GpuRecord& d) {
+       return d.last_probe ? ObjectOf(d, kLastProbeFields) : json(nullptr);
+     }},
+};
+
+struct GpuContext {
+  int index;
+  const GpuRecord& d;
+  core::DeviceVerdict verdict;
+  core::ExpectedBand band;  // the health's, or none before it
+  const DaemonStatus& daemon;
+};
+
+json SeriesOf(const GpuContext& c) {
+  if (!c.d.health) return json::array();
+  return ListOf(
+      c.d.health->series,
+      [&](const core::SeriesHealth& s) {
+        const auto it = c.d.recent.find({s.mode, s.direction, s.size_bytes});
+        return SeriesContext{s, c.band, c.daemon, it == c.d.recent.end() ? nullptr : &it->second};
+      },
+      kSeriesFields);
+}
+
+json CausesOf(const GpuContext& c) {
+  if (!c.d.health) return json::array();
+  // Ranked (core::RankCauses): the cause that leads first, the notes last.
+  const std::optional<core::DiagnosisCause> lead = core::LeadingCause(*c.d.health);
+  return ListOf(
+      c.d.health->diagnoses,
+      [&](const core::Diagnosis& d) {
+        return CauseContext{d, lead};
+      },
+      kCauseFields);
+}
+
+constexpr Field<GpuContext> kGpuFields[] = {
+    {"gpu", [](const GpuContext& c) { return json(c.index); }},
+    {"uuid", [](const GpuContext& c) { return json(Text(c.d.info.uuid)); }},
+    {"name", [](const GpuContext& c) { return json(Text(c.d.info.name)); }},
+    {"pci_bus_id", [](const GpuContext& c) { return json(Text(c.d.info.pci_bus_id)); }},
+    {"simulated", [](const GpuContext& c) { return json(c.d.info.simulated); }},
+    {"verdict", [](const GpuContext& c) { return json(core::ToString(c.verdict)); }},
+    // Why a GPU has no verdict it can be judged by (unknown); null otherwise.
+    {"verdict_reason",
+     [](const GpuContext& c) {
+       return c.d.health && !c.d.health->unjudgeable.empty() ? json(Text(c.d.health->unjudgeable))
+                                                             : json(nullptr);
+     }},
+    {"shape",
+     [](const GpuContext& c) {
+       return Shape(c.d.health ? c.d.health->cc : c.d.info.cc,
+                    c.d.health ? c.d.health->mig : c.d.info.mig, c.d.probed_through);
+     }},
+    {"stale_series",
+     [](const GpuContext& c) { return c.d.health ? json(c.d.health->StaleSeries()) : json(0); }},
+    {"band",
+     [](const GpuContext& c) {
+       return c.band.Known() ? ObjectOf(c.band, kBandFields) : json(nullptr);
+     }},
+    {"pairs",
+     [](const GpuContext& c) {
+       return c.d.health
+                  ? ListOf(
+                        c.d.health->verdicts,
+                        [](const core::PairVerdict& v) -> const core::PairVerdict& { return v; },
+                        kPairFields)
+                  : json::array();
+     }},
+    {"series", SeriesOf},
+    {"headline",
+     [](const GpuContext& c) { return c.d.health ? Headline(*c.d.health) : json(nullptr); }},
+    {"causes", CausesOf},
+    {"schedule",
+     [](const GpuContext& c) {
+       return c.d.schedule ? ObjectOf(ScheduleContext{*c.d.schedule, c.daemon}, kScheduleFields)
+                           : json(nullptr);
+     }},
+    {"link", [](const GpuContext& c) { return ObjectOf(c.d, kLinkFields); }},
+    {"contention", [](const GpuContext& c) { return ObjectOf(c.d, kContentionFields); }},
+    {"probes",
+     [](const GpuContext& c) {
+       return ListOf(
+           c.d.probes,
+           [](const auto& p) {
+             return ProbeContext{p.first, p.second};
+           },
+           kProbeFields);
+     }},
+};
+
+struct DocumentContext {
+  const DaemonStatus& daemon;
+  const ConfigLoad& load;
+  std::string_view verdict;
+  std::chrono::system_clock::time_point now;
+  json& incidents;  // newest first
+};
+
+// `gpus` is written apart (WriteDocument): its row stands for its place in the document.
+constexpr Field<DocumentContext> kDocumentFields[] = {
+    {"version", [](const DocumentContext&) { return json(kStatusVersion); }},
+    {"xferd_version", [](const DocumentContext&) { return json(kVersion); }},
+    {"time", [](const DocumentContext& c) { return json(core::FormatUtcTime(c.now)); }},
+    {"verdict", [](const DocumentContext& c) { return json(c.verdict); }},
+    {"summary", [](const DocumentContext& c) { return json(Text(c.daemon.summary)); }},
+    {"daemon",
+     [](const DocumentContext& c) {
+       return ObjectOf(DaemonContext{c.daemon, c.load}, kDaemonFields);
+     }},
+    {"gpus", [](const DocumentContext&) { return json::array(); }},
+    {"incidents", [](const DocumentContext& c) { return std::move(c.incidents); }},
+};
+
+void Write(const json& value, std::string& out) {
+  out += value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// The document's text: its fields in the order a JSON object is written (by name), `gpus`
+// as each GPU was written (Render: one at a time, so that the tree of one GPU is held at a
+// time, never the whole document's: a 64-GPU host's document is ~1.3 MB of text and its
+// tree several times that).
+std::string WriteDocument(const DocumentContext& c, const std::string& gpus) {
+  std::vector<const Field<DocumentContext>*> fields;
+  for (const Field<DocumentContext>& f : kDocumentFields) fields.push_back(&f);
+  std::sort(fields.begin(), fields.end(),
+            [](auto* a, auto* b) { return std::string_view(a->name) < b->name; });
+  std::string out;
+  out.reserve(gpus.size() + 16384);
+  out += '{';
+  for (const Field<DocumentContext>* f : fields) {
+    if (out.size() > 1) out += ',';
+    Write(json(f->name), out);
+    out += ':';
+    if (std::string_view(f->name) == "gpus") {
+      out += '[' + gpus + ']';
+    } else {
+      Write(f->make(c), out);
+    }
+  }
+  return out + "}\n";
+}
 }  // namespace
 
 StatusBoard::StatusBoard(const core::IncidentLog& incidents) : incidents_(incidents) {}
@@ -211,9 +592,10 @@ void StatusBoard::RecordSample(const probes::DeviceInfo& device,
   const auto now = system_clock::now();
   std::lock_guard lock(mutex_);
   ++generation_;
-  Device& d = devices_[device.index];
+  GpuRecord& d = devices_[device.index];
   const bool ok = sample.status == probes::ProbeStatus::kOk;
-  ProbeRecord& p = d.probes[{sample.spec.mode, sample.spec.direction, sample.spec.size_bytes}];
+  GpuRecord::ProbeRecord& p =
+      d.probes[{sample.spec.mode, sample.spec.direction, sample.spec.size_bytes}];
   p.last_run = now;
   p.result = ok && sample.Contended() ? ProbeResult::kContended : ResultOf(sample.status);
   p.message = ok ? std::string() : Text(sample.message);
@@ -235,7 +617,7 @@ void StatusBoard::RecordSkipped(int gpu, const probes::ProbeSpec& spec, ProbeRes
   const auto now = system_clock::now();
   std::lock_guard lock(mutex_);
   ++generation_;
-  ProbeRecord& p = devices_[gpu].probes[{spec.mode, spec.direction, spec.size_bytes}];
+  GpuRecord::ProbeRecord& p = devices_[gpu].probes[{spec.mode, spec.direction, spec.size_bytes}];
   p.last_run = now;
   p.result = result;
   p.message = result == ProbeResult::kTimeout ? "no answer past its deadline (a hung probe)" : "";
@@ -244,10 +626,38 @@ void StatusBoard::RecordSkipped(int gpu, const probes::ProbeSpec& spec, ProbeRes
 void StatusBoard::RecordHealth(const core::DeviceHealth& health, DeviceVerdict verdict, bool busy) {
   std::lock_guard lock(mutex_);
   ++generation_;
-  Device& d = devices_[health.gpu];
+  GpuRecord& d = devices_[health.gpu];
   d.health = health;
   d.verdict = verdict;
   d.busy = busy;
+  // Each series' judged reading into its ring; the rings of series no longer planned go.
+  std::map<GpuRecord::ProbeKey, RecentReadings> recent;
+  for (const core::SeriesHealth& s : health.series) {
+    const GpuRecord::ProbeKey key{s.mode, s.direction, s.size_bytes};
+    auto it = d.recent.find(key);
+    RecentReadings& ring =
+        recent.emplace(key, it == d.recent.end() ? RecentReadings{} : std::move(it->second))
+            .first->second;
+    if (s.measured_at && s.median_bytes_per_s > 0) ring.Add(*s.measured_at, s.median_bytes_per_s);
+  }
+  d.recent = std::move(recent);
+}
+
+void StatusBoard::RecordConfigLoad(bool reload, bool successful, system_clock::time_point time,
+                                   const std::string& error) {
+  std::lock_guard lock(mutex_);
+  ++generation_;
+  if (reload) ++config_load_.reloads;
+  config_load_.successful = successful;
+  config_load_.time = time;
+  config_load_.error = successful ? std::string() : error;
+}
+
+void RecentReadings::Add(core::SteadyTime at, double bytes_per_s) {
+  if (count_ > 0 && (*this)[count_ - 1].at == at) return;
+  ring_[next_] = {at, bytes_per_s};
+  next_ = (next_ + 1) % kRecentReadings;
+  count_ = std::min(count_ + 1, kRecentReadings);
 }
 
 void StatusBoard::OnLinkErrors(const probes::DeviceInfo& device,
@@ -301,150 +711,54 @@ void StatusBoard::RecordLinkErrors(const probes::DeviceInfo& device,
 }
 
 std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_point now) const {
-  json gpus = json::array();
-  std::vector<DeviceVerdict> verdicts;  // of every GPU: the node's follows (NodeVerdict)
+  std::string gpus;
+  std::vector<DeviceVerdict> verdicts;
+  ConfigLoad load;
   {
     std::lock_guard lock(mutex_);
     for (const auto& [index, d] : devices_) {
       // A GPU before its first cycle is pending whatever the log said.
       const DeviceVerdict verdict = d.health ? d.verdict : DeviceVerdict::kPending;
       verdicts.push_back(verdict);
-      json g = {{"gpu", index},
-                {"uuid", Text(d.info.uuid)},
-                {"name", Text(d.info.name)},
-                {"pci_bus_id", Text(d.info.pci_bus_id)},
-                {"simulated", d.info.simulated},
-                {"verdict", core::ToString(verdict)}};
-      // Why a GPU has no verdict it can be judged by (kUnknown); null otherwise.
-      g["verdict_reason"] = d.health && !d.health->unjudgeable.empty()
-                                ? json(Text(d.health->unjudgeable))
-                                : json(nullptr);
-      g["shape"] = Shape(d.health ? d.health->cc : d.info.cc, d.health ? d.health->mig : d.info.mig,
-                         d.probed_through);
-      const core::ExpectedBand band = d.health ? d.health->band : core::ExpectedBand{};
-      g["band"] = band.Known() ? json{{"lower_bytes_per_second", band.lower_bytes_per_s},
-                                      {"upper_bytes_per_second", band.upper_bytes_per_s},
-                                      {"source", Text(band.source)}}
-                               : json(nullptr);
-      json pairs = json::array(), series = json::array(), causes = json::array();
-      if (d.health) {
-        for (const core::PairVerdict& v : d.health->verdicts) {
-          pairs.push_back({{"mode", probes::ToString(v.mode)},
-                           {"direction", probes::ToString(v.direction)},
-                           {"degraded", v.degraded},
-                           {"stale", v.stale}});
-        }
-        for (const core::SeriesHealth& s : d.health->series) {
-          series.push_back(Series(s, band, daemon.now));
-        }
-        // Ranked (core::RankCauses): the cause that leads first, the notes last.
-        const std::optional<core::DiagnosisCause> lead = core::LeadingCause(*d.health);
-        for (const core::Diagnosis& c : d.health->diagnoses) {
-          causes.push_back({{"cause", core::ToString(c.cause)},
-                            {"fault", !core::IsNote(c.cause)},
-                            {"leads", lead && *lead == c.cause},
-                            {"detail", Text(c.detail)},
-                            {"advice", Text(c.advice)}});
-        }
-      }
-      g["stale_series"] = d.health ? json(d.health->StaleSeries()) : json(0);
-      g["pairs"] = std::move(pairs);
-      g["series"] = std::move(series);
-      g["headline"] = d.health ? Headline(*d.health) : json(nullptr);
-      g["causes"] = std::move(causes);
-
-      json link = {
-          {"host_link", probes::ToString(probes::HostLinkOf(d.info))},
-          {"read", d.path.has_value()},
-          {"pcie", d.path ? PcieOf(*d.path) : json(nullptr)},
-          {"numa_node", d.path && d.path->numa_node >= 0 ? json(d.path->numa_node) : json(nullptr)},
-          {"iommu", d.path ? json(Text(d.path->iommu_type)) : json(nullptr)}};
-      link["errors"] = Errors(d.link_errors);
-      link["watch"] = Watch(d.link_watch);
-      g["link"] = std::move(link);
-
-      json last = nullptr;
-      if (d.last_probe) {
-        last = {{"mode", probes::ToString(d.last_probe->mode)},
-                {"direction", probes::ToString(d.last_probe->direction)},
-                {"size", probes::FormatSize(d.last_probe->size_bytes)},
-                {"state", probes::ToString(d.last_contention)}};
-      }
-      g["contention"] = {
-          {"busy", d.busy},
-          {"traffic_readable", d.traffic_readable ? json(*d.traffic_readable) : json(nullptr)},
-          {"foreign_h2d_bytes_per_second", d.foreign_h2d ? json(*d.foreign_h2d) : json(nullptr)},
-          {"foreign_d2h_bytes_per_second", d.foreign_d2h ? json(*d.foreign_d2h) : json(nullptr)},
-          {"last_probe", std::move(last)}};
-
-      json probes_list = json::array();
-      for (const auto& [key, p] : d.probes) {
-        const auto& [mode, direction, size] = key;
-        probes_list.push_back(
-            {{"mode", probes::ToString(mode)},
-             {"direction", probes::ToString(direction)},
-             {"size", probes::FormatSize(size)},
-             {"last_run", core::FormatUtcTime(p.last_run)},
-             {"result", ToString(p.result)},
-             {"message", p.message},
-             {"last_success",
-              p.last_success ? json(core::FormatUtcTime(*p.last_success)) : json(nullptr)}});
-      }
-      g["probes"] = std::move(probes_list);
-
-      json schedule = nullptr;
-      if (d.schedule) {
-        json list = json::array();
-        for (const core::DeviceCycle::Outlook& o : d.schedule->series) {
-          list.push_back({{"mode", probes::ToString(o.spec.mode)},
-                          {"direction", probes::ToString(o.spec.direction)},
-                          {"size", probes::FormatSize(o.spec.size_bytes)},
-                          {"class", core::ToString(o.cls)},
-                          {"held_back", o.held_back},
-                          {"next_run_in_seconds", Seconds(daemon.now, o.next_run)}});
-        }
-        schedule = {{"allowance_seconds", d.schedule->allowance_s},
-                    {"allowance_capacity_seconds", d.schedule->capacity_s},
-                    {"burst_reserve_seconds", d.schedule->reserve_s},
-                    {"max_duty_cycle", d.schedule->duty_cycle},
-                    {"held_back", d.schedule->held_back},
-                    {"series", std::move(list)}};
-      }
-      g["schedule"] = std::move(schedule);
-      gpus.push_back(std::move(g));
+      const GpuContext gpu{index, d, verdict, d.health ? d.health->band : core::ExpectedBand{},
+                           daemon};
+      if (!gpus.empty()) gpus += ',';
+      Write(ObjectOf(gpu, kGpuFields), gpus);
     }
+    load = config_load_;
   }
   // The node's verdict is what its GPUs' give, always (xferd health checks it): during the
   // first cycle a GPU already judged counts as judged, the rest are pending.
-  if (gpus.empty()) verdicts.push_back(DeviceVerdict::kPending);
-
+  if (verdicts.empty()) verdicts.push_back(DeviceVerdict::kPending);
   json incidents = json::array();
   const std::vector<core::Incident> log = incidents_.Incidents();
   for (auto it = log.rbegin(); it != log.rend(); ++it)
     incidents.push_back(core::IncidentToJson(*it));
 
-  json doc = {{"version", kStatusVersion},
-              {"xferd_version", kVersion},
-              {"time", core::FormatUtcTime(now)},
-              {"verdict", core::ToString(core::NodeVerdict(verdicts))},
-              {"summary", Text(daemon.summary)},
-              {"daemon",
-               {{"healthy", daemon.healthy},
-                {"reason", Text(daemon.reason)},
-                {"cycles", daemon.cycles},
-                {"uptime_seconds", daemon.uptime_s},
-                {"last_cycle_age_seconds",
-                 daemon.last_cycle_age_s ? json(*daemon.last_cycle_age_s) : json(nullptr)},
-                {"stale_after_seconds", daemon.stale_after_s},
-                {"interval_seconds", daemon.interval_s},
-                {"consecutive_bad", daemon.consecutive_bad},
-                {"freshness",
-                 {{"headline_seconds", daemon.freshness.headline_s},
-                  {"rotating_seconds", daemon.freshness.rotating_s},
-                  {"degraded_seconds", daemon.freshness.degraded_s}}}}},
-              {"gpus", std::move(gpus)},
-              {"incidents", std::move(incidents)}};
-  return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  const std::string_view verdict = core::ToString(core::NodeVerdict(verdicts));
+  return WriteDocument(DocumentContext{daemon, load, verdict, now, incidents}, gpus);
+}
+
+std::vector<std::string> StatusFieldNames() {
+  std::vector<std::string> names;
+  NamesOf("", kDocumentFields, names);
+  NamesOf("daemon.", kDaemonFields, names);
+  NamesOf("daemon.freshness.", kFreshnessFields, names);
+  NamesOf("daemon.reload.", kReloadFields, names);
+  NamesOf("gpus[].", kGpuFields, names);
+  NamesOf("gpus[].band.", kBandFields, names);
+  NamesOf("gpus[].pairs[].", kPairFields, names);
+  NamesOf("gpus[].series[].", kSeriesFields, names);
+  NamesOf("gpus[].causes[].", kCauseFields, names);
+  NamesOf("gpus[].schedule.", kScheduleFields, names);
+  NamesOf("gpus[].schedule.series[].", kOutlookFields, names);
+  NamesOf("gpus[].link.", kLinkFields, names);
+  NamesOf("gpus[].link.errors.", kErrorsFields, names);
+  NamesOf("gpus[].link.errors.counters[].", kCounterFields, names);
+  NamesOf("gpus[].contention.", kContentionFields, names);
+  NamesOf("gpus[].contention.last_probe.", kLastProbeFields, names);
+  NamesOf("gpus[].probes[].", kProbeFields, names);
+  return names;
 }
 
 }  // namespace xferd::exporter

@@ -7,13 +7,19 @@
 // probe's sample, each GPU's link path and health), in the same callbacks, so the document
 // and /metrics cannot disagree (tests/integration/test_status_api.py compares every field).
 //
+// The document is assembled from one table of fields per object (status.cc), the tables of
+// docs/http.md in code; the status page (status_page.h) and `xferd status` are views of the
+// document's text, never a second source.
+//
 // Use (the service):
 //   StatusBoard board(incidents);  board.SetDevice(dev);
 //   on each probe: metrics.RecordSample(...); board.RecordSample(dev, sample);
 //   on each cycle, per GPU: board.RecordHealth(health, verdict, busy);
+//   on the config's load and each reload: board.RecordConfigLoad(...)
 //   on a request: board.Render(daemon_status, now)
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -39,6 +45,20 @@ namespace xferd::exporter {
 // The document's "version": a change that removes or renames a field, or changes what one
 // means, takes a new version (and a new path, /api/v2/status); new fields do not.
 inline constexpr int kStatusVersion = 1;
+
+// The readings each series keeps for its `recent` list (the status page plots them): the
+// last kRecentReadings judged readings, each its time and value (16 bytes), in a ring per
+// series that holds no more: 512 bytes per series, ~7 KB per GPU with the shipped plan's
+// 13 series, and a ring of a series the plan dropped goes with it.
+inline constexpr std::size_t kRecentReadings = 32;
+
+// The configuration's last load: at the start, or the last reload (SIGHUP).
+struct ConfigLoad {
+  bool successful = true;
+  std::chrono::system_clock::time_point time;
+  int reloads = 0;    // reloads asked since the start (0: the configuration is the start's)
+  std::string error;  // why the last reload failed, as the log says it; "" when it did not
+};
 
 // One error counter on a GPU's PCIe path (the kernel's AER counters of each device, NVML's
 // replay counter), as the status document lists it. Until the service hands a GPU's reading
@@ -79,6 +99,58 @@ struct GpuSchedule {
   std::vector<core::DeviceCycle::Outlook> series;
 };
 
+// A series' last judged readings: kRecentReadings at most, the oldest dropped first.
+class RecentReadings {
+ public:
+  struct Reading {
+    core::SteadyTime at;
+    double bytes_per_s = 0;
+  };
+  // A reading taken at `at`; one at the time of the last is the same reading, not added.
+  void Add(core::SteadyTime at, double bytes_per_s);
+  std::size_t size() const { return count_; }
+  const Reading& operator[](std::size_t i) const {  // 0: the oldest kept
+    return ring_[(next_ + kRecentReadings - count_ + i) % kRecentReadings];
+  }
+
+ private:
+  std::array<Reading, kRecentReadings> ring_{};
+  std::size_t next_ = 0, count_ = 0;
+};
+
+// What the board holds of one GPU: each record as the service handed it over (status.cc's
+// tables make the document of it).
+struct GpuRecord {
+  using ProbeKey = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
+  struct ProbeRecord {
+    std::chrono::system_clock::time_point last_run;
+    ProbeResult result = ProbeResult::kOk;
+    std::string message;
+    std::optional<std::chrono::system_clock::time_point> last_success;
+  };
+  probes::DeviceInfo info;
+  std::optional<probes::LinkPath> path;
+  std::optional<core::DeviceHealth> health;
+  core::DeviceVerdict verdict = core::DeviceVerdict::kPending;
+  bool busy = false;
+  std::map<ProbeKey, ProbeRecord> probes;
+  // Contention, as the last ok probe saw it (what xferd_gpu_load_readable and
+  // xferd_foreign_traffic_bytes_per_second show).
+  std::optional<bool> traffic_readable;
+  std::optional<double> foreign_h2d, foreign_d2h;
+  std::optional<probes::ProbeSpec> last_probe;
+  probes::ContentionState last_contention = probes::ContentionState::kUnknown;
+  std::optional<std::vector<LinkErrorCounter>> link_errors;
+  std::optional<GpuSchedule> schedule;
+  std::optional<core::LinkWatchState> link_watch;
+  int probed_through = -1;  // the MIG GPU instance id the last probe went through
+  std::map<ProbeKey, RecentReadings> recent;  // of the series `health` names, no others
+};
+
+// The document's fields, each as a path ("gpus[].series[].recent"): what docs/http.md
+// must name (a unit test holds it to that).
+std::vector<std::string> StatusFieldNames();
+
 // Thread-safe: the Record* methods from the probe thread, Render from the HTTP threads.
 // What a cycle came to reaches it as a consumer of the core::CyclePipeline, as it reaches
 // Metrics: the board shows what the metrics export.
@@ -109,6 +181,10 @@ class StatusBoard final : public core::CycleConsumer {
   // The link watch's counts of one GPU, as Metrics::RecordLinkWatch is handed them (any
   // thread). Until the first, its "link.watch" says the links are not watched.
   void RecordLinkWatch(int gpu, const core::LinkWatchState& state);
+  // The configuration as loaded at the start (reload = false) or by a reload, as
+  // Metrics::RecordConfigReload is told: applied, or refused with `error`.
+  void RecordConfigLoad(bool reload, bool successful, std::chrono::system_clock::time_point time,
+                        const std::string& error);
 
   // The document (JSON text, one line). `now` stamps it.
   std::string Render(const DaemonStatus& daemon, std::chrono::system_clock::time_point now) const;
@@ -118,35 +194,10 @@ class StatusBoard final : public core::CycleConsumer {
   std::uint64_t Generation() const { return generation_; }
 
  private:
-  using ProbeKey = std::tuple<probes::TransferMode, probes::Direction, std::uint64_t>;
-  struct ProbeRecord {
-    std::chrono::system_clock::time_point last_run;
-    ProbeResult result = ProbeResult::kOk;
-    std::string message;
-    std::optional<std::chrono::system_clock::time_point> last_success;
-  };
-  struct Device {
-    probes::DeviceInfo info;
-    std::optional<probes::LinkPath> path;
-    std::optional<core::DeviceHealth> health;
-    core::DeviceVerdict verdict = core::DeviceVerdict::kPending;
-    bool busy = false;
-    std::map<ProbeKey, ProbeRecord> probes;
-    // Contention, as the last ok probe saw it (what xferd_gpu_load_readable and
-    // xferd_foreign_traffic_bytes_per_second show).
-    std::optional<bool> traffic_readable;
-    std::optional<double> foreign_h2d, foreign_d2h;
-    std::optional<probes::ProbeSpec> last_probe;
-    probes::ContentionState last_contention = probes::ContentionState::kUnknown;
-    std::optional<std::vector<LinkErrorCounter>> link_errors;
-    std::optional<GpuSchedule> schedule;
-    std::optional<core::LinkWatchState> link_watch;
-    int probed_through = -1;  // the MIG GPU instance id the last probe went through
-  };
-
   const core::IncidentLog& incidents_;
   mutable std::mutex mutex_;
-  std::map<int, Device> devices_;  // by GPU index
+  std::map<int, GpuRecord> devices_;  // by GPU index
+  ConfigLoad config_load_;
   std::atomic<std::uint64_t> generation_{0};
 };
 

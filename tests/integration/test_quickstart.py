@@ -103,7 +103,7 @@ def test_quickstart_installs_what_the_daemon_needs_and_no_test_tool():
     assert set(daemon) < set(everything)
     test_tools = {"prometheus", "prometheus-node-exporter", "python3-pytest", "mmdebstrap",
                   "systemd-container", "libgtest-dev", "libgmock-dev", "libbenchmark-dev",
-                  "clang", "dpkg-dev", "systemd", "curl", "git", "ccache"}
+                  "clang", "dpkg-dev", "systemd", "curl", "git", "ccache", "chromium"}
     assert not test_tools & set(daemon), test_tools & set(daemon)
     assert test_tools <= set(everything), test_tools - set(everything)
     # The daemon's build: a compiler, CMake and Ninja, and a -dev package for each library

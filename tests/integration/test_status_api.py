@@ -32,6 +32,7 @@ def stable(doc):
     for g in doc["gpus"]:
         for s in g["series"]:
             s.pop("age_seconds")
+            s["recent"].pop("age_seconds")
         for s in (g["schedule"] or {}).get("series", []):
             s.pop("next_run_in_seconds")
     return doc
@@ -103,6 +104,12 @@ def check_against_metrics(doc, m):
                 assert bw is None, s
             else:
                 assert close(s["bandwidth_bytes_per_second"], bw), (s, bw)
+            # Its recent readings end with the reading itself (to the byte), newest last.
+            recent = s["recent"]
+            assert len(recent["age_seconds"]) == len(recent["bytes_per_second"]) <= 32, s
+            if s["bandwidth_bytes_per_second"] is not None and s["age_seconds"] is not None:
+                assert recent["bytes_per_second"][-1] == round(s["bandwidth_bytes_per_second"]), s
+                assert recent["age_seconds"] == sorted(recent["age_seconds"], reverse=True), s
             base = one(m, "xferd_bandwidth_baseline_bytes_per_second", **labels)
             if s["baseline_bytes_per_second"] is None:
                 assert base is None, s
@@ -281,6 +288,11 @@ def test_status_is_served_with_tls_and_auth_like_the_metrics(daemon, tmp_path):
         assert json.loads(body)["version"] == 1
         assert curl()[2] == "401"
         assert curl("-u", "prometheus:wrong")[2] == "401"
+        # The status page, a view of the document, behind the same TLS and login.
+        url = f"https://127.0.0.1:{d.port}/"
+        page, _, code = curl("-u", f"prometheus:{PASSWORD}")
+        assert code == "200" and "<svg" in page and 'href="/api/v1/status"' in page, page[:500]
+        assert curl()[2] == "401"
     finally:
         d.stop()
 
@@ -360,12 +372,14 @@ def test_many_clients_of_a_64_gpu_status_document_stay_within_the_memory_budget(
     took the daemon from 27 to 44 MB, where it stayed. The document (and the registry's text)
     is now rendered once per change and shared by every answer without a copy, one render at
     a time, and what a render let go is handed back: bench/status_rss.py exits 1 when RSS
-    went over 32 MiB or stayed 4 MiB above where it started."""
+    went over 32 MiB or stayed 4 MiB above where it started. With every series' ring of
+    recent readings full (--full: the document at its largest, 1.3 MB), half the clients
+    read the document and half the status page made of it."""
     if sanitizer_build():
         pytest.skip(f"{sanitizer_build()} sanitizer build: its shadow memory is not the daemon's")
     r = subprocess.run([sys.executable, str(SOURCE_DIR / "bench" / "status_rss.py"),
                         "--xferd", BINARY, "--devices", "64", "--clients", "50", "--slow", "10",
-                        "--seconds", "6", "--path", "/api/v1/status"],
+                        "--seconds", "6", "--path", "/api/v1/status,/", "--full"],
                        capture_output=True, text=True, timeout=300)
     print("\n" + r.stdout)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -141,6 +141,43 @@ TEST_F(Usage, EveryCommandsHelpGivesItsExitCodes) {
   EXPECT_EQ(HelpCodes(Xferd("check-config --help").out), (std::set<int>{0, 64, 70, 78}));
   EXPECT_EQ(HelpCodes(Xferd("health --help").out), (std::set<int>{0, 1, 2, 64}));
   EXPECT_EQ(HelpCodes(Xferd("version --help").out), (std::set<int>{0}));
+  // status: the table of docs/operations.md's section on it.
+  const std::string operations = ReadDoc("operations.md");
+  const std::size_t at = operations.find("## At a glance: the status page and `xferd status`");
+  ASSERT_NE(at, std::string::npos);
+  const std::string section = operations.substr(at, operations.find("\n## ", at + 1) - at);
+  std::set<int> status_doc;
+  static const std::regex kExitRow("\n\\| ([0-9]+) \\|");
+  for (auto it = std::sregex_iterator(section.begin(), section.end(), kExitRow);
+       it != std::sregex_iterator(); ++it) {
+    status_doc.insert(std::stoi((*it)[1].str()));
+  }
+  EXPECT_EQ(status_doc, (std::set<int>{0, 1, 2, 64}));
+  EXPECT_EQ(HelpCodes(Xferd("status --help").out), status_doc);
+}
+
+// Every command `xferd --help` lists ends its own --help with its exit codes: a command
+// added later cannot leave them out.
+TEST_F(Usage, EveryListedCommandHasExitCodes) {
+  const Result top = Xferd("--help");
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  const std::size_t at = top.out.find("Subcommands:");
+  ASSERT_NE(at, std::string::npos) << top.out;
+  static const std::regex kCommand("\n  ([a-z][a-z-]*) ");
+  std::set<std::string> commands;
+  const std::string list = top.out.substr(at);
+  for (auto it = std::sregex_iterator(list.begin(), list.end(), kCommand);
+       it != std::sregex_iterator(); ++it) {
+    commands.insert((*it)[1].str());
+  }
+  for (const char* known : {"run", "probe", "check-config", "health", "status", "version"}) {
+    EXPECT_EQ(commands.count(known), 1u) << known << " not listed:\n" << top.out;
+  }
+  for (const std::string& command : commands) {
+    const Result help = Xferd(command + " --help");
+    EXPECT_EQ(help.exit_code, 0) << command;
+    EXPECT_FALSE(HelpCodes(help.out).empty()) << command << " --help gives no exit codes";
+  }
 }
 
 // No GPU to probe (CUDA_VISIBLE_DEVICES hides every GPU where there are some): exit 69 and

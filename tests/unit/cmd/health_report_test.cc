@@ -427,4 +427,23 @@ TEST(HealthReport, ExitCodesFollowNodeProblemDetectorOrNagios) {
 }
 
 }  // namespace
+// What `xferd status` asks before it shows a table: the same checks JudgeStatus makes of a
+// document (its version, the documented shape), with the same words.
+TEST(HealthReport, TheDocumentCheckIsJudgeStatussOwn) {
+  EXPECT_EQ(StatusDocumentProblem(Doc({Gpu(0, "ok")}).dump()), "");
+  EXPECT_EQ(StatusDocumentProblem(Doc({Gpu(0, "pending")}).dump()), "") << "unknown, yet read";
+  json later = Doc({Gpu(0, "ok")});
+  later["version"] = 2;
+  json shapeless = Doc({Gpu(0, "ok")});
+  shapeless["daemon"]["healthy"] = "false";
+  for (const std::string body : {later.dump(), shapeless.dump(), std::string("[]"),
+                                 std::string("{\"version\": 1, \"version\": 1}")}) {
+    const std::string problem = StatusDocumentProblem(body);
+    EXPECT_FALSE(problem.empty()) << body;
+    const HealthReport judged = JudgeStatus(body, {});
+    EXPECT_EQ(judged.state, HealthOutcome::kUnknown);
+    EXPECT_EQ(judged.line, "UNKNOWN: " + problem);
+  }
+}
+
 }  // namespace xferd::cmd

@@ -167,7 +167,8 @@ TEST(FleetProfile, ADegradedPairShowsItsGaugesVerdictAndOwnBandUntilItRecovers) 
   const std::string fleet = host.Served();
   // GPU 0 is healthy: its headline pairs only.
   EXPECT_EQ(Lines(fleet, "xferd_bandwidth_degraded{direction=\"h2d\",gpu=\"0\"").size(), 1u);
-  EXPECT_EQ(ProfileValueOf(fleet, "xferd_bandwidth_degraded{direction=\"h2d\",gpu=\"0\",mode=\"pinned\"}"),
+  EXPECT_EQ(ProfileValueOf(fleet,
+                           "xferd_bandwidth_degraded{direction=\"h2d\",gpu=\"0\",mode=\"pinned\"}"),
             0);
   // GPU 1: the degraded pairs, each with its bandwidth and verdict 1.
   const auto verdicts = Lines(fleet, "xferd_bandwidth_degraded{");
@@ -181,11 +182,11 @@ TEST(FleetProfile, ADegradedPairShowsItsGaugesVerdictAndOwnBandUntilItRecovers) 
   }
   EXPECT_GT(gpu1, 2u) << fleet;
   EXPECT_EQ(ProfileValueOf(fleet,
-                    "xferd_bandwidth_bytes_per_second{direction=\"h2d\",gpu=\"1\","
-                    "mode=\"pinned_async\",size=\"64MiB\"}"),
+                           "xferd_bandwidth_bytes_per_second{direction=\"h2d\",gpu=\"1\","
+                           "mode=\"pinned_async\",size=\"64MiB\"}"),
             ProfileValueOf(host.Full(),
-                    "xferd_bandwidth_bytes_per_second{direction=\"h2d\",gpu=\"1\","
-                    "mode=\"pinned_async\",size=\"64MiB\"}"));
+                           "xferd_bandwidth_bytes_per_second{direction=\"h2d\",gpu=\"1\","
+                           "mode=\"pinned_async\",size=\"64MiB\"}"));
   // managed_prefetch h2d is held to its own share of the band: its own band comes with it.
   EXPECT_EQ(Lines(fleet,
                   "xferd_expected_bandwidth_bytes_per_second{bound=\"lower\",direction=\"h2d\","
@@ -216,7 +217,8 @@ TEST(FleetProfile, RunCountersAreSummedOverModesAndLinkErrorsOverThePath) {
   }
   ASSERT_EQ(summed.size(), 6u);  // ok, error, timeout, skipped_busy, contended, unsupported
   for (const auto& [result, sum] : summed) {
-    EXPECT_EQ(ProfileValueOf(fleet, "xferd_probe_runs_total{gpu=\"0\",result=\"" + result + "\"}"), sum)
+    EXPECT_EQ(ProfileValueOf(fleet, "xferd_probe_runs_total{gpu=\"0\",result=\"" + result + "\"}"),
+              sum)
         << result;
   }
   EXPECT_GT(summed["error"], 0);
@@ -228,7 +230,8 @@ TEST(FleetProfile, RunCountersAreSummedOverModesAndLinkErrorsOverThePath) {
   EXPECT_EQ(ProfileValueOf(fleet, "xferd_probe_last_success_timestamp_seconds{gpu=\"0\"}"), newest);
   // AER: one series per class, the sum over the devices of the path; readable per source,
   // 1 only when every device is.
-  EXPECT_GT(ProfileValueOf(fleet, "xferd_pcie_aer_errors_total{class=\"correctable\",gpu=\"0\"}"), 0)
+  EXPECT_GT(ProfileValueOf(fleet, "xferd_pcie_aer_errors_total{class=\"correctable\",gpu=\"0\"}"),
+            0)
       << full;
   for (const char* cls : {"correctable", "nonfatal", "fatal"}) {
     double sum = 0;
@@ -236,15 +239,16 @@ TEST(FleetProfile, RunCountersAreSummedOverModesAndLinkErrorsOverThePath) {
          Lines(full, std::string("xferd_pcie_aer_errors_total{class=\"") + cls + "\"")) {
       if (line.find("gpu=\"0\"") != std::string::npos) sum += Value(line);
     }
-    EXPECT_EQ(
-        ProfileValueOf(fleet, std::string("xferd_pcie_aer_errors_total{class=\"") + cls + "\",gpu=\"0\"}"),
-        sum)
+    EXPECT_EQ(ProfileValueOf(fleet, std::string("xferd_pcie_aer_errors_total{class=\"") + cls +
+                                        "\",gpu=\"0\"}"),
+              sum)
         << cls << "\n"
         << fleet;
   }
   EXPECT_EQ(ProfileValueOf(fleet, "xferd_pcie_error_source_readable{gpu=\"0\",source=\"aer\"}"), 1);
-  EXPECT_EQ(ProfileValueOf(fleet, "xferd_pcie_error_source_readable{gpu=\"0\",source=\"nvml_replay\"}"),
-            1);
+  EXPECT_EQ(
+      ProfileValueOf(fleet, "xferd_pcie_error_source_readable{gpu=\"0\",source=\"nvml_replay\"}"),
+      1);
   // A folded family says so in its help.
   EXPECT_NE(fleet.find("# HELP xferd_probe_runs_total Probes by result (bidirectional pinned "
                        "probes count under mode=\"pinned\"). Fleet profile: the sum over mode."),

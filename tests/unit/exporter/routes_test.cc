@@ -1,6 +1,7 @@
 // The exporter's routes as a scraper meets them, through the real HTTP server over
-// loopback: /metrics in the exposition format (gzip when asked), the landing page,
-// /healthz, the telemetry path, and what is not served.
+// loopback: /metrics in the exposition format (gzip when asked), the landing page (the
+// status page where there is a status document), /healthz, the telemetry path, and what is
+// not served.
 #include "exporter/routes.h"
 
 #include <gtest/gtest.h>
@@ -183,6 +184,45 @@ TEST(ExporterRoutes, MetricsInGzipWhenTheScraperAsks) {
   const RawResponse refused = Get(port, "/metrics", "GET", "Accept-Encoding: gzip;q=0\r\n");
   EXPECT_EQ(refused.header("content-encoding"), "");
   EXPECT_EQ(refused.body, plain.body);
+}
+
+// Where the daemon has a status document, / is its page: rendered from the document of the
+// same rendering (one source), once per rendering whatever the number of requests, in gzip
+// when asked, and loading nothing from elsewhere (its Content-Security-Policy says so).
+TEST(ExporterRoutes, TheStatusPageIsAViewOfTheDocumentRenderedOnce) {
+  std::atomic<int> renders{0};
+  std::atomic<std::uint64_t> generation{1};
+  ExporterRoutes routes;
+  routes.status = [&] {
+    ++renders;
+    return "{\"version\":1,\"verdict\":\"ok\",\"summary\":\"render " +
+           std::to_string(renders.load()) +
+           "\",\"gpus\":[{\"gpu\":0,\"name\":\"<GPU>\",\"verdict\":\"ok\"}]}";
+  };
+  routes.status_generation = [&] { return generation.load(); };
+  routes.status_max_age = std::chrono::hours(1);
+  HttpServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  HttpServer server(options, MakeExporterHandler(routes));
+
+  const RawResponse page = Get(server.port(), "/");
+  ExpectServed(page, "text/html; charset=utf-8",
+               {"render 1", "&lt;GPU&gt;", "href=\"/api/v1/status\"", "href=\"/metrics\"",
+                "data-verdict=\"ok\""});
+  EXPECT_EQ(page.header("cache-control"), "no-store");
+  EXPECT_NE(page.header("content-security-policy").find("default-src 'none'"), std::string::npos);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Get(server.port(), "/").body, page.body);
+  EXPECT_NE(Get(server.port(), "/api/v1/status").body.find("render 1"), std::string::npos);
+  EXPECT_EQ(renders, 1) << "the page and the document: one rendering";
+  const RawResponse gzip = Get(server.port(), "/", "GET", "Accept-Encoding: gzip\r\n");
+  EXPECT_EQ(gzip.header("content-encoding"), "gzip");
+  EXPECT_EQ(Gunzip(gzip.body), page.body);
+  EXPECT_LT(gzip.body.size(), page.body.size());
+
+  ++generation;  // a record: the next request renders both again
+  EXPECT_NE(Get(server.port(), "/").body.find("render 2"), std::string::npos);
+  EXPECT_NE(Get(server.port(), "/api/v1/status").body.find("render 2"), std::string::npos);
+  EXPECT_EQ(renders, 2);
 }
 
 }  // namespace

@@ -1,12 +1,16 @@
 // The status board without a daemon: what each Record* puts in the document, the link
-// errors' place before and after a reader hands them over, and a document rendered while
-// the probe thread records (run under TSan by the sanitizer pass).
+// errors' place before and after a reader hands them over, each series' recent readings and
+// the configuration's last load, every field named in docs/http.md, and a document rendered
+// while the probe thread records (run under TSan by the sanitizer pass).
 #include "exporter/status.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 namespace xferd::exporter {
@@ -315,6 +319,145 @@ TEST(StatusBoard, TheLinkWatchSaysWhatItCountedOnceItWatches) {
   EXPECT_EQ(watch["window_reduced_seconds"], 12);
   EXPECT_EQ(watch["flapping"], true);
   EXPECT_EQ(watch["last_seen"], w.last_seen);
+}
+
+// Each series keeps its last kRecentReadings judged readings, oldest first, with their ages
+// on the daemon's clock: a reading is added once (a verdict judged again between cycles
+// hands the same one over), the oldest goes past the bound, and the ring of a series the
+// health no longer names goes with it.
+TEST(StatusBoard, KeepsTheRecentReadingsOfEachSeriesBounded) {
+  core::IncidentLog log;
+  StatusBoard board(log);
+  board.SetDevice(Gpu(0));
+  const core::SteadyTime start = core::SteadyTime{} + std::chrono::hours(1);
+  core::DeviceHealth health = Degraded();
+  core::SeriesHealth other = health.series[0];
+  other.mode = TransferMode::kZeroCopy;
+  health.series.push_back(other);
+  const std::size_t readings = kRecentReadings + 8;
+  for (std::size_t i = 0; i < readings; ++i) {
+    for (core::SeriesHealth& s : health.series) {
+      s.measured_at = start + std::chrono::seconds(60 * i);
+      s.median_bytes_per_s = 1e9 * static_cast<double>(i + 1);
+    }
+    board.RecordHealth(health, core::DeviceVerdict::kDegraded, false);
+    board.RecordHealth(health, core::DeviceVerdict::kDegraded, false);  // the same readings
+  }
+  DaemonStatus daemon;
+  daemon.now = start + std::chrono::seconds(60 * (readings - 1) + 5);
+  json doc = Render(board, daemon);
+  const json& ages = doc["gpus"][0]["series"][0]["recent"]["age_seconds"];
+  const json& rates = doc["gpus"][0]["series"][0]["recent"]["bytes_per_second"];
+  ASSERT_EQ(ages.size(), kRecentReadings);
+  ASSERT_EQ(rates.size(), kRecentReadings);
+  // The oldest kept is reading 9 (the first 8 dropped), the newest the last, 5 s ago.
+  EXPECT_EQ(rates[0], 9e9);
+  EXPECT_EQ(ages[0], 60.0 * (kRecentReadings - 1) + 5);
+  EXPECT_EQ(rates.back(), 1e9 * static_cast<double>(readings));
+  EXPECT_EQ(ages.back(), 5);
+  EXPECT_EQ(doc["gpus"][0]["series"][1]["recent"]["age_seconds"].size(), kRecentReadings);
+
+  // The zero_copy series is planned no more: its readings go.
+  health.series.pop_back();
+  health.series[0].measured_at = *daemon.now;
+  board.RecordHealth(health, core::DeviceVerdict::kDegraded, false);
+  doc = Render(board, daemon);
+  ASSERT_EQ(doc["gpus"][0]["series"].size(), 1u);
+  EXPECT_EQ(doc["gpus"][0]["series"][0]["recent"]["age_seconds"].back(), 0);
+  health.series.push_back(other);
+  health.series.back().measured_at.reset();
+  board.RecordHealth(health, core::DeviceVerdict::kDegraded, false);
+  EXPECT_TRUE(Render(board, daemon)["gpus"][0]["series"][1]["recent"]["age_seconds"].empty());
+}
+
+// The configuration's last load: the start's, then each reload's result, a refused one
+// with its error (escaped: it quotes the file).
+TEST(StatusBoard, SaysTheLastReloadsResult) {
+  core::IncidentLog log;
+  StatusBoard board(log);
+  board.SetDevice(Gpu(0));
+  const auto start = std::chrono::system_clock::time_point{} + std::chrono::hours(24 * 365 * 57);
+  board.RecordConfigLoad(false, true, start, "");
+  json reload = Render(board)["daemon"]["reload"];
+  EXPECT_EQ(reload["successful"], true);
+  EXPECT_EQ(reload["reloads"], 0);
+  EXPECT_EQ(reload["error"], "");
+  EXPECT_EQ(reload["time"], core::FormatUtcTime(start));
+
+  const auto later = start + std::chrono::minutes(5);
+  board.RecordConfigLoad(true, false, later, "/etc/xferd/x.toml:3: interval = \"0s\"\x1b");
+  reload = Render(board)["daemon"]["reload"];
+  EXPECT_EQ(reload["successful"], false);
+  EXPECT_EQ(reload["reloads"], 1);
+  EXPECT_EQ(reload["error"], "/etc/xferd/x.toml:3: interval = \"0s\"\\x1b");
+  EXPECT_EQ(reload["time"], core::FormatUtcTime(later));
+
+  board.RecordConfigLoad(true, true, later + std::chrono::minutes(1), "ignored");
+  reload = Render(board)["daemon"]["reload"];
+  EXPECT_EQ(reload["successful"], true);
+  EXPECT_EQ(reload["reloads"], 2);
+  EXPECT_EQ(reload["error"], "");
+}
+
+// Every field the document has (its tables, StatusFieldNames) is named in docs/http.md's
+// tables of the document ("The document (version 1)" and what follows it), so a field added to a
+// table and not to the docs fails here; and the names are what a rendered document holds.
+TEST(StatusBoard, EveryFieldIsNamedInTheDocs) {
+  std::ifstream in(std::filesystem::path(XFERD_TEST_DATA_DIR) / ".." / ".." / "docs" / "http.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string docs = text.str();
+  const std::size_t from = docs.find("### The document (version 1)");
+  const std::size_t to = docs.find("\n## ", from + 1);
+  ASSERT_NE(from, std::string::npos);
+  const std::string section = docs.substr(from, to - from);
+
+  core::IncidentLog log;
+  StatusBoard board(log);
+  board.SetDevice(Gpu(0));
+  board.RecordLinkPath(0, Path());
+  board.RecordSample(Gpu(0), Sample(TransferMode::kPinned, Direction::kH2D, 5.1));
+  board.RecordHealth(Degraded(), core::DeviceVerdict::kDegraded, false);
+  board.RecordSchedule(0, {1, 2, 0.5, 0.01, 0, {{probes::ProbeSpec{}, {}, false, std::nullopt}}});
+  board.RecordLinkErrors(Gpu(0), core::LinkErrorReading{});
+  const json doc = Render(board);
+
+  const std::vector<std::string> names = StatusFieldNames();
+  ASSERT_GE(names.size(), 80u);
+  for (const std::string& path : names) {
+    // "gpus[].link.errors": its last part in backquotes, alone, after its parent's or
+    // before its own fields' (`errors`, `errors[]`, `link.errors`, `errors.read`), as the
+    // tables name nested fields.
+    std::vector<std::string> parts;
+    std::stringstream split(path);
+    for (std::string part; std::getline(split, part, '.');) {
+      if (part.size() > 2 && part.substr(part.size() - 2) == "[]") part.resize(part.size() - 2);
+      parts.push_back(part);
+    }
+    const std::string& leaf = parts.back();
+    const std::string dotted = parts.size() > 1 ? parts[parts.size() - 2] + "." + leaf : leaf;
+    EXPECT_TRUE(section.find("`" + leaf + "`") != std::string::npos ||
+                section.find("`" + leaf + "[]`") != std::string::npos ||
+                section.find("`" + dotted + "`") != std::string::npos ||
+                section.find("`" + leaf + ".") != std::string::npos)
+        << path << " is not named in docs/http.md's tables of the document";
+    // And the document has it where the path says.
+    const json* at = &doc;
+    std::string rest = path;
+    while (!rest.empty()) {
+      const std::size_t dot = rest.find('.');
+      std::string part = rest.substr(0, dot);
+      rest = dot == std::string::npos ? "" : rest.substr(dot + 1);
+      const bool list = part.size() > 2 && part.substr(part.size() - 2) == "[]";
+      if (list) part.resize(part.size() - 2);
+      ASSERT_TRUE(at->is_object() && at->contains(part)) << path << ": no " << part;
+      at = &(*at)[part];
+      if (list && !rest.empty()) {
+        ASSERT_TRUE(at->is_array() && !at->empty()) << path << ": " << part << " is empty";
+        at = &(*at)[0];
+      }
+    }
+  }
 }
 
 TEST(StatusBoard, RendersWhileTheProbeThreadRecords) {
