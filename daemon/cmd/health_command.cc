@@ -47,8 +47,8 @@ void OnAlarm(int) {
 }
 
 void ArmWatchdog(std::chrono::milliseconds timeout, bool nagios) {
-  const HealthReport report{HealthOutcome::kUnknown,
-                            "UNKNOWN: no answer from xferd within the timeout"};
+  const HealthReport report =
+      UnknownReport(core::NoVerdict::kDaemonUnreachable, "no answer from xferd within the timeout");
   const std::string line = (nagios ? NagiosLine(report) : report.line) + "\n";
   std::snprintf(alarm_line, sizeof alarm_line, "%s", line.c_str());
   alarm_exit = HealthExitCode(HealthOutcome::kUnknown, nagios);
@@ -262,30 +262,33 @@ HealthReport Judge(const web::HttpUrl& url, const web::HttpClientResponse& respo
   switch (response.status) {
     case 200: return JudgeStatus(response.body, judge);
     case 401:
-      return {HealthOutcome::kUnknown,
-              "UNKNOWN: " + where +
-                  " refused the login (401): check --basic-auth.username and the password file"};
+      return UnknownReport(core::NoVerdict::kDaemonUnreachable,
+                           where +
+                               " refused the login (401): check --basic-auth.username and "
+                               "the password file");
     case 404:
-      return {HealthOutcome::kUnknown, "UNKNOWN: " + where +
-                                           " has no status API (404): is it an older xferd, or "
-                                           "another service on that port?"};
+      return UnknownReport(core::NoVerdict::kDaemonUnreachable,
+                           where +
+                               " has no status API (404): is it an older xferd, or "
+                               "another service on that port?");
     case 429:
     case 503:
-      return {HealthOutcome::kUnknown,
-              "UNKNOWN: " + where + " answered " + std::to_string(response.status) +
-                  (response.status == 429 ? " (too many failed logins from this address)"
-                                          : " (busy checking other logins)") +
-                  ": the daemon refused the check; on the daemon's host xferd health asks "
-                  "over the health socket, which needs no login"};
+      return UnknownReport(
+          core::NoVerdict::kDaemonUnreachable,
+          where + " answered " + std::to_string(response.status) +
+              (response.status == 429 ? " (too many failed logins from this address)"
+                                      : " (busy checking other logins)") +
+              ": the daemon refused the check; on the daemon's host xferd health asks "
+              "over the health socket, which needs no login");
     default:
-      return {HealthOutcome::kUnknown, "UNKNOWN: " + where + " answered " +
-                                           std::to_string(response.status) + ": " +
-                                           platform::Printable(response.body.substr(0, 200), 200)};
+      return UnknownReport(core::NoVerdict::kDaemonUnreachable,
+                           where + " answered " + std::to_string(response.status) + ": " +
+                               platform::Printable(response.body.substr(0, 200), 200));
   }
 }
 
 HealthReport Unreachable(const std::string& why) {
-  return {HealthOutcome::kUnknown, "UNKNOWN: xferd unreachable: " + why};
+  return UnknownReport(core::NoVerdict::kDaemonUnreachable, "xferd unreachable: " + why);
 }
 
 }  // namespace
@@ -300,8 +303,8 @@ int HealthCommand(const HealthCommandOptions& options) {
   // A plugin runner sees only the line and the status: a mistake is "unknown", said on the
   // line a person will read.
   const auto mistake = [&](const platform::Error& e, const std::string& before = "") {
-    return print(
-        {HealthOutcome::kUnknown, "UNKNOWN: " + before + platform::Printable(e.what(), 1000)});
+    return print(UnknownReport(core::NoVerdict::kDaemonUnreachable,
+                               before + platform::Printable(e.what(), 1000)));
   };
   HealthJudgeOptions judge;
   std::chrono::milliseconds timeout{};

@@ -17,6 +17,7 @@
 #include "exporter/textfile.h"
 #include "platform/abandonable_call.h"
 #include "platform/build_info.h"
+#include "platform/command.h"
 #include "platform/exit_codes.h"
 #include "platform/files.h"
 #include "platform/logging.h"
@@ -101,7 +102,14 @@ Service::Service(Config config, probes::TransferBackend& backend,
       health_(*config_),
       status_board_(incidents_),
       state_(config_->state_dir),
-      started_(seams_.clock->Now()) {}
+      started_(seams_.clock->Now()) {
+  EvidenceOptions evidence;
+  evidence.dir = config_->state_dir / "evidence";
+  evidence.lspci = FindProgram({"/usr/bin/lspci", "/usr/sbin/lspci", "/sbin/lspci", "/bin/lspci"});
+  if (seams_.evidence_options) seams_.evidence_options(evidence);
+  evidence_ = std::make_unique<EvidenceKeeper>(std::move(evidence),
+                                               [this](const EvidenceWritten& w) { OnEvidence(w); });
+}
 
 Service::~Service() {
   // Before the members the servers' threads read (a Run that threw leaves them serving).
@@ -148,6 +156,9 @@ std::string Service::StatusDocument() const {
   daemon.now = seams_.clock->Now();
   daemon.uptime_s = duration<double>(*daemon.now - started_).count();
   daemon.freshness = FreshnessOf(*config);
+  const EvidenceKeeper::Stats evidence = evidence_->GetStats();
+  daemon.evidence = {evidence_->dir().string(), evidence_->keep(), evidence.written,
+                     evidence.dropped, evidence.last_problem};
   return status_board_.Render(daemon, std::chrono::system_clock::now());
 }
 
@@ -209,16 +220,19 @@ void Service::OnCycle(const CycleReport& report) {
     obs.link_path = dc.link_path;
     obs.samples = dc.samples;
     obs.busy = dc.skipped_busy;
-    obs.link_errors = ReadLinkErrors(dc);
+    ReadLinkErrors(dc, obs);
     obs.at = seams_.clock->Now();
     obs.at_wall = std::chrono::system_clock::now();
     obs.confirmation = report.confirmation;
     for (const DeviceCycle::Outlook& o : dc.outlook) obs.planned.push_back(o.spec);
     const DeviceHealth health = health_.Observe(obs);
     metrics_.RecordHealth(health);
+    std::optional<Incident> logged;
     const DeviceVerdict verdict =
-        incidents_.Observe(health, obs.busy, config->consecutive_bad, obs.at_wall);
+        incidents_.Observe(health, obs.busy, config->consecutive_bad, obs.at_wall, &logged);
     status_board_.RecordHealth(health, verdict, obs.busy);
+    // A record of what was seen when it turned DEGRADED (written off this thread).
+    evidence_->Observe(obs, health, logged ? &*logged : nullptr);
     if (!report.confirmation) {
       metrics_.RecordSchedule(dc.device.index, dc.allowance_s, dc.held_back);
       status_board_.RecordSchedule(
@@ -334,8 +348,8 @@ void Service::LogStaleChange(const DeviceHealth& health, bool stale) {
   }
 }
 
-LinkErrorGrowth Service::ReadLinkErrors(const DeviceCycle& dc) {
-  if (!seams_.link_errors) return {};
+void Service::ReadLinkErrors(const DeviceCycle& dc, CycleObservation& obs) {
+  if (!seams_.link_errors) return;
   // A busy cycle read no path: the counters are read on the path as it stands.
   const probes::LinkPath path =
       dc.link_read ? dc.link_path : backend_.ReadLinkPath(dc.device.index);
@@ -343,7 +357,33 @@ LinkErrorGrowth Service::ReadLinkErrors(const DeviceCycle& dc) {
       dc.device, seams_.link_errors->Read(dc.device, path), seams_.clock->Now());
   metrics_.RecordLinkErrors(dc.device, reading);
   status_board_.RecordLinkErrors(dc.device, reading);
-  return link_errors_.Growth(dc.device.uuid);
+  obs.link_errors = link_errors_.Growth(dc.device.uuid);
+  obs.link_error_reading = reading;
+}
+
+// The evidence writer's thread, after each record: the incident links it, the status API
+// shows it, the log and the counter say what became of it.
+void Service::OnEvidence(const EvidenceWritten& w) {
+  metrics_.RecordEvidence(w.ok);
+  ScopedLogFields fields(std::to_string(w.gpu), "");
+  const std::string verdict = fmt::format("{}{}{}", w.code.empty() ? "DEGRADED" : w.code,
+                                          w.cause.empty() ? "" : " ", w.cause);
+  if (!w.ok) {
+    spdlog::error(
+        "evidence: gpu {}: the record of its DEGRADED verdict ({}) is dropped: {}; the daemon "
+        "goes on (xferd_evidence_records_total{{result=\"dropped\"}} counts it)",
+        w.gpu, verdict, w.problem);
+    return;
+  }
+  incidents_.AttachEvidence(w.uuid, w.incident_time, w.name);
+  status_board_.RecordEvidence(w.gpu, {w.name, w.path.string(), w.incident_time, w.bytes});
+  spdlog::info(
+      "evidence: gpu {}: kept {} ({} bytes) for its DEGRADED verdict ({}); `xferd "
+      "evidence {}` prints it{}",
+      w.gpu, platform::PrintablePath(w.path.string()), w.bytes, verdict, w.gpu,
+      w.pruned.empty() ? std::string()
+                       : fmt::format(" ({} older record{} removed, {} are kept)", w.pruned.size(),
+                                     w.pruned.size() == 1 ? "" : "s", evidence_->keep()));
 }
 
 void Service::LogConcurrent(const GroupRun& run, const Config& config) {
@@ -650,6 +690,11 @@ void Service::Prepare(const Config& config) {
   std::size_t series = 0;
   for (const auto& [uuid, s] : loaded.baselines) series += s.size();
   spdlog::info("state: {} ({} learned series)", state_.path().string(), series);
+  if (const std::size_t removed = evidence_->Start()) {
+    spdlog::info(
+        "evidence: removed {} temporary file(s) in {} that writes interrupted by a crash left",
+        removed, platform::PrintablePath(evidence_->dir().string()));
+  }
 
   auto busy = seams_.make_busy(config);
   busy_description_ = busy->Describe();

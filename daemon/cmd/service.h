@@ -22,6 +22,7 @@
 #include "config/config.h"
 #include "core/busy_detector.h"
 #include "core/clock.h"
+#include "core/evidence.h"
 #include "core/health_tracker.h"
 #include "core/incident_log.h"
 #include "core/link_errors.h"
@@ -58,6 +59,8 @@ struct ServiceSeams {
   // A reload (SIGHUP) came while the configuration was read at start: the file may have
   // changed after it was read, so the service reloads once it serves.
   bool reload_at_start = false;
+  // Changes to how evidence records are kept (tests: a disk that fills up, another lspci).
+  std::function<void(core::EvidenceOptions&)> evidence_options;
 };
 
 class Service {
@@ -89,14 +92,16 @@ class Service {
   void ExpireVerdicts();                                              // main thread
   void LogConcurrent(const core::GroupRun& run, const config::Config& config);  // probe thread
   void WriteTextfile(const config::Config& config);                             // probe thread
-  core::LinkErrorGrowth ReadLinkErrors(const core::DeviceCycle& cycle);         // probe thread
-  void StartReload();                                                           // main thread
-  bool ReloadReady() const;                                                     // main thread
-  void FinishReload();                                                          // main thread
-  exporter::HealthState Healthz() const;                                        // HTTP threads
-  void CheckStall();                                                            // main thread
-  void StartServing(const config::Config& config);                              // main thread
-  void StopServing();                                                           // main thread
+  void ReadLinkErrors(const core::DeviceCycle& cycle,
+                      core::CycleObservation& observation);  // probe thread
+  void OnEvidence(const core::EvidenceWritten& written);     // the evidence writer's thread
+  void StartReload();                                        // main thread
+  bool ReloadReady() const;                                  // main thread
+  void FinishReload();                                       // main thread
+  exporter::HealthState Healthz() const;                     // HTTP threads
+  void CheckStall();                                         // main thread
+  void StartServing(const config::Config& config);           // main thread
+  void StopServing();                                        // main thread
   void StartHealthSocket(const config::Config& config,
                          const web::HttpServer::Handler& handler);  // main thread
   void Prepare(const config::Config& config);                       // main thread, first
@@ -119,6 +124,9 @@ class Service {
   // The status API: fed the values metrics_ is fed, in the same callbacks.
   exporter::StatusBoard status_board_;
   core::LinkErrorTracker link_errors_;
+  // Evidence kept when a GPU turns DEGRADED (its writer thread reports to OnEvidence, which
+  // uses the members above: declared after them, so it stops first).
+  std::unique_ptr<core::EvidenceKeeper> evidence_;
   core::StateFile state_;
   std::unique_ptr<core::Scheduler> scheduler_;
   mutable std::mutex servers_mutex_;  // http_ and health_socket_ as refusal_metrics_ reads them

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/band.h"
+#include "core/fault_codes.h"
 #include "platform/build_info.h"
 #include "platform/printable.h"
 
@@ -117,10 +118,13 @@ json Headline(const core::DeviceHealth& health) {
   const core::SeriesHealth* worst = core::WorstDegraded(health);
   if (worst == nullptr) return nullptr;
   const std::optional<core::DiagnosisCause> cause = core::LeadingCause(health);
+  const core::FaultCode& fault = cause ? core::FaultOf(*cause) : core::DegradedNoCause();
   json h = {{"mode", probes::ToString(worst->mode)},
             {"direction", probes::ToString(worst->direction)},
             {"size", probes::FormatSize(worst->size_bytes)},
             {"cause", cause ? json(core::ToString(*cause)) : json(nullptr)},
+            {"code", fault.Code()},
+            {"action", core::ToString(fault.action)},
             {"baseline_of", worst->peer_baseline_bytes_per_s > 0 ? "peers" : "own"}};
   if (worst->below_band) {
     h["below"] = "band";
@@ -228,6 +232,12 @@ void StatusBoard::RecordLinkErrors(const probes::DeviceInfo& device,
   devices_[device.index].link_errors = std::move(counters);
 }
 
+void StatusBoard::RecordEvidence(int gpu, EvidenceLink link) {
+  std::lock_guard lock(mutex_);
+  ++generation_;
+  devices_[gpu].evidence = std::move(link);
+}
+
 std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_point now) const {
   json gpus = json::array();
   bool any_degraded = false, any_pending = false, any_stale = false;
@@ -264,7 +274,10 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
         // Ranked (core::RankCauses): the cause that leads first, the notes last.
         const std::optional<core::DiagnosisCause> lead = core::LeadingCause(*d.health);
         for (const core::Diagnosis& c : d.health->diagnoses) {
+          const core::FaultCode& fault = core::FaultOf(c.cause);
           causes.push_back({{"cause", core::ToString(c.cause)},
+                            {"code", fault.Code()},
+                            {"action", core::ToString(fault.action)},
                             {"fault", !core::IsNote(c.cause)},
                             {"leads", lead && *lead == c.cause},
                             {"detail", Text(c.detail)},
@@ -276,6 +289,19 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
       g["series"] = std::move(series);
       g["headline"] = d.health ? Headline(*d.health) : json(nullptr);
       g["causes"] = std::move(causes);
+      // The GPU's code: its leading cause's when degraded, its state's when there is no
+      // verdict to act on; null when ok (core/fault_codes.h).
+      const core::FaultCode* fault = nullptr;
+      if (verdict == DeviceVerdict::kDegraded) {
+        const auto lead = d.health ? core::LeadingCause(*d.health) : std::nullopt;
+        fault = lead ? &core::FaultOf(*lead) : &core::DegradedNoCause();
+      } else if (verdict == DeviceVerdict::kPending) {
+        fault = &core::FaultOf(core::NoVerdict::kPending);
+      } else if (verdict == DeviceVerdict::kStale) {
+        fault = &core::FaultOf(core::NoVerdict::kStale);
+      }
+      g["code"] = fault ? json(fault->Code()) : json(nullptr);
+      g["action"] = fault ? json(core::ToString(fault->action)) : json(nullptr);
 
       json link = {
           {"host_link", probes::ToString(probes::HostLinkOf(d.info))},
@@ -334,6 +360,12 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
                     {"series", std::move(list)}};
       }
       g["schedule"] = std::move(schedule);
+      g["evidence"] = d.evidence
+                          ? json{{"record", d.evidence->record},
+                                 {"path", Text(d.evidence->path)},
+                                 {"incident_time", core::FormatUtcTime(d.evidence->incident_time)},
+                                 {"bytes", d.evidence->bytes}}
+                          : json(nullptr);
       gpus.push_back(std::move(g));
     }
   }
@@ -367,7 +399,13 @@ std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_p
                   {"rotating_seconds", daemon.freshness.rotating_s},
                   {"degraded_seconds", daemon.freshness.degraded_s}}}}},
               {"gpus", std::move(gpus)},
-              {"incidents", std::move(incidents)}};
+              {"incidents", std::move(incidents)},
+              {"evidence",
+               {{"dir", Text(daemon.evidence.dir)},
+                {"records_kept", daemon.evidence.keep},
+                {"written", daemon.evidence.written},
+                {"dropped", daemon.evidence.dropped},
+                {"last_problem", Text(daemon.evidence.last_problem)}}}};
   return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 

@@ -53,6 +53,22 @@ struct LinkErrorCounter {
   std::string reason;                  // why not readable: "no AER counters in sysfs", ...
 };
 
+// An evidence record kept for a GPU (core/evidence.h), as the status document links it.
+struct EvidenceLink {
+  std::string record;  // its file name in the evidence directory
+  std::string path;    // where it is
+  std::chrono::system_clock::time_point incident_time;
+  std::size_t bytes = 0;
+};
+
+// The evidence records as a whole: where, how many are kept, what became of them.
+struct EvidenceSummary {
+  std::string dir;
+  std::size_t keep = 0;
+  std::uint64_t written = 0, dropped = 0;
+  std::string last_problem;
+};
+
 // What the service knows of itself when a request comes in.
 struct DaemonStatus {
   bool healthy = true;
@@ -68,6 +84,7 @@ struct DaemonStatus {
   // on (nullopt: not shown), and how long a reading counts (core/freshness.h).
   std::optional<core::SteadyTime> now;
   core::FreshnessBounds freshness;
+  EvidenceSummary evidence;
 };
 
 // One GPU's schedule after a cycle (core::DeviceCycle): its allowance and, per planned
@@ -96,6 +113,8 @@ class StatusBoard {
   // The link error counters of one GPU's path as judged this cycle (the reading
   // Metrics::RecordLinkErrors publishes), replacing the last ones.
   void RecordLinkErrors(const probes::DeviceInfo& device, const core::LinkErrorReading& reading);
+  // The newest evidence record kept for a GPU (from the evidence writer's thread).
+  void RecordEvidence(int gpu, EvidenceLink link);
 
   // The document (JSON text, one line). `now` stamps it.
   std::string Render(const DaemonStatus& daemon, std::chrono::system_clock::time_point now) const;
@@ -127,6 +146,7 @@ class StatusBoard {
     probes::ContentionState last_contention = probes::ContentionState::kUnknown;
     std::optional<std::vector<LinkErrorCounter>> link_errors;
     std::optional<GpuSchedule> schedule;
+    std::optional<EvidenceLink> evidence;
   };
 
   const core::IncidentLog& incidents_;
