@@ -174,7 +174,7 @@ std::string Render(const json& r, const std::string& name, const std::filesystem
       line(fmt::format("\nlspci -vvv -s {}{}:", Str(d, "bdf"),
                        Str(d, "error").empty() ? "" : " (" + Str(d, "error") + ")"));
       const json& text = Obj(d, "output");
-      if (text.is_string()) out += platform::Printable(text.get<std::string>(), 64 * 1024, true);
+      if (text.is_string()) out += platform::PrintableText(text.get<std::string>(), 64 * 1024);
       if (!out.empty() && out.back() != '\n') out += "\n";
     }
   }

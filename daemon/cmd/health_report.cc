@@ -301,7 +301,7 @@ std::string Problem(const json& gpu, const std::optional<std::string>& wanted) {
   }
   // With --cause, the code of the cause asked about; else the daemon's for its verdict.
   line = FaultTokenOf(wanted ? json(nullptr) : headline, cause) + " " + line;
-  line += ": " + (cause.empty() ? std::string("cause not visible to xferd") : cause);
+  line += ": " + (cause.empty() ? std::string("no cause named") : cause);
   if (headline.is_object()) {
     const auto reading = Num(headline, "reading_bytes_per_second");
     const auto reference = Num(headline, "reference_bytes_per_second");

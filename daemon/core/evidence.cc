@@ -526,7 +526,8 @@ void EvidenceKeeper::Write(Job& job) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     json device = {{"bdf", Text(bdf)}};
-    if (left.count() <= 0 || stop_) {
+    // Less than this left is not worth a start: lspci needs some to read the config space.
+    if (left < std::chrono::milliseconds(100) || stop_) {
       device["error"] =
           stop_ ? "xferd is stopping" : "not run: the record's time for lspci is spent";
       lspci["devices"].push_back(std::move(device));
@@ -540,7 +541,7 @@ void EvidenceKeeper::Write(Job& job) {
     device["error"] = Text(r.error);
     // lspci's text is the host's own: kept as is but printable (bytes outside UTF-8
     // escaped), and within the per-device cap.
-    device["output"] = platform::Printable(r.output, options_.lspci_bytes + 1024);
+    device["output"] = platform::PrintableText(r.output, options_.lspci_bytes);
     lspci["devices"].push_back(std::move(device));
   }
   record["lspci"] = std::move(lspci);

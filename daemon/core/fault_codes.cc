@@ -84,7 +84,7 @@ std::string_view ToString(RecommendedAction action) {
     case A::kDiagnose: return "diagnose";
     case A::kReboot: return "reboot";
     case A::kInspectLink: return "inspect_link";
-    case A::kFixHostConfig: return "fix_host_config";
+    case A::kFixHostConfig: return "fix_host";
     case A::kReplace: return "replace";
   }
   return "none";

@@ -34,7 +34,7 @@ enum class RecommendedAction {
   kReboot,         // "reboot": a reset retrains the link; a code that comes back after one
                    // escalates to inspect_link
   kInspectLink,    // "inspect_link": re-seat or inspect the card, riser, cable and slot
-  kFixHostConfig,  // "fix_host_config": NUMA placement, IOMMU mode, memlock, kernel settings
+  kFixHostConfig,  // "fix_host": the host's NUMA placement, IOMMU mode, memlock (no hardware)
   kReplace,        // "replace": RMA the GPU or the board; the end of the escalation
 };
 inline constexpr std::array<RecommendedAction, 6> kAllRecommendedActions = {
