@@ -173,7 +173,7 @@ TEST(CheckConfig, ShippedExamplePassesWithSummary) {
   EXPECT_THAT(r.out, HasSubstr("64MiB"));
   EXPECT_THAT(r.out, HasSubstr("TLS off, basic auth off"));
   // What the file costs a Prometheus (docs/metrics.md, "Series budget").
-  EXPECT_THAT(r.out, HasSubstr("metrics:    full profile, 294 series per GPU on a typical path "
+  EXPECT_THAT(r.out, HasSubstr("metrics:    full profile, 292 series per GPU on a typical path "
                                "(+6 on a multi-GPU host)\n"));
   EXPECT_EQ(r.err, "");
 }
@@ -186,13 +186,13 @@ TEST(CheckConfig, TheFleetProfileSaysWhatItCosts) {
   std::ofstream(file) << "[metrics]\nprofile = \"fleet\"\n";
   RunResult r = RunXferd({"check-config", file.string()});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("metrics:    fleet profile, 41 series per GPU on a typical path "
+  EXPECT_THAT(r.out, HasSubstr("metrics:    fleet profile, 44 series per GPU on a typical path "
                                "(+6 on a multi-GPU host), at most +6 per degraded mode and "
                                "direction\n"));
   r = RunXferd({"check-config", "--json", file.string()});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\"profile\": \"fleet\""));
-  EXPECT_THAT(r.out, HasSubstr("\"per_gpu\": 41"));
+  EXPECT_THAT(r.out, HasSubstr("\"per_gpu\": 44"));
 }
 
 // check-config loads the web config the file names, and an error inside the YAML names the
