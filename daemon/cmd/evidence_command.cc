@@ -22,11 +22,11 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kDefaultConfig = "/etc/xferd/xferd.toml";
+constexpr const char* kDaemonConfigFile = "/etc/xferd/xferd.toml";
 
 // A field of a record, as text: records are xferd's own, but the directory may hold a file
 // someone else put there under a record's name; nothing in one is trusted to be of a shape.
-std::string Str(const json& object, const char* key, std::size_t bytes = 300) {
+std::string Field(const json& object, const char* key, std::size_t bytes = 300) {
   if (!object.is_object()) return "";
   const auto it = object.find(key);
   if (it == object.end() || it->is_null()) return "";
@@ -37,101 +37,104 @@ std::string Str(const json& object, const char* key, std::size_t bytes = 300) {
   return "";
 }
 
-const json& Obj(const json& object, const char* key) {
+const json& Member(const json& object, const char* key) {
   static const json kNull;
   if (!object.is_object()) return kNull;
   const auto it = object.find(key);
   return it == object.end() ? kNull : *it;
 }
 
-std::string GBps(const json& object, const char* key) {
-  const json& v = Obj(object, key);
+std::string RecordRate(const json& object, const char* key) {
+  const json& v = Member(object, key);
   if (!v.is_number() || !std::isfinite(v.get<double>())) return "-";
   return fmt::format("{:.2f} GB/s", v.get<double>() / 1e9);
 }
 
-std::string LinkText(const json& link) {
-  const std::string gen = Str(link, "generation"), width = Str(link, "width");
+std::string LinkWords(const json& link) {
+  const std::string gen = Field(link, "generation"), width = Field(link, "width");
   return "Gen" + (gen.empty() ? "?" : gen) + " x" + (width.empty() ? "?" : width);
 }
 
 // The record for a person: what the verdict was, what flipped it, the path, the counters,
 // lspci's text.
-std::string Render(const json& r, const std::string& name, const std::filesystem::path& path) {
+std::string RenderRecord(const json& r, const std::string& name,
+                         const std::filesystem::path& path) {
   std::string out;
   const auto line = [&](const std::string& text) { out += text + "\n"; };
-  const json& gpu = Obj(r, "gpu");
-  const json& verdict = Obj(r, "verdict");
+  const json& gpu = Member(r, "gpu");
+  const json& verdict = Member(r, "verdict");
   line(fmt::format("evidence record {} ({})", name, platform::PrintablePath(path.string())));
-  line(fmt::format("  gpu {} {} {} at {}, driver {}{}", Str(gpu, "index"), Str(gpu, "uuid"),
-                   Str(gpu, "name"), Str(gpu, "pci_bus_id"), Str(gpu, "driver_version"),
-                   Obj(gpu, "simulated") == true ? " (simulated)" : ""));
-  const json& incident = Obj(r, "incident");
-  line(fmt::format("  turned DEGRADED at {} (from {}); written {}", Str(incident, "time"),
-                   Str(incident, "from"), Str(r, "written_at")));
-  line(fmt::format("  verdict: {}/{} {}: {} {} {} below {}", Str(verdict, "code"),
-                   Str(verdict, "action"), Str(verdict, "cause"), Str(verdict, "mode"),
-                   Str(verdict, "direction"), Str(verdict, "size"), Str(verdict, "below")));
-  if (const json& band = Obj(r, "band"); band.is_object()) {
-    line(fmt::format("  band: {} - {} ({})", GBps(band, "lower_bytes_per_second"),
-                     GBps(band, "upper_bytes_per_second"), Str(band, "source")));
+  line(fmt::format("  gpu {} {} {} at {}, driver {}{}", Field(gpu, "index"), Field(gpu, "uuid"),
+                   Field(gpu, "name"), Field(gpu, "pci_bus_id"), Field(gpu, "driver_version"),
+                   Member(gpu, "simulated") == true ? " (simulated)" : ""));
+  const json& incident = Member(r, "incident");
+  line(fmt::format("  turned DEGRADED at {} (from {}); written {}", Field(incident, "time"),
+                   Field(incident, "from"), Field(r, "written_at")));
+  line(fmt::format("  verdict: {}/{} {}: {} {} {} below {}", Field(verdict, "code"),
+                   Field(verdict, "action"), Field(verdict, "cause"), Field(verdict, "mode"),
+                   Field(verdict, "direction"), Field(verdict, "size"), Field(verdict, "below")));
+  if (const json& band = Member(r, "band"); band.is_object()) {
+    line(fmt::format("  band: {} - {} ({})", RecordRate(band, "lower_bytes_per_second"),
+                     RecordRate(band, "upper_bytes_per_second"), Field(band, "source")));
   }
-  if (const json& causes = Obj(r, "causes"); causes.is_array() && !causes.empty()) {
+  if (const json& causes = Member(r, "causes"); causes.is_array() && !causes.empty()) {
     line("\ncauses:");
     for (const json& c : causes) {
-      line(fmt::format("  {}/{} {}: {}", Str(c, "code"), Str(c, "action"), Str(c, "cause"),
-                       Str(c, "detail")));
-      const std::string advice = Str(c, "advice", 1000);
+      line(fmt::format("  {}/{} {}: {}", Field(c, "code"), Field(c, "action"), Field(c, "cause"),
+                       Field(c, "detail")));
+      const std::string advice = Field(c, "advice", 1000);
       if (!advice.empty()) line("    " + advice);
     }
   }
-  if (const json& streaks = Obj(r, "streak"); streaks.is_array() && !streaks.empty()) {
+  if (const json& streaks = Member(r, "streak"); streaks.is_array() && !streaks.empty()) {
     line("\nthe readings that flipped it (* = in the bad streak):");
     for (const json& s : streaks) {
-      line(fmt::format("  {} {} {}: streak of {}, band lower {}, baseline {} ({})", Str(s, "mode"),
-                       Str(s, "direction"), Str(s, "size"), Str(s, "bad_streak"),
-                       GBps(s, "band_lower_bytes_per_second"), GBps(s, "baseline_bytes_per_second"),
-                       Str(s, "baseline_of")));
-      if (const json& readings = Obj(s, "readings"); readings.is_array()) {
+      line(fmt::format("  {} {} {}: streak of {}, band lower {}, baseline {} ({})",
+                       Field(s, "mode"), Field(s, "direction"), Field(s, "size"),
+                       Field(s, "bad_streak"), RecordRate(s, "band_lower_bytes_per_second"),
+                       RecordRate(s, "baseline_bytes_per_second"), Field(s, "baseline_of")));
+      if (const json& readings = Member(s, "readings"); readings.is_array()) {
         for (const json& x : readings) {
-          const std::string bad = Str(x, "bad");
-          line(fmt::format("    {} {} {:>12} {}{}{}{}", Obj(x, "in_streak") == true ? "*" : " ",
-                           Str(x, "time"), GBps(x, "bandwidth_bytes_per_second"), Str(x, "status"),
+          const std::string bad = Field(x, "bad");
+          line(fmt::format("    {} {} {:>12} {}{}{}{}", Member(x, "in_streak") == true ? "*" : " ",
+                           Field(x, "time"), RecordRate(x, "bandwidth_bytes_per_second"),
+                           Field(x, "status"),
                            bad == "yes"  ? " bad"
                            : bad == "no" ? " good"
                                          : "",
-                           Obj(x, "contended") == true ? " contended" : "",
-                           Obj(x, "confirmation") == true ? " (confirmation)" : ""));
+                           Member(x, "contended") == true ? " contended" : "",
+                           Member(x, "confirmation") == true ? " (confirmation)" : ""));
         }
       }
     }
   }
-  const json& link = Obj(r, "link");
+  const json& link = Member(r, "link");
   line(fmt::format("\npath (GPU first): NUMA node {}, IOMMU {}{}",
-                   Str(link, "numa_node").empty() ? "unknown" : Str(link, "numa_node"),
-                   Str(link, "iommu_type").empty() ? "none" : Str(link, "iommu_type"),
-                   Obj(link, "c2c") == true ? ", NVLink-C2C" : ""));
-  if (const json& hops = Obj(link, "hops"); hops.is_array()) {
+                   Field(link, "numa_node").empty() ? "unknown" : Field(link, "numa_node"),
+                   Field(link, "iommu_type").empty() ? "none" : Field(link, "iommu_type"),
+                   Member(link, "c2c") == true ? ", NVLink-C2C" : ""));
+  if (const json& hops = Member(link, "hops"); hops.is_array()) {
     for (const json& h : hops) {
-      line(fmt::format("  {} -> {}: {} (link max {}, this end {}){}{}", Str(h, "bdf"),
-                       Str(h, "other_end_bdf").empty() ? "?" : Str(h, "other_end_bdf"),
-                       LinkText(Obj(h, "current")), LinkText(Obj(h, "link_max")),
-                       LinkText(Obj(h, "max")), Obj(h, "downtrained") == true ? " DOWNTRAINED" : "",
-                       Obj(h, "capped_by_other_end") == true ? " capped by the other end" : ""));
+      line(fmt::format("  {} -> {}: {} (link max {}, this end {}){}{}", Field(h, "bdf"),
+                       Field(h, "other_end_bdf").empty() ? "?" : Field(h, "other_end_bdf"),
+                       LinkWords(Member(h, "current")), LinkWords(Member(h, "link_max")),
+                       LinkWords(Member(h, "max")),
+                       Member(h, "downtrained") == true ? " DOWNTRAINED" : "",
+                       Member(h, "capped_by_other_end") == true ? " capped by the other end" : ""));
     }
   }
-  const json& placement = Obj(r, "placement");
+  const json& placement = Member(r, "placement");
   line(fmt::format(
       "placement: GPU on node {}, host buffers on node {}{}",
-      Str(placement, "gpu_numa_node").empty() ? "unknown" : Str(placement, "gpu_numa_node"),
-      Str(placement, "host_buffer_numa_node").empty() ? "unknown"
-                                                      : Str(placement, "host_buffer_numa_node"),
-      Str(placement, "host_placement_problem").empty()
+      Field(placement, "gpu_numa_node").empty() ? "unknown" : Field(placement, "gpu_numa_node"),
+      Field(placement, "host_buffer_numa_node").empty() ? "unknown"
+                                                        : Field(placement, "host_buffer_numa_node"),
+      Field(placement, "host_placement_problem").empty()
           ? ""
-          : " (" + Str(placement, "host_placement_problem") + ")"));
-  const json& host = Obj(r, "host");
+          : " (" + Field(placement, "host_placement_problem") + ")"));
+  const json& host = Member(r, "host");
   std::string cmdline;
-  if (const json& tokens = Obj(host, "iommu_cmdline"); tokens.is_array()) {
+  if (const json& tokens = Member(host, "iommu_cmdline"); tokens.is_array()) {
     for (const json& t : tokens) {
       if (t.is_string())
         cmdline += (cmdline.empty() ? "" : " ") + platform::Printable(t.get<std::string>(), 80);
@@ -140,40 +143,40 @@ std::string Render(const json& r, const std::string& name, const std::filesystem
   line(fmt::format(
       "host: kernel IOMMU settings: {}; nvidia module {}",
       cmdline.empty() ? "none on the command line" : cmdline,
-      Str(host, "nvidia_module_version").empty() ? "-" : Str(host, "nvidia_module_version")));
-  const json& errors = Obj(r, "link_errors");
+      Field(host, "nvidia_module_version").empty() ? "-" : Field(host, "nvidia_module_version")));
+  const json& errors = Member(r, "link_errors");
   if (errors.is_object()) {
     line("\nlink error counters:");
     for (const char* when : {"before", "during"}) {
-      const json& at = Obj(errors, when);
+      const json& at = Member(errors, when);
       if (!at.is_object()) {
         line(fmt::format("  {}: not read", when));
         continue;
       }
-      const json& reading = Obj(at, "reading");
-      line(fmt::format("  {} ({}): PCIe replays {}", when, Str(at, "time"),
-                       Str(reading, "replays").empty() ? "not read" : Str(reading, "replays")));
-      if (const json& devices = Obj(reading, "devices"); devices.is_array()) {
+      const json& reading = Member(at, "reading");
+      line(fmt::format("  {} ({}): PCIe replays {}", when, Field(at, "time"),
+                       Field(reading, "replays").empty() ? "not read" : Field(reading, "replays")));
+      if (const json& devices = Member(reading, "devices"); devices.is_array()) {
         for (const json& d : devices) {
-          const json& aer = Obj(d, "aer");
+          const json& aer = Member(d, "aer");
           line(fmt::format(
-              "    {}: AER {} correctable, {} nonfatal, {} fatal{}", Str(d, "bdf"),
-              Str(aer, "correctable"), Str(aer, "nonfatal"), Str(aer, "fatal"),
-              Obj(d, "readable") == true ? "" : " (not readable: " + Str(d, "problem") + ")"));
+              "    {}: AER {} correctable, {} nonfatal, {} fatal{}", Field(d, "bdf"),
+              Field(aer, "correctable"), Field(aer, "nonfatal"), Field(aer, "fatal"),
+              Member(d, "readable") == true ? "" : " (not readable: " + Field(d, "problem") + ")"));
         }
       }
     }
   } else {
     line("\nlink error counters: not read");
   }
-  const json& lspci = Obj(r, "lspci");
-  if (Obj(lspci, "run") != true) {
-    line("\nlspci: not run: " + Str(lspci, "reason"));
-  } else if (const json& devices = Obj(lspci, "devices"); devices.is_array()) {
+  const json& lspci = Member(r, "lspci");
+  if (Member(lspci, "run") != true) {
+    line("\nlspci: not run: " + Field(lspci, "reason"));
+  } else if (const json& devices = Member(lspci, "devices"); devices.is_array()) {
     for (const json& d : devices) {
-      line(fmt::format("\nlspci -vvv -s {}{}:", Str(d, "bdf"),
-                       Str(d, "error").empty() ? "" : " (" + Str(d, "error") + ")"));
-      const json& text = Obj(d, "output");
+      line(fmt::format("\nlspci -vvv -s {}{}:", Field(d, "bdf"),
+                       Field(d, "error").empty() ? "" : " (" + Field(d, "error") + ")"));
+      const json& text = Member(d, "output");
       if (text.is_string()) out += platform::PrintableText(text.get<std::string>(), 64 * 1024);
       if (!out.empty() && out.back() != '\n') out += "\n";
     }
@@ -181,7 +184,7 @@ std::string Render(const json& r, const std::string& name, const std::filesystem
   return out;
 }
 
-json ParseRecord(const core::EvidenceStore& store, const std::string& name) {
+json ParseRecordFile(const core::EvidenceStore& store, const std::string& name) {
   json record = json::parse(store.Read(name), nullptr, /*allow_exceptions=*/false);
   if (!record.is_object()) {
     throw platform::FileError("cannot read", "evidence record", store.dir() / name,
@@ -195,7 +198,7 @@ std::filesystem::path EvidenceDir(const EvidenceCommandOptions& options) {
   if (options.state_dir) return std::filesystem::path(*options.state_dir) / "evidence";
   std::error_code ec;
   const std::string file = options.config_file.value_or(
-      std::filesystem::exists(kDefaultConfig, ec) ? kDefaultConfig : "");
+      std::filesystem::exists(kDaemonConfigFile, ec) ? kDaemonConfigFile : "");
   config::Config config;
   if (!file.empty()) config = config::ParseConfig(config::ReadConfigFile(file), file);
   return config.state_dir / "evidence";
@@ -238,12 +241,12 @@ int EvidenceCommand(const EvidenceCommandOptions& options) {
   for (const auto& e : records) {
     Read r{e, nullptr, ""};
     try {
-      r.record = ParseRecord(store, e.name);
+      r.record = ParseRecordFile(store, e.name);
     } catch (const platform::Error& error) {
       r.problem = platform::Printable(error.what(), 500);
     }
     if (!wanted_uuid.empty()) {
-      std::string uuid = Str(Obj(r.record, "gpu"), "uuid");
+      std::string uuid = Field(Member(r.record, "gpu"), "uuid");
       const auto lower = [](std::string s) {
         for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         return s;
@@ -267,15 +270,15 @@ int EvidenceCommand(const EvidenceCommandOptions& options) {
     if (options.json) {
       json out = json::array();
       for (const Read& r : read) {
-        const json& verdict = Obj(r.record, "verdict");
+        const json& verdict = Member(r.record, "verdict");
         out.push_back({{"record", r.entry.name},
                        {"path", (store.dir() / r.entry.name).string()},
                        {"gpu", r.entry.gpu},
-                       {"uuid", Str(Obj(r.record, "gpu"), "uuid")},
-                       {"time", Str(Obj(r.record, "incident"), "time")},
-                       {"code", Str(verdict, "code")},
-                       {"action", Str(verdict, "action")},
-                       {"cause", Str(verdict, "cause")},
+                       {"uuid", Field(Member(r.record, "gpu"), "uuid")},
+                       {"time", Field(Member(r.record, "incident"), "time")},
+                       {"code", Field(verdict, "code")},
+                       {"action", Field(verdict, "action")},
+                       {"cause", Field(verdict, "cause")},
                        {"bytes", r.entry.bytes},
                        {"problem", r.problem}});
       }
@@ -285,16 +288,16 @@ int EvidenceCommand(const EvidenceCommandOptions& options) {
     std::printf("%-30s %4s  %-24s  %-16s %-22s %8s\n", "RECORD", "GPU", "TURNED DEGRADED", "CODE",
                 "CAUSE", "BYTES");
     for (const Read& r : read) {
-      const json& verdict = Obj(r.record, "verdict");
+      const json& verdict = Member(r.record, "verdict");
       if (!r.problem.empty()) {
         std::printf("%-30s %4d  unreadable: %s\n", r.entry.name.c_str(), r.entry.gpu,
                     r.problem.c_str());
         continue;
       }
       std::printf("%-30s %4d  %-24s  %-16s %-22s %8ju\n", r.entry.name.c_str(), r.entry.gpu,
-                  Str(Obj(r.record, "incident"), "time").c_str(),
-                  (Str(verdict, "code") + "/" + Str(verdict, "action")).c_str(),
-                  Str(verdict, "cause").c_str(), r.entry.bytes);
+                  Field(Member(r.record, "incident"), "time").c_str(),
+                  (Field(verdict, "code") + "/" + Field(verdict, "action")).c_str(),
+                  Field(verdict, "cause").c_str(), r.entry.bytes);
     }
     std::printf(
         "(%zu record%s in %s; the newest %zu are kept; `xferd evidence GPU` prints the "
@@ -312,7 +315,7 @@ int EvidenceCommand(const EvidenceCommandOptions& options) {
   if (options.json) {
     std::printf("%s\n", r.record.dump(1, ' ', false, json::error_handler_t::replace).c_str());
   } else {
-    std::fputs(Render(r.record, r.entry.name, store.dir() / r.entry.name).c_str(), stdout);
+    std::fputs(RenderRecord(r.record, r.entry.name, store.dir() / r.entry.name).c_str(), stdout);
   }
   return 0;
 }

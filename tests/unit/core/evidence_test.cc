@@ -32,9 +32,10 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 using std::chrono::system_clock;
 
-const system_clock::time_point kT0 = system_clock::time_point(std::chrono::seconds(1'796'000'000));
+const system_clock::time_point kEvidenceT0 =
+    system_clock::time_point(std::chrono::seconds(1'796'000'000));
 
-probes::DeviceInfo Device(int index, bool simulated = true) {
+probes::DeviceInfo EvidenceGpu(int index, bool simulated = true) {
   probes::DeviceInfo d;
   d.index = index;
   d.uuid = "GPU-" + std::to_string(index);
@@ -46,7 +47,7 @@ probes::DeviceInfo Device(int index, bool simulated = true) {
 }
 
 // A GPU whose own link trained down to x4, under a switch port.
-probes::LinkPath Path(int index) {
+probes::LinkPath TrainedDownPath(int index) {
   probes::LinkPath path;
   probes::PcieLink own;
   own.bdf = "0000:0" + std::to_string(index) + ":00.0";
@@ -62,7 +63,7 @@ probes::LinkPath Path(int index) {
   return path;
 }
 
-probes::ProbeSample Sample(double bytes_per_s) {
+probes::ProbeSample PinnedH2d(double bytes_per_s) {
   probes::ProbeSample s;
   s.spec.mode = probes::TransferMode::kPinned;
   s.spec.direction = probes::Direction::kH2D;
@@ -74,7 +75,7 @@ probes::ProbeSample Sample(double bytes_per_s) {
   return s;
 }
 
-LinkErrorReading Errors(std::uint64_t correctable, std::uint64_t replays) {
+LinkErrorReading CountersRead(std::uint64_t correctable, std::uint64_t replays) {
   LinkErrorReading r;
   LinkErrorDevice d;
   d.read.bdf = "0000:01:00.0";
@@ -86,19 +87,20 @@ LinkErrorReading Errors(std::uint64_t correctable, std::uint64_t replays) {
   return r;
 }
 
-struct Cycle {
+struct SeenCycle {
   CycleObservation obs;
   DeviceHealth health;
 };
 
-// One cycle of GPU `index` at kT0 + `second`: pinned h2d at `gbps`, bad when below 19.85.
-Cycle At(int index, int second, double gbps, int bad_streak, bool degraded, bool simulated = true) {
-  Cycle c;
-  c.obs.device = Device(index, simulated);
-  c.obs.link_path = Path(index);
-  c.obs.samples = {Sample(gbps * 1e9)};
-  c.obs.at_wall = kT0 + std::chrono::seconds(second);
-  c.obs.link_error_reading = Errors(100 + 50 * second, 7 * second);
+// One cycle of GPU `index` at kEvidenceT0 + `second`: pinned h2d at `gbps`, bad when below 19.85.
+SeenCycle CycleAt(int index, int second, double gbps, int bad_streak, bool degraded,
+                  bool simulated = true) {
+  SeenCycle c;
+  c.obs.device = EvidenceGpu(index, simulated);
+  c.obs.link_path = TrainedDownPath(index);
+  c.obs.samples = {PinnedH2d(gbps * 1e9)};
+  c.obs.at_wall = kEvidenceT0 + std::chrono::seconds(second);
+  c.obs.link_error_reading = CountersRead(100 + 50 * second, 7 * second);
   c.health.gpu = index;
   c.health.uuid = c.obs.device.uuid;
   c.health.band = {19.85e9, 26.15e9, "link Gen4 x16 at 0000:01:00.0, trained Gen4 x4"};
@@ -122,7 +124,7 @@ Cycle At(int index, int second, double gbps, int bad_streak, bool degraded, bool
   return c;
 }
 
-Incident TurnedDegraded(const Cycle& c) {
+Incident IncidentOf(const SeenCycle& c) {
   IncidentLog log;
   std::optional<Incident> logged;
   log.Observe(c.health, false, 3, c.obs.at_wall, &logged);
@@ -130,7 +132,7 @@ Incident TurnedDegraded(const Cycle& c) {
   return *logged;
 }
 
-struct Done {
+struct Outcomes {
   std::mutex mutex;
   std::vector<EvidenceWritten> all;
   std::function<void(const EvidenceWritten&)> Callback() {
@@ -146,14 +148,14 @@ struct Done {
 };
 
 // Three cycles: one good, two bad; the second bad one turns it DEGRADED.
-EvidenceWritten Degrade(EvidenceKeeper& keeper, Done& done, int index = 0, int at = 0,
-                        bool simulated = true) {
-  keeper.Observe(At(index, at, 25, 0, false, simulated).obs,
-                 At(index, at, 25, 0, false, simulated).health, nullptr);
-  const Cycle bad1 = At(index, at + 10, 6, 1, false, simulated);
+EvidenceWritten DegradeOnce(EvidenceKeeper& keeper, Outcomes& done, int index = 0, int at = 0,
+                            bool simulated = true) {
+  keeper.Observe(CycleAt(index, at, 25, 0, false, simulated).obs,
+                 CycleAt(index, at, 25, 0, false, simulated).health, nullptr);
+  const SeenCycle bad1 = CycleAt(index, at + 10, 6, 1, false, simulated);
   keeper.Observe(bad1.obs, bad1.health, nullptr);
-  const Cycle bad2 = At(index, at + 20, 6, 2, true, simulated);
-  const Incident incident = TurnedDegraded(bad2);
+  const SeenCycle bad2 = CycleAt(index, at + 20, 6, 2, true, simulated);
+  const Incident incident = IncidentOf(bad2);
   const std::size_t before = done.Get().size();
   keeper.Observe(bad2.obs, bad2.health, &incident);
   EXPECT_TRUE(keeper.WaitIdle(30s));
@@ -162,16 +164,16 @@ EvidenceWritten Degrade(EvidenceKeeper& keeper, Done& done, int index = 0, int a
   return all.empty() ? EvidenceWritten{} : all.back();
 }
 
-json ReadRecord(const fs::path& dir, const std::string& name) {
+json RecordAt(const fs::path& dir, const std::string& name) {
   return json::parse(EvidenceStore(dir).Read(name));
 }
 
 TEST(EvidenceStore, NamesARecordByItsIncidentsTimeAndGpu) {
-  const std::string name = EvidenceStore::RecordName(kT0 + 123ms, 7);
+  const std::string name = EvidenceStore::RecordName(kEvidenceT0 + 123ms, 7);
   EXPECT_EQ(name, "20261130T005320123Z-gpu7.json");
   EXPECT_TRUE(EvidenceStore::IsRecordName(name));
   EXPECT_EQ(EvidenceStore::GpuOf(name), 7);
-  EXPECT_EQ(EvidenceStore::GpuOf(EvidenceStore::RecordName(kT0, 1234567)), 1234567);
+  EXPECT_EQ(EvidenceStore::GpuOf(EvidenceStore::RecordName(kEvidenceT0, 1234567)), 1234567);
   for (const char* odd :
        {"20261230T014320123Z-gpu7.json.tmp", ".20261230T014320123Z-gpu7.json",
         "20261230T014320123Z-gpu.json", "20261230X014320123Z-gpu7.json",
@@ -182,7 +184,7 @@ TEST(EvidenceStore, NamesARecordByItsIncidentsTimeAndGpu) {
 
 TEST(EvidenceKeeper, KeepsWhatFlippedTheVerdictTheHopsTheCountersAndTheFacts) {
   fakes::TempDir dir("evidence");
-  Done done;
+  Outcomes done;
   EvidenceOptions options;
   options.dir = dir.path() / "evidence";
   options.host_root = dir.path() / "host";
@@ -190,12 +192,12 @@ TEST(EvidenceKeeper, KeepsWhatFlippedTheVerdictTheHopsTheCountersAndTheFacts) {
   dir.Write("host/proc/cmdline", "BOOT_IMAGE=/vmlinuz ro intel_iommu=on iommu=pt quiet\n");
   EvidenceKeeper keeper(options, done.Callback());
   keeper.Start();
-  const EvidenceWritten w = Degrade(keeper, done);
+  const EvidenceWritten w = DegradeOnce(keeper, done);
   ASSERT_TRUE(w.ok) << w.problem;
   EXPECT_EQ(w.code, "XFERD-101");
   EXPECT_EQ(w.cause, "link_downtrained");
-  EXPECT_EQ(w.name, EvidenceStore::RecordName(kT0 + 20s, 0));
-  const json r = ReadRecord(options.dir, w.name);
+  EXPECT_EQ(w.name, EvidenceStore::RecordName(kEvidenceT0 + 20s, 0));
+  const json r = RecordAt(options.dir, w.name);
   EXPECT_EQ(r["evidence_version"], 1);
   EXPECT_EQ(r["gpu"]["uuid"], "GPU-0");
   EXPECT_EQ(r["gpu"]["driver_version"], "580.1");
@@ -211,7 +213,7 @@ TEST(EvidenceKeeper, KeepsWhatFlippedTheVerdictTheHopsTheCountersAndTheFacts) {
   EXPECT_EQ(readings[0]["bad"], false);
   EXPECT_EQ(readings[1]["in_streak"], true);
   EXPECT_EQ(readings[2]["in_streak"], true);
-  EXPECT_EQ(readings[2]["time"], FormatUtcTime(kT0 + 20s));
+  EXPECT_EQ(readings[2]["time"], FormatUtcTime(kEvidenceT0 + 20s));
   EXPECT_NEAR(readings[2]["bandwidth_bytes_per_second"].get<double>(), 6e9, 1e6);
   // Each hop: state and capability.
   const json& hops = r["link"]["hops"];
@@ -226,7 +228,7 @@ TEST(EvidenceKeeper, KeepsWhatFlippedTheVerdictTheHopsTheCountersAndTheFacts) {
   EXPECT_EQ(r["host"]["iommu_cmdline"], json::array({"intel_iommu=on", "iommu=pt"}));
   // The counters before the streak (its first bad reading at +10 s: the reading at +0 s)
   // and during it.
-  EXPECT_EQ(r["link_errors"]["before"]["time"], FormatUtcTime(kT0));
+  EXPECT_EQ(r["link_errors"]["before"]["time"], FormatUtcTime(kEvidenceT0));
   EXPECT_EQ(r["link_errors"]["before"]["reading"]["devices"][0]["aer"]["correctable"], 100);
   EXPECT_EQ(r["link_errors"]["during"]["reading"]["devices"][0]["aer"]["correctable"], 1100);
   EXPECT_EQ(r["link_errors"]["during"]["reading"]["replays"], 140);
@@ -239,16 +241,16 @@ TEST(EvidenceKeeper, KeepsWhatFlippedTheVerdictTheHopsTheCountersAndTheFacts) {
 
 TEST(EvidenceKeeper, RunsLspciOnEachDeviceOfThePathWithNoShellAndBounded) {
   fakes::TempDir dir("evidence");
-  Done done;
+  Outcomes done;
   EvidenceOptions options;
   options.dir = dir.path() / "evidence";
   // echo stands in for lspci: it prints the arguments it was given, as given.
   options.lspci = "/bin/echo";
   EvidenceKeeper keeper(options, done.Callback());
   keeper.Start();
-  const EvidenceWritten w = Degrade(keeper, done, 1, 0, /*simulated=*/false);
+  const EvidenceWritten w = DegradeOnce(keeper, done, 1, 0, /*simulated=*/false);
   ASSERT_TRUE(w.ok) << w.problem;
-  const json r = ReadRecord(options.dir, w.name);
+  const json r = RecordAt(options.dir, w.name);
   ASSERT_EQ(r["lspci"]["run"], true) << r["lspci"].dump();
   const json& devices = r["lspci"]["devices"];
   ASSERT_EQ(devices.size(), 2u) << devices.dump();
@@ -264,12 +266,12 @@ TEST(EvidenceKeeper, RunsLspciOnEachDeviceOfThePathWithNoShellAndBounded) {
   ASSERT_EQ(::chmod(talker.c_str(), 0755), 0);
   flood.lspci = talker;
   flood.lspci_bytes = 1000;
-  Done done2;
+  Outcomes done2;
   EvidenceKeeper flooded(flood, done2.Callback());
   flooded.Start();
-  const EvidenceWritten f = Degrade(flooded, done2, 1, 0, false);
+  const EvidenceWritten f = DegradeOnce(flooded, done2, 1, 0, false);
   ASSERT_TRUE(f.ok) << f.problem;
-  const json fr = ReadRecord(flood.dir, f.name);
+  const json fr = RecordAt(flood.dir, f.name);
   EXPECT_EQ(fr["lspci"]["devices"][0]["truncated"], true);
   EXPECT_LE(fr["lspci"]["devices"][0]["output"].get<std::string>().size(), 1000u);
 
@@ -277,12 +279,12 @@ TEST(EvidenceKeeper, RunsLspciOnEachDeviceOfThePathWithNoShellAndBounded) {
   EvidenceOptions none = options;
   none.dir = dir.path() / "none";
   none.lspci.reset();
-  Done done3;
+  Outcomes done3;
   EvidenceKeeper without(none, done3.Callback());
   without.Start();
-  const EvidenceWritten n = Degrade(without, done3, 1, 0, false);
+  const EvidenceWritten n = DegradeOnce(without, done3, 1, 0, false);
   ASSERT_TRUE(n.ok) << n.problem;
-  const json nr = ReadRecord(none.dir, n.name);
+  const json nr = RecordAt(none.dir, n.name);
   EXPECT_EQ(nr["lspci"]["run"], false);
   EXPECT_NE(nr["lspci"]["reason"].get<std::string>().find("not installed"), std::string::npos);
 }
@@ -291,16 +293,16 @@ TEST(EvidenceKeeper, AHungLspciCostsTheRecordItsTimeLimitOnly) {
   fakes::TempDir dir("evidence");
   const fs::path hang = dir.Write("lspci", "#!/bin/sh\nexec sleep 60\n");
   ASSERT_EQ(::chmod(hang.c_str(), 0755), 0);
-  Done done;
+  Outcomes done;
   EvidenceOptions options;
   options.dir = dir.path() / "evidence";
   options.lspci = hang;
   options.lspci_timeout = 300ms;
   EvidenceKeeper keeper(options, done.Callback());
   keeper.Start();
-  const EvidenceWritten w = Degrade(keeper, done, 1, 0, false);
+  const EvidenceWritten w = DegradeOnce(keeper, done, 1, 0, false);
   ASSERT_TRUE(w.ok) << w.problem;
-  const json r = ReadRecord(options.dir, w.name);
+  const json r = RecordAt(options.dir, w.name);
   // The first device spends the record's time; the rest are not run.
   EXPECT_NE(r["lspci"]["devices"][0]["error"].get<std::string>().find("killed"), std::string::npos)
       << r["lspci"].dump();
@@ -309,7 +311,7 @@ TEST(EvidenceKeeper, AHungLspciCostsTheRecordItsTimeLimitOnly) {
 
 TEST(EvidenceKeeper, AFullDiskDropsTheRecordWithItsReasonAndTheKeeperGoesOn) {
   fakes::TempDir dir("evidence");
-  Done done;
+  Outcomes done;
   EvidenceOptions options;
   options.dir = dir.path() / "evidence";
   bool full = true;
@@ -323,28 +325,28 @@ TEST(EvidenceKeeper, AFullDiskDropsTheRecordWithItsReasonAndTheKeeperGoesOn) {
   };
   EvidenceKeeper keeper(options, done.Callback());
   keeper.Start();
-  const EvidenceWritten dropped = Degrade(keeper, done, 0, 0);
+  const EvidenceWritten dropped = DegradeOnce(keeper, done, 0, 0);
   EXPECT_FALSE(dropped.ok);
   EXPECT_NE(dropped.problem.find("No space left on device"), std::string::npos) << dropped.problem;
   EXPECT_EQ(keeper.GetStats().dropped, 1u);
   EXPECT_EQ(keeper.GetStats().last_problem, dropped.problem);
   EXPECT_TRUE(EvidenceStore(options.dir).List().empty());
   full = false;
-  const EvidenceWritten written = Degrade(keeper, done, 0, 100);
+  const EvidenceWritten written = DegradeOnce(keeper, done, 0, 100);
   EXPECT_TRUE(written.ok) << written.problem;
   EXPECT_EQ(keeper.GetStats().written, 1u);
 }
 
 TEST(EvidenceKeeper, KeepsTheNewestRecordsOnly) {
   fakes::TempDir dir("evidence");
-  Done done;
+  Outcomes done;
   EvidenceOptions options;
   options.dir = dir.path() / "evidence";
   options.keep = 3;
   EvidenceKeeper keeper(options, done.Callback());
   keeper.Start();
   std::vector<std::string> names;
-  for (int i = 0; i < 5; ++i) names.push_back(Degrade(keeper, done, i % 2, 100 * i).name);
+  for (int i = 0; i < 5; ++i) names.push_back(DegradeOnce(keeper, done, i % 2, 100 * i).name);
   const auto kept = EvidenceStore(options.dir).List();
   ASSERT_EQ(kept.size(), 3u);
   EXPECT_EQ(kept[0].name, names[4]);
@@ -354,7 +356,7 @@ TEST(EvidenceKeeper, KeepsTheNewestRecordsOnly) {
 
 TEST(EvidenceKeeper, ARecordOverItsSizeBoundLosesLspcisTextFirstThenIsDropped) {
   fakes::TempDir dir("evidence");
-  Done done;
+  Outcomes done;
   EvidenceOptions options;
   options.dir = dir.path() / "evidence";
   const fs::path talker = dir.Write("talker", "#!/bin/sh\nwhile :; do echo \"$*\"; done\n");
@@ -363,19 +365,19 @@ TEST(EvidenceKeeper, ARecordOverItsSizeBoundLosesLspcisTextFirstThenIsDropped) {
   options.max_bytes = 12 * 1024;  // the record without lspci's text fits, with it not
   EvidenceKeeper keeper(options, done.Callback());
   keeper.Start();
-  const EvidenceWritten w = Degrade(keeper, done, 1, 0, false);
+  const EvidenceWritten w = DegradeOnce(keeper, done, 1, 0, false);
   ASSERT_TRUE(w.ok) << w.problem;
   EXPECT_LE(fs::file_size(w.path), 12u * 1024);
-  EXPECT_EQ(ReadRecord(options.dir, w.name)["lspci"]["devices"][0]["output"],
+  EXPECT_EQ(RecordAt(options.dir, w.name)["lspci"]["devices"][0]["output"],
             "(cut: record size bound)");
 
   EvidenceOptions tiny = options;
   tiny.dir = dir.path() / "tiny";
   tiny.max_bytes = 500;
-  Done done2;
+  Outcomes done2;
   EvidenceKeeper small(tiny, done2.Callback());
   small.Start();
-  const EvidenceWritten d = Degrade(small, done2, 1, 0, false);
+  const EvidenceWritten d = DegradeOnce(small, done2, 1, 0, false);
   EXPECT_FALSE(d.ok);
   EXPECT_NE(d.problem.find("over its 500-byte bound"), std::string::npos) << d.problem;
 }
@@ -384,7 +386,7 @@ TEST(EvidenceKeeper, ARecordOverItsSizeBoundLosesLspcisTextFirstThenIsDropped) {
 // one is dropped and said so.
 TEST(EvidenceKeeper, AWriterBehindDropsRecordsRatherThanHoldingTheProbeLoop) {
   fakes::TempDir dir("evidence");
-  Done done;
+  Outcomes done;
   EvidenceOptions options;
   options.dir = dir.path() / "evidence";
   std::promise<void> entered, release;
@@ -401,8 +403,8 @@ TEST(EvidenceKeeper, AWriterBehindDropsRecordsRatherThanHoldingTheProbeLoop) {
   EvidenceKeeper keeper(options, done.Callback());
   keeper.Start();
   const auto degrade_now = [&](int gpu) {
-    const Cycle c = At(gpu, 10 * gpu, 6, 3, true);
-    const Incident incident = TurnedDegraded(c);
+    const SeenCycle c = CycleAt(gpu, 10 * gpu, 6, 3, true);
+    const Incident incident = IncidentOf(c);
     keeper.Observe(c.obs, c.health, &incident);
   };
   degrade_now(0);
@@ -422,24 +424,24 @@ TEST(EvidenceKeeper, AWriterBehindDropsRecordsRatherThanHoldingTheProbeLoop) {
 
 TEST(EvidenceStore, NeverFollowsReadsUnboundedNorCountsWhatIsNotItsOwn) {
   fakes::TempDir dir("evidence");
-  Done done;
+  Outcomes done;
   EvidenceOptions options;
   options.dir = dir.path() / "evidence";
   options.keep = 2;
   EvidenceKeeper keeper(options, done.Callback());
   keeper.Start();
-  const EvidenceWritten w = Degrade(keeper, done, 0, 0);
+  const EvidenceWritten w = DegradeOnce(keeper, done, 0, 0);
   ASSERT_TRUE(w.ok);
   // Hostile neighbours, named as records: a link to a secret, a FIFO, a directory, a huge
   // file; and files of other names.
   const fs::path secret = dir.Write("secret", "{\"gpu\": {\"uuid\": \"stolen\"}}");
-  const std::string link = EvidenceStore::RecordName(kT0 + 1h, 0);
+  const std::string link = EvidenceStore::RecordName(kEvidenceT0 + 1h, 0);
   fs::create_symlink(secret, options.dir / link);
-  const std::string fifo = EvidenceStore::RecordName(kT0 + 2h, 0);
+  const std::string fifo = EvidenceStore::RecordName(kEvidenceT0 + 2h, 0);
   ASSERT_EQ(::mkfifo((options.dir / fifo).c_str(), 0600), 0);
-  const std::string folder = EvidenceStore::RecordName(kT0 + 3h, 0);
+  const std::string folder = EvidenceStore::RecordName(kEvidenceT0 + 3h, 0);
   fs::create_directory(options.dir / folder);
-  const std::string huge = EvidenceStore::RecordName(kT0 + 4h, 0);
+  const std::string huge = EvidenceStore::RecordName(kEvidenceT0 + 4h, 0);
   {
     std::ofstream out(options.dir / huge);
     out.seekp(64 << 20);
@@ -468,7 +470,7 @@ TEST(EvidenceStore, NeverFollowsReadsUnboundedNorCountsWhatIsNotItsOwn) {
   EXPECT_EQ(cause(w.name), "read");
   // Pruning removes records only (the huge one counts: it is named as one, a regular file
   // in xferd's directory); the link, the FIFO, the directory and the notes stay.
-  Degrade(keeper, done, 0, 10);
+  DegradeOnce(keeper, done, 0, 10);
   EXPECT_TRUE(fs::exists(options.dir / "notes.txt"));
   EXPECT_TRUE(fs::is_symlink(options.dir / link));
   EXPECT_TRUE(fs::exists(secret));
@@ -481,12 +483,12 @@ TEST(EvidenceStore, AnEvidenceDirectoryThatIsALinkIsNeverWrittenThrough) {
   fakes::TempDir dir("evidence");
   fs::create_directories(dir.path() / "elsewhere");
   fs::create_directory_symlink(dir.path() / "elsewhere", dir.path() / "evidence");
-  Done done;
+  Outcomes done;
   EvidenceOptions options;
   options.dir = dir.path() / "evidence";
   EvidenceKeeper keeper(options, done.Callback());
   keeper.Start();
-  const EvidenceWritten w = Degrade(keeper, done);
+  const EvidenceWritten w = DegradeOnce(keeper, done);
   EXPECT_FALSE(w.ok);
   EXPECT_NE(w.problem.find("symbolic link"), std::string::npos) << w.problem;
   EXPECT_TRUE(fs::is_empty(dir.path() / "elsewhere"));
@@ -498,14 +500,14 @@ TEST(EvidenceStore, WhatACrashLeftIsRemovedAtStartAndOnlyThat) {
   fakes::TempDir dir("evidence");
   const fs::path evidence = dir.path() / "evidence";
   fs::create_directories(evidence);
-  const std::string record = EvidenceStore::RecordName(kT0, 0);
+  const std::string record = EvidenceStore::RecordName(kEvidenceT0, 0);
   const fs::path abandoned = dir.Write("evidence/." + record + ".tmp.a1B2c3", "{\"half");
   const fs::path held = dir.Write("evidence/." + record + ".tmp.zzzzzz", "{\"writing");
   const int fd = ::open(held.c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // a live writer's
   const fs::path other = dir.Write("evidence/.notes.txt.tmp.a1B2c3", "not ours");
-  Done done;
+  Outcomes done;
   EvidenceOptions options;
   options.dir = evidence;
   EvidenceKeeper keeper(options, done.Callback());
