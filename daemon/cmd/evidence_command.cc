@@ -184,8 +184,41 @@ std::string RenderRecord(const json& r, const std::string& name,
   return out;
 }
 
+// How deep a record nests at most (xferd writes 7: link_errors, during, reading, devices,
+// a device, aer, a count); a deeper file is not one of its records, and is never built.
+constexpr int kMaxRecordDepth = 16;
+
+bool NestsDeeperThan(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > limit) return true;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 json ParseRecordFile(const core::EvidenceStore& store, const std::string& name) {
-  json record = json::parse(store.Read(name), nullptr, /*allow_exceptions=*/false);
+  const std::string text = store.Read(name);
+  if (NestsDeeperThan(text, kMaxRecordDepth)) {
+    throw platform::FileError("cannot read", "evidence record", store.dir() / name,
+                              "it nests deeper than any record xferd writes",
+                              "remove it; xferd writes its records itself", 0);
+  }
+  json record = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!record.is_object()) {
     throw platform::FileError("cannot read", "evidence record", store.dir() / name,
                               "it is not an evidence record (not a JSON object)",

@@ -177,6 +177,8 @@ def test_leftovers_are_removed_and_hostile_files_never_followed(daemon, tmp_path
     with open(folder / "20261201T100003000Z-gpu0.json", "wb") as f:
         f.truncate(1 << 30)
     (folder / "notes.txt").write_text("the operator's")
+    # And one nested far deeper than a record (within the size bound): refused, never built.
+    (folder / "20261201T100004000Z-gpu0.json").write_text('{"a": ' + "[" * 100000 + "]" * 100000 + "}")
     d = daemon(sim_config(faults=DOWNTRAIN, sizes=('"4MiB"',)), state_dir=state).start()
     d.wait_log(r"evidence: removed 1 temporary file\(s\) in \S+evidence that writes "
                r"interrupted by a crash left")
@@ -190,6 +192,10 @@ def test_leftovers_are_removed_and_hostile_files_never_followed(daemon, tmp_path
     assert name in out
     assert re.search(r"20261201T100003000Z-gpu0.json +0  unreadable: .*larger than", out), out
     assert "20261201T100001000Z" not in out and "20261201T100002000Z" not in out, out
+    assert re.search(r"20261201T100004000Z-gpu0.json +0  unreadable: .*nests deeper", out), out
+    rc, out, err = evidence("--record", "20261201T100004000Z-gpu0.json", "--json",
+                            "--state-dir", str(state))
+    assert rc == 1 and "nests deeper" in err, (out, err)
     rc, out, err = evidence("--record", "20261201T100001000Z-gpu0.json", "--state-dir", str(state))
     assert rc == 1 and "not yours" not in out + err, (out, err)
     # Left as they were: the link, its target, the FIFO, the notes.
