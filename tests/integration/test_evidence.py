@@ -34,7 +34,9 @@ def evidence(*args, timeout=30):
 
 def records(d):
     folder = d.state_dir / "evidence"
-    return sorted(p.name for p in folder.iterdir() if RECORD.match(p.name)) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if RECORD.match(p.name))
 
 
 def reload(d, faults=()):
@@ -178,7 +180,8 @@ def test_leftovers_are_removed_and_hostile_files_never_followed(daemon, tmp_path
         f.truncate(1 << 30)
     (folder / "notes.txt").write_text("the operator's")
     # And one nested far deeper than a record (within the size bound): refused, never built.
-    (folder / "20261201T100004000Z-gpu0.json").write_text('{"a": ' + "[" * 100000 + "]" * 100000 + "}")
+    deep = '{"a": ' + "[" * 100000 + "]" * 100000 + "}"
+    (folder / "20261201T100004000Z-gpu0.json").write_text(deep)
     d = daemon(sim_config(faults=DOWNTRAIN, sizes=('"4MiB"',)), state_dir=state).start()
     d.wait_log(r"evidence: removed 1 temporary file\(s\) in \S+evidence that writes "
                r"interrupted by a crash left")
