@@ -88,7 +88,7 @@ std::string SecretExposedTo(mode_t mode) {
 // The checks every read makes before it reads a byte; the open descriptor, or -1 with
 // `failure` set.
 int OpenChecked(const std::filesystem::path& path, std::size_t max_bytes, Secrecy secrecy,
-                ReadFailure& failure) {
+                ReadFailure& failure, Links links = Links::kFollow) {
   const auto refuse_kind = [&](const struct stat& st) {
     if (S_ISDIR(st.st_mode)) {
       failure = {EISDIR, "", ReadFix(EISDIR, secrecy)};
@@ -104,10 +104,20 @@ int OpenChecked(const std::filesystem::path& path, std::size_t max_bytes, Secrec
   // Looked at before opening: opening a device can have effects of its own (a tape
   // rewinds, a terminal becomes ours) and opening a FIFO for reading waits for a writer.
   struct stat before {};
-  if (::stat(path.c_str(), &before) == 0 && refuse_kind(before)) return -1;
+  const bool follow = links == Links::kFollow;
+  if ((follow ? ::stat(path.c_str(), &before) : ::lstat(path.c_str(), &before)) == 0) {
+    if (!follow && S_ISLNK(before.st_mode)) {
+      failure = {0, "it is a symbolic link, which xferd does not follow here",
+                 "remove the link; xferd reads only the files it wrote"};
+      return -1;
+    }
+    if (refuse_kind(before)) return -1;
+  }
   // O_NONBLOCK: a FIFO put in the file's place after the stat above opens at once instead
-  // of waiting for a writer; fstat then refuses it.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  // of waiting for a writer; fstat then refuses it. O_NOFOLLOW: a link put there meanwhile
+  // fails the open (ELOOP).
+  Fd fd(::open(path.c_str(),
+               O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (follow ? 0 : O_NOFOLLOW)));
   if (fd.get() < 0) {
     failure = {errno, "", ReadFix(errno, secrecy)};
     return -1;
@@ -155,8 +165,9 @@ ssize_t ReadSome(int fd, char* buffer, std::size_t size, ReadFailure& failure) {
 }
 
 std::optional<std::string> Read(const std::filesystem::path& path, std::size_t max_bytes,
-                                Secrecy secrecy, ReadFailure& failure) {
-  Fd fd(OpenChecked(path, max_bytes, secrecy, failure));
+                                Secrecy secrecy, ReadFailure& failure,
+                                Links links = Links::kFollow) {
+  Fd fd(OpenChecked(path, max_bytes, secrecy, failure, links));
   if (fd.get() < 0) return std::nullopt;
   std::string text;
   // procfs and sysfs report sizes of 0 or 4096 whatever they hold: read to the end, and
@@ -283,9 +294,9 @@ FileError::FileError(std::string_view verb, std::string_view what, std::filesyst
       error_(error) {}
 
 std::string ReadFileBounded(const std::filesystem::path& path, std::size_t max_bytes,
-                            std::string_view what, Secrecy secrecy) {
+                            std::string_view what, Secrecy secrecy, Links links) {
   ReadFailure failure;
-  std::optional<std::string> text = Read(path, max_bytes, secrecy, failure);
+  std::optional<std::string> text = Read(path, max_bytes, secrecy, failure, links);
   if (text) return std::move(*text);
   ThrowReadError(path, what, failure);
 }
@@ -355,16 +366,24 @@ std::string AtomicTempPrefix(const std::filesystem::path& path) {
 }
 
 std::size_t RemoveAbandonedTempFiles(const std::filesystem::path& path) {
-  const std::filesystem::path dir = DirectoryOf(path);
-  const std::string prefix = AtomicTempPrefix(path);
+  const std::string target = path.filename().string();
+  return RemoveAbandonedTempFiles(DirectoryOf(path),
+                                  [&](std::string_view name) { return name == target; });
+}
+
+std::size_t RemoveAbandonedTempFiles(const std::filesystem::path& dir,
+                                     const std::function<bool(std::string_view)>& ours) {
   std::size_t removed = 0;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    // mkostemp's 6 characters: letters and digits.
-    if (name.size() != prefix.size() + 6 || !name.starts_with(prefix) ||
-        !std::all_of(name.begin() + static_cast<long>(prefix.size()), name.end(),
-                     [](unsigned char c) { return std::isalnum(c) != 0; })) {
+    // "." + the file's name + ".tmp." + mkostemp's 6 characters (letters and digits).
+    constexpr std::string_view kTmp = ".tmp.";
+    if (name.size() < 1 + kTmp.size() + 6 + 1 || name.front() != '.' ||
+        name.compare(name.size() - 6 - kTmp.size(), kTmp.size(), kTmp) != 0 ||
+        !std::all_of(name.end() - 6, name.end(),
+                     [](unsigned char c) { return std::isalnum(c) != 0; }) ||
+        !ours(std::string_view(name).substr(1, name.size() - 1 - kTmp.size() - 6))) {
       continue;
     }
     Fd fd(::open(entry.path().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));

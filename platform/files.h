@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -102,10 +103,16 @@ class PolledFile {
   std::string problem_;
 };
 
+// Whether a symbolic link at the path is followed (a config file may well be one) or
+// refused (the files xferd wrote itself and reads back from its own directory: the
+// evidence records; a link there is not ours, and never leads a read elsewhere).
+enum class Links { kFollow, kRefuse };
+
 // The whole of `path`, at most `max_bytes`. `what` names the file in messages ("config
 // file", "TLS certificate"). Throws FileError.
 std::string ReadFileBounded(const std::filesystem::path& path, std::size_t max_bytes,
-                            std::string_view what = "file", Secrecy secrecy = Secrecy::kPublic);
+                            std::string_view what = "file", Secrecy secrecy = Secrecy::kPublic,
+                            Links links = Links::kFollow);
 
 // The same for files whose absence or unreadability is an answer, not an error (sysfs
 // attributes, procfs): nullopt instead of an exception.
@@ -142,6 +149,10 @@ std::string AtomicTempPrefix(const std::filesystem::path& path);
 // nobody holds is one whose writer is gone. Returns how many were removed; a directory that
 // cannot be read removes none.
 std::size_t RemoveAbandonedTempFiles(const std::filesystem::path& path);
+// The same for every file of directory `dir` whose name `ours` accepts (files written under
+// names of their own, such as the evidence records): the same checks, one sweep.
+std::size_t RemoveAbandonedTempFiles(const std::filesystem::path& dir,
+                                     const std::function<bool(std::string_view)>& ours);
 
 // Names for files set aside, which must never replace one another (two corrupt state files
 // in one second used to share one name): "<path>.<tag>-<UTC time>", and ".2", ".3", ...

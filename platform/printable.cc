@@ -85,6 +85,31 @@ std::string Printable(std::string_view text, std::size_t max_bytes, bool escape_
   return out;
 }
 
+std::string PrintableText(std::string_view text, std::size_t max_bytes) {
+  std::string out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t end = std::min(text.find_first_of("\n\t", pos), text.size());
+    std::string piece = Printable(text.substr(pos, end - pos), text.size());
+    if (end < text.size()) piece += text[end];
+    if (out.size() + piece.size() > max_bytes) {
+      // Back to whole lines, leaving room for the mark.
+      const std::string mark = "...(" + std::to_string(text.size()) + " bytes)";
+      const std::size_t last = out.rfind('\n');
+      out.resize(last == std::string::npos ? 0 : last + 1);
+      while (!out.empty() && out.size() + mark.size() > max_bytes) {
+        const std::size_t previous =
+            out.size() >= 2 ? out.rfind('\n', out.size() - 2) : std::string::npos;
+        out.resize(previous == std::string::npos ? 0 : previous + 1);
+      }
+      return mark.size() <= max_bytes ? out + mark : out;
+    }
+    out += piece;
+    pos = end + 1;
+  }
+  return out;
+}
+
 std::string PrintablePath(std::string_view path, std::size_t max_bytes, bool escape_quotes) {
   const std::string whole = Printable(path, std::string_view::npos, escape_quotes);
   if (whole.size() <= max_bytes) return whole;

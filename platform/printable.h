@@ -21,6 +21,11 @@ inline constexpr std::size_t kPrintableBytes = 120;
 std::string Printable(std::string_view text, std::size_t max_bytes = kPrintableBytes,
                       bool escape_quotes = false);
 
+// A program's text (lspci's) as Printable makes each of its lines, the line breaks and tabs
+// kept: a page for a person, never a terminal escape. Longer than `max_bytes`: cut after
+// the last whole line that fits, and "...(N bytes)" appended.
+std::string PrintableText(std::string_view text, std::size_t max_bytes);
+
 // How many bytes of a path a message quotes by default.
 inline constexpr std::size_t kPrintablePathBytes = 256;
 

@@ -112,6 +112,22 @@ struct StatusCommandOptions {
   bool json = false;  // --json
 };
 int StatusCommand(const StatusCommandOptions& options);
+// `xferd evidence [GPU]`: the evidence records kept when GPUs turned DEGRADED
+// (core/evidence.h), read from <state_dir>/evidence directly (the daemon may be stopped).
+// No GPU: the list, newest first. A GPU (index or UUID): its newest record, or the one
+// `record` names. Exit 0 when it printed, 1 when no record was found (or it cannot be read).
+struct EvidenceCommandOptions {
+  std::optional<std::string> config_file;  // -c/--config; default /etc/xferd/xferd.toml
+  std::optional<std::string> state_dir;    // --state-dir, instead of the config's
+  std::optional<std::string> gpu;          // positional
+  std::optional<std::string> record;       // --record NAME
+  bool list = false;                       // --list: the list, even with a GPU
+  bool json = false;                       // --json
+};
+int EvidenceCommand(const EvidenceCommandOptions& options);
+
+// `xferd faults`: the fault codes and recommended actions (core/fault_codes.h).
+int FaultsCommand(bool json);
 
 // `xferd version`.
 int VersionCommand(bool json);

@@ -203,7 +203,7 @@ std::chrono::milliseconds TimeoutOf(const DaemonClientOptions& options) {
 }
 
 HealthReport UnknownAnswer(std::string line) {
-  return {HealthOutcome::kUnknown, "UNKNOWN: " + std::move(line)};
+  return UnknownReport(core::NoVerdict::kDaemonUnreachable, line);
 }
 
 // The daemon's answer: its document (200), or why it gave none.
@@ -233,7 +233,7 @@ StatusAnswer AnswerOf(const web::HttpUrl& url, const web::HttpClientResponse& re
 }
 
 HealthReport Unreachable(const std::string& why) {
-  return {HealthOutcome::kUnknown, "UNKNOWN: xferd unreachable: " + why};
+  return UnknownReport(core::NoVerdict::kDaemonUnreachable, "xferd unreachable: " + why);
 }
 
 }  // namespace
@@ -279,8 +279,8 @@ StatusAnswer DaemonClient::FetchStatus() {
   try {
     request = HttpRequestOf(options_, config_, timeout_);
   } catch (const platform::Error& e) {
-    return {std::nullopt,
-            {HealthOutcome::kUnknown, "UNKNOWN: " + before + platform::Printable(e.what(), 1000)}};
+    return {std::nullopt, UnknownReport(core::NoVerdict::kDaemonUnreachable,
+                                        before + platform::Printable(e.what(), 1000))};
   }
   try {
     return AnswerOf(request.url, web::HttpGet(request));

@@ -67,10 +67,11 @@ int HealthCommand(const HealthCommandOptions& options) {
     ReadJudgeFlags(options, judge);
     client.emplace(options.daemon);
   } catch (const platform::Error& e) {
-    return print({HealthOutcome::kUnknown, "UNKNOWN: " + platform::Printable(e.what(), 1000)});
+    return print(
+        UnknownReport(core::NoVerdict::kDaemonUnreachable, platform::Printable(e.what(), 1000)));
   }
-  const HealthReport late{HealthOutcome::kUnknown,
-                          "UNKNOWN: no answer from xferd within the timeout"};
+  const HealthReport late =
+      UnknownReport(core::NoVerdict::kDaemonUnreachable, "no answer from xferd within the timeout");
   ArmWatchdog(client->timeout(), options.nagios ? NagiosLine(late) : late.line, STDOUT_FILENO,
               HealthExitCode(HealthOutcome::kUnknown, options.nagios));
   const StatusAnswer answer = client->FetchStatus();

@@ -24,8 +24,10 @@ constexpr int kReadsStatusVersion = 1;
 // rest is for people and logs.
 constexpr std::size_t kLineBytes = 300;
 
-HealthReport Unknown(const std::string& why) {
-  return {HealthOutcome::kUnknown, "UNKNOWN: " + why};
+using core::NoVerdict;
+
+HealthReport Unknown(NoVerdict state, const std::string& why) {
+  return UnknownReport(state, why);
 }
 
 // A string field, printable; "" when absent or not a string.
@@ -238,6 +240,25 @@ std::string ShapeProblem(const json& doc) {
   return "";
 }
 
+// The code a degraded GPU's line carries: the daemon's (headline.code and headline.action,
+// core::FaultOf of its leading cause) when it gives one in the documented form, else this
+// xferd's for the cause named, else "degraded, no cause named".
+std::string FaultTokenOf(const json& headline, const std::string& cause) {
+  const std::string code = Str(headline, "code");
+  const std::string action = Str(headline, "action");
+  if (!code.empty() && headline.is_object()) {
+    const core::FaultCode* known = core::FindFault(code);
+    // A code this xferd does not know (a newer daemon's) is passed on as the daemon wrote it.
+    const bool form =
+        code.size() == 9 && code.starts_with("XFERD-") &&
+        std::all_of(code.begin() + 6, code.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (known != nullptr && !known->reserved) return core::FaultToken(*known);
+    if (form && core::ParseRecommendedAction(action)) return code + "/" + action;
+  }
+  const core::FaultCode* fault = core::FaultOfLabel(cause);
+  return core::FaultToken(fault != nullptr ? *fault : core::DegradedNoCause());
+}
+
 // The cause to name when the headline does not say (core::LeadingCause's rule on the
 // labels): the highest-ranked cause that is no note; a label this xferd does not know ranks
 // last, a note never.
@@ -267,7 +288,7 @@ std::vector<std::string> CausesOf(const json& gpu) {
   return causes;
 }
 
-// "gpu0 pinned h2d: link_downtrained, 5.10 GB/s < 19.85 band"
+// "XFERD-101/reboot gpu0 pinned h2d: link_downtrained, 5.10 GB/s < 19.85 band"
 std::string Problem(const json& gpu, const std::optional<std::string>& wanted) {
   const auto index = Num(gpu, "gpu");
   std::string line = "gpu" + (index ? fmt::format("{:.0f}", *index) : std::string("?"));
@@ -291,7 +312,9 @@ std::string Problem(const json& gpu, const std::optional<std::string>& wanted) {
       if (!below.empty()) cause = "below_" + below;
     }
   }
-  line += ": " + (cause.empty() ? std::string("cause not visible to xferd") : cause);
+  // With --cause, the code of the cause asked about; else the daemon's for its verdict.
+  line = FaultTokenOf(wanted ? json(nullptr) : headline, cause) + " " + line;
+  line += ": " + (cause.empty() ? std::string("no cause named") : cause);
   if (!headline.is_object() && !cause.empty()) {
     // No series below anything (a link that flaps between probes): the cause's own figures.
     const auto causes_it = gpu.find("causes");
@@ -317,6 +340,14 @@ std::string Problem(const json& gpu, const std::optional<std::string>& wanted) {
     }
   }
   return line;
+}
+
+// Why a GPU's verdict is unknown, as the daemon coded it (core::UnjudgeableState): its
+// confidential computing on with the GPUs not ready, else MIG with no instance.
+NoVerdict UnjudgeableState(const json& gpu) {
+  return Str(gpu, "code") == core::FaultOf(NoVerdict::kConfidentialComputing).Code()
+             ? NoVerdict::kConfidentialComputing
+             : NoVerdict::kMigNoInstance;
 }
 
 // The answer as JSON when it is a status document of the version this xferd reads and of
@@ -366,23 +397,30 @@ std::string StatusDocumentProblem(std::string_view body) {
   return problem;
 }
 
+HealthReport UnknownReport(core::NoVerdict state, const std::string& why) {
+  return {HealthOutcome::kUnknown,
+          "UNKNOWN " + core::FaultToken(core::FaultOf(state)) + ": " + why};
+}
+
 HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& options) {
   std::string problem;
   const json doc = CheckedDocument(body, problem);
-  if (!problem.empty()) return Unknown(problem);
+  if (!problem.empty()) return Unknown(NoVerdict::kDaemonUnreachable, problem);
   const json& daemon = doc["daemon"];
   if (!daemon["healthy"].get<bool>()) {
-    return Unknown("xferd unhealthy: " +
-                   platform::Printable(daemon["reason"].get<std::string>(), 200));
+    return Unknown(
+        NoVerdict::kDaemonUnhealthy,
+        "xferd unhealthy: " + platform::Printable(daemon["reason"].get<std::string>(), 200));
   }
   if (daemon["last_cycle_age_seconds"].is_null()) {
-    return Unknown("no verdict yet: the first probe cycle is running");
+    return Unknown(NoVerdict::kPending, "no verdict yet: the first probe cycle is running");
   }
   const double age = daemon["last_cycle_age_seconds"].get<double>();
   const double stale =
       options.stale_after_s ? *options.stale_after_s : daemon["stale_after_seconds"].get<double>();
   if (age > stale) {
     return Unknown(
+        NoVerdict::kDaemonUnhealthy,
         fmt::format("verdict stale: the last probe cycle ended {} ago (stale after {}); is "
                     "the probe loop stuck?",
                     core::FormatSeconds(age, 0), core::FormatSeconds(stale, 0)));
@@ -434,20 +472,24 @@ HealthReport JudgeStatus(std::string_view body, const HealthJudgeOptions& option
     report.line = "DEGRADED " + Problem(*degraded.front(), options.cause);
     if (degraded.size() > 1) report.line += fmt::format("; +{} GPU", degraded.size() - 1);
   } else if (!pending.empty()) {
-    return Unknown(fmt::format("no verdict yet for gpu{} (re-judging after a restart)",
+    return Unknown(NoVerdict::kPending,
+                   fmt::format("no verdict yet for gpu{} (re-judging after a restart)",
                                (*pending.front())["gpu"].get<long long>()));
   } else if (!unmeasured.empty()) {
     // Not measured recently: neither ok nor degraded (a drain stays, a node is not resumed).
-    return Unknown(fmt::format(
-        "gpu{} stale: its probes have no current reading (busy, the cycle budget or failing "
-        "probes; see the daemon's log)",
-        (*unmeasured.front())["gpu"].get<long long>()));
+    return Unknown(
+        NoVerdict::kStale,
+        fmt::format(
+            "gpu{} stale: its probes have no current reading (busy, the cycle budget or failing "
+            "probes; see the daemon's log)",
+            (*unmeasured.front())["gpu"].get<long long>()));
   } else if (!unjudgeable.empty()) {
     // Nothing to judge it by (MIG with no instance, CC GPUs not ready): neither a drain
     // nor a resume.
-    const std::string why = Str(*unjudgeable.front(), "verdict_reason");
-    return Unknown(fmt::format("gpu{} verdict unknown: {}",
-                               (*unjudgeable.front())["gpu"].get<long long>(),
+    const json& gpu = *unjudgeable.front();
+    const std::string why = Str(gpu, "verdict_reason");
+    return Unknown(UnjudgeableState(gpu),
+                   fmt::format("gpu{} verdict unknown: {}", gpu["gpu"].get<long long>(),
                                why.empty() ? std::string("the daemon cannot judge it") : why));
   } else if (options.cause) {
     report.state = HealthOutcome::kOk;

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/fault_codes.h"
+
 namespace xferd::cmd {
 
 // node-problem-detector's custom-plugin protocol: 0 OK, 1 NonOK, anything else Unknown.
@@ -20,9 +22,16 @@ int HealthExitCode(HealthOutcome state, bool nagios);
 struct HealthReport {
   HealthOutcome state = HealthOutcome::kUnknown;
   // One line, the most telling words first (node-problem-detector keeps the first 80
-  // bytes): "DEGRADED gpu0 pinned h2d: link_downtrained, 5.10 GB/s < 19.85 band".
+  // bytes): the verdict, the fault code and its recommended action (core/fault_codes.h),
+  // then the GPU, the series, the cause and the figures:
+  //   "DEGRADED XFERD-101/reboot gpu0 pinned h2d: link_downtrained, 5.10 GB/s < 19.85 band"
+  //   "UNKNOWN XFERD-901/none: gpu1 stale: its probes have no current reading (...)"
+  //   "OK: 2 GPUs within band"
   std::string line;
 };
+
+// The report for a state that is no verdict: "UNKNOWN XFERD-9xx/none: " and why.
+HealthReport UnknownReport(core::NoVerdict state, const std::string& why);
 
 struct HealthJudgeOptions {
   // A verdict whose last cycle ended longer ago than this is unknown; nullopt: the

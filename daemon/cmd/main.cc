@@ -1,4 +1,4 @@
-// xferd run | probe | check-config | health | status | version
+// xferd run | probe | check-config | health | status | evidence | faults | version
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -225,6 +225,29 @@ int main(int argc, char** argv) {
   auto* health_cmd = AddHealthCommand(app, health);
   StatusCommandOptions status;
   auto* status_cmd = AddStatusCommand(app, status);
+  EvidenceCommandOptions evidence;
+  auto* evidence_cmd = app.add_subcommand(
+      "evidence",
+      "Print the evidence records kept when GPUs turned DEGRADED (the state directory's "
+      "evidence/): the list, or a GPU's newest");
+  evidence_cmd->add_option("gpu", evidence.gpu, "A GPU, by index or UUID: its newest record");
+  evidence_cmd->add_option("-c,--config", evidence.config_file,
+                           "The daemon's TOML config, for its state_dir (default "
+                           "/etc/xferd/xferd.toml when present)");
+  evidence_cmd->add_option("--state-dir", evidence.state_dir,
+                           "The daemon's state directory, instead of the config's");
+  evidence_cmd->add_option("--record", evidence.record, "One record, by its file name");
+  evidence_cmd->add_flag("--list", evidence.list, "The list of records (of the GPU, if given)");
+  evidence_cmd->add_flag("--json", evidence.json, "Print JSON: the record, or the list");
+  evidence_cmd->footer(ExitCodes({{xferd::kExitOk, "printed"},
+                                  {1, "no such record, or it cannot be read"},
+                                  {xferd::kExitUsage, "a bad flag"},
+                                  {xferd::kExitConfig, "the -c file is invalid"}}));
+  bool faults_json = false;
+  auto* faults_cmd = app.add_subcommand(
+      "faults", "Print the fault codes and recommended actions the daemon's verdicts carry");
+  faults_cmd->add_flag("--json", faults_json, "Print JSON");
+  faults_cmd->footer(ExitCodes({{xferd::kExitOk, "always"}}));
   bool version_json = false;
   auto* version_cmd = app.add_subcommand("version", "Print the version and build");
   version_cmd->add_flag("--json", version_json, "Print JSON");
@@ -256,6 +279,8 @@ int main(int argc, char** argv) {
     if (*check_cmd) return CheckConfigCommand(check);
     if (*health_cmd) return HealthCommand(health);
     if (*status_cmd) return StatusCommand(status);
+    if (*evidence_cmd) return EvidenceCommand(evidence);
+    if (*faults_cmd) return FaultsCommand(faults_json);
     if (*version_cmd) return VersionCommand(version_json);
   } catch (const xferd::platform::Error& e) {
     // Escaped and capped however the message was made: it may quote a flag, a file or a

@@ -18,6 +18,7 @@
 #include "core/band.h"
 #include "core/busy_detector.h"
 #include "core/contention.h"
+#include "core/fault_codes.h"
 #include "core/health_tracker.h"
 #include "core/link_errors.h"
 #include "core/plan.h"
@@ -213,8 +214,8 @@ void PrintTable(const std::vector<DeviceReport>& reports) {
     if (!r.diagnoses.empty()) {
       std::printf("\n  likely causes:\n");
       for (const Diagnosis& d : r.diagnoses) {
-        std::printf("    %s: %s\n      %s\n", std::string(ToString(d.cause)).c_str(),
-                    d.detail.c_str(), d.advice.c_str());
+        std::printf("    %s %s: %s\n      %s\n", FaultToken(FaultOf(d.cause)).c_str(),
+                    std::string(ToString(d.cause)).c_str(), d.detail.c_str(), d.advice.c_str());
       }
     }
     std::printf("\n");
@@ -321,8 +322,12 @@ void PrintJson(const std::string& backend, const std::vector<DeviceReport>& repo
     const probes::PcieLink* narrowest = r.path.Narrowest();
     nlohmann::json diagnoses = nlohmann::json::array();
     for (const Diagnosis& d : r.diagnoses) {
-      diagnoses.push_back(
-          {{"cause", ToString(d.cause)}, {"detail", d.detail}, {"advice", d.advice}});
+      const FaultCode& fault = FaultOf(d.cause);
+      diagnoses.push_back({{"cause", ToString(d.cause)},
+                           {"code", fault.Code()},
+                           {"action", ToString(fault.action)},
+                           {"detail", d.detail},
+                           {"advice", d.advice}});
     }
     devices.push_back(
         {{"index", r.info.index},

@@ -9,6 +9,7 @@
 
 #include "cmd/band_output.h"
 #include "core/band.h"
+#include "core/fault_codes.h"
 #include "core/host_groups.h"
 #include "core/probe_runner.h"
 
@@ -94,8 +95,9 @@ void PrintTable(const std::vector<probes::DeviceInfo>& devices,
     std::printf("\nlikely causes:\n");
     for (const auto& [gpu, list] : causes) {
       for (const core::Diagnosis& d : list) {
-        std::printf("  GPU %d %s: %s\n    %s\n", gpu, std::string(core::ToString(d.cause)).c_str(),
-                    d.detail.c_str(), d.advice.c_str());
+        std::printf(
+            "  GPU %d %s %s: %s\n    %s\n", gpu, core::FaultToken(core::FaultOf(d.cause)).c_str(),
+            std::string(core::ToString(d.cause)).c_str(), d.detail.c_str(), d.advice.c_str());
       }
     }
   }
@@ -169,8 +171,11 @@ nlohmann::json Json(const std::string& backend, const std::vector<probes::Device
   nlohmann::json diagnoses = nlohmann::json::array();
   for (const auto& [gpu, list] : causes) {
     for (const core::Diagnosis& d : list) {
+      const core::FaultCode& fault = core::FaultOf(d.cause);
       diagnoses.push_back({{"gpu", gpu},
                            {"cause", core::ToString(d.cause)},
+                           {"code", fault.Code()},
+                           {"action", core::ToString(fault.action)},
                            {"detail", d.detail},
                            {"advice", d.advice}});
     }

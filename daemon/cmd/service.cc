@@ -16,6 +16,7 @@
 #include "exporter/http_metrics.h"
 #include "platform/abandonable_call.h"
 #include "platform/build_info.h"
+#include "platform/command.h"
 #include "platform/exit_codes.h"
 #include "platform/files.h"
 #include "platform/logging.h"
@@ -100,7 +101,14 @@ Service::Service(Config config, probes::TransferBackend& backend,
       cycle_log_(health_, *seams_.clock),
       persistence_(state_, health_, incidents_, metrics_, [this] { return CurrentConfig(); }),
       pipeline_(health_, incidents_, backend_, *seams_.clock),
-      started_(seams_.clock->Now()) {}
+      started_(seams_.clock->Now()) {
+  EvidenceOptions evidence;
+  evidence.dir = config_->state_dir / "evidence";
+  evidence.lspci = FindProgram({"/usr/bin/lspci", "/usr/sbin/lspci", "/sbin/lspci", "/bin/lspci"});
+  if (seams_.evidence_options) seams_.evidence_options(evidence);
+  evidence_ = std::make_unique<EvidenceKeeper>(std::move(evidence),
+                                               [this](const EvidenceWritten& w) { OnEvidence(w); });
+}
 
 Service::~Service() {
   // Before the members the servers' threads read (a Run that threw leaves them serving).
@@ -147,9 +155,36 @@ std::string Service::StatusDocument() const {
   daemon.now = seams_.clock->Now();
   daemon.uptime_s = duration<double>(*daemon.now - started_).count();
   daemon.freshness = FreshnessOf(*config);
+  const EvidenceKeeper::Stats evidence = evidence_->GetStats();
+  daemon.evidence = {evidence_->dir().string(), evidence_->keep(), evidence.written,
+                     evidence.dropped, evidence.last_problem};
   return status_board_.Render(daemon, std::chrono::system_clock::now());
 }
 
+// The evidence writer's thread, after each record: the incident links it, the status API
+// shows it, the log and the counter say what became of it.
+void Service::OnEvidence(const EvidenceWritten& w) {
+  metrics_.RecordEvidence(w.ok);
+  ScopedLogFields fields(std::to_string(w.gpu), "");
+  const std::string verdict = fmt::format("{}{}{}", w.code.empty() ? "DEGRADED" : w.code,
+                                          w.cause.empty() ? "" : " ", w.cause);
+  if (!w.ok) {
+    spdlog::error(
+        "evidence: gpu {}: the record of its DEGRADED verdict ({}) is dropped: {}; the daemon "
+        "goes on (xferd_evidence_records_total{{result=\"dropped\"}} counts it)",
+        w.gpu, verdict, w.problem);
+    return;
+  }
+  incidents_.AttachEvidence(w.uuid, w.incident_time, w.name);
+  status_board_.RecordEvidence(w.gpu, {w.name, w.path.string(), w.incident_time, w.bytes});
+  spdlog::info(
+      "evidence: gpu {}: kept {} ({} bytes) for its DEGRADED verdict ({}); `xferd "
+      "evidence {}` prints it{}",
+      w.gpu, platform::PrintablePath(w.path.string()), w.bytes, verdict, w.gpu,
+      w.pruned.empty() ? std::string()
+                       : fmt::format(" ({} older record{} removed, {} are kept)", w.pruned.size(),
+                                     w.pruned.size() == 1 ? "" : "s", evidence_->keep()));
+}
 void Service::CheckStall() {
   const auto stall = scheduler_->CheckStall(seams_.clock->Now());
   stalled_ = stall.has_value();
@@ -414,6 +449,11 @@ void Service::Prepare(const Config& config) {
   std::size_t series = 0;
   for (const auto& [uuid, s] : loaded.baselines) series += s.size();
   spdlog::info("state: {} ({} learned series)", state_.path().string(), series);
+  if (const std::size_t removed = evidence_->Start()) {
+    spdlog::info(
+        "evidence: removed {} temporary file(s) in {} that writes interrupted by a crash left",
+        removed, platform::PrintablePath(evidence_->dir().string()));
+  }
 
   auto busy = seams_.make_busy(config);
   busy_description_ = busy->Describe();
@@ -439,6 +479,7 @@ void Service::Prepare(const Config& config) {
   pipeline_.SetLinkErrorReader(seams_.link_errors);
   pipeline_.Add(metrics_);
   pipeline_.Add(status_board_);
+  pipeline_.Add(*evidence_);
   pipeline_.Add(persistence_);
   pipeline_.Add(cycle_log_);
   callbacks.on_cycle = [this](const CycleReport& r) { pipeline_.Fold(r, *CurrentConfig()); };

@@ -25,6 +25,7 @@
 #include "core/busy_detector.h"
 #include "core/clock.h"
 #include "core/cycle_pipeline.h"
+#include "core/evidence.h"
 #include "core/health_tracker.h"
 #include "core/incident_log.h"
 #include "core/link_errors.h"
@@ -66,6 +67,8 @@ struct ServiceSeams {
   // A reload (SIGHUP) came while the configuration was read at start: the file may have
   // changed after it was read, so the service reloads once it serves.
   bool reload_at_start = false;
+  // Changes to how evidence records are kept (tests: a disk that fills up, another lspci).
+  std::function<void(core::EvidenceOptions&)> evidence_options;
 };
 
 class Service {
@@ -91,13 +94,14 @@ class Service {
 
  private:
   std::shared_ptr<const config::Config> CurrentConfig() const;
-  void StartReload();                               // main thread
-  bool ReloadReady() const;                         // main thread
-  void FinishReload();                              // main thread
-  exporter::HealthState Healthz() const;            // HTTP threads
-  void CheckStall();                                // main thread
-  void StartServing(const config::Config& config);  // main thread
-  void StopServing();                               // main thread
+  void StartReload();                                     // main thread
+  bool ReloadReady() const;                               // main thread
+  void FinishReload();                                    // main thread
+  exporter::HealthState Healthz() const;                  // HTTP threads
+  void CheckStall();                                      // main thread
+  void StartServing(const config::Config& config);        // main thread
+  void StopServing();                                     // main thread
+  void OnEvidence(const core::EvidenceWritten& written);  // the evidence writer's thread
   void StartHealthSocket(const config::Config& config,
                          const web::HttpServer::Handler& handler);  // main thread
   void Prepare(const config::Config& config);                       // main thread, first
@@ -119,11 +123,14 @@ class Service {
   core::IncidentLog incidents_;
   // The status API: fed the values metrics_ is fed, in the same callbacks.
   exporter::StatusBoard status_board_;
+  // Evidence kept when a GPU turns DEGRADED (its writer thread reports to OnEvidence, which
+  // uses the members above: declared after them, so it stops first).
+  std::unique_ptr<core::EvidenceKeeper> evidence_;
   core::StateFile state_;
   CycleLog cycle_log_;       // the log lines of each cycle and the STATUS text
   Persistence persistence_;  // the state file and the textfile, after each cycle
-  // Each cycle's report judged once and handed to metrics_, status_board_, persistence_
-  // and cycle_log_ in that order (Prepare adds them).
+  // Each cycle's report judged once and handed to metrics_, status_board_, evidence_,
+  // persistence_ and cycle_log_ in that order (Prepare adds them).
   core::CyclePipeline pipeline_;
   std::unique_ptr<core::Scheduler> scheduler_;
   mutable std::mutex servers_mutex_;  // http_ and health_socket_ as refusal_metrics_ reads them

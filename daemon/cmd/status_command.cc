@@ -160,10 +160,14 @@ int StatusCommand(const StatusCommandOptions& options) {
   try {
     client.emplace(options.daemon);
   } catch (const platform::Error& e) {
-    return say({HealthOutcome::kUnknown, "UNKNOWN: " + platform::Printable(e.what(), 1000)});
+    return say(
+        UnknownReport(core::NoVerdict::kDaemonUnreachable, platform::Printable(e.what(), 1000)));
   }
-  ArmWatchdog(client->timeout(), "UNKNOWN: no answer from xferd within the timeout",
-              fileno(line_out), unknown);
+  ArmWatchdog(
+      client->timeout(),
+      UnknownReport(core::NoVerdict::kDaemonUnreachable, "no answer from xferd within the timeout")
+          .line,
+      fileno(line_out), unknown);
   const StatusAnswer answer = client->FetchStatus();
   if (!answer.document) return say(answer.problem);
   const HealthReport report = JudgeStatus(*answer.document, {});

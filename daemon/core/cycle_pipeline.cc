@@ -31,15 +31,16 @@ probes::DeviceInfo CyclePipeline::Shaped(const probes::DeviceInfo& device) const
   return shaped;
 }
 
-LinkErrorGrowth CyclePipeline::ReadLinkErrors(const DeviceCycle& dc) {
-  if (!link_error_reader_) return {};
+void CyclePipeline::ReadLinkErrors(const DeviceCycle& dc, CycleObservation& obs) {
+  if (!link_error_reader_) return;
   // A busy cycle read no path: the counters are read on the path as it stands.
   const probes::LinkPath path =
       dc.link_read ? dc.link_path : backend_.ReadLinkPath(dc.device.index);
   const LinkErrorReading reading =
       link_errors_.Observe(dc.device, link_error_reader_->Read(dc.device, path), clock_.Now());
   for (CycleConsumer* c : consumers_) c->OnLinkErrors(dc.device, reading);
-  return link_errors_.Growth(dc.device.uuid);
+  obs.link_errors = link_errors_.Growth(dc.device.uuid);
+  obs.link_error_reading = reading;
 }
 
 void CyclePipeline::Fold(const CycleReport& report, const Settings& settings) {
@@ -56,7 +57,7 @@ void CyclePipeline::Fold(const CycleReport& report, const Settings& settings) {
     obs.link_path = dc.link_path;
     obs.samples = dc.samples;
     obs.busy = dc.skipped_busy;
-    obs.link_errors = ReadLinkErrors(dc);
+    ReadLinkErrors(dc, obs);
     obs.at = clock_.Now();
     obs.at_wall = std::chrono::system_clock::now();
     obs.confirmation = report.confirmation;
@@ -68,8 +69,9 @@ void CyclePipeline::Fold(const CycleReport& report, const Settings& settings) {
       for (CycleConsumer* c : consumers_) c->OnLinkWatch(dc.device, obs.link_watch);
     }
     const DeviceHealth health = health_.Observe(obs);
+    std::optional<Incident> logged;
     const DeviceVerdict verdict =
-        incidents_.Observe(health, obs.busy, settings.consecutive_bad, obs.at_wall);
+        incidents_.Observe(health, obs.busy, settings.consecutive_bad, obs.at_wall, &logged);
     const GpuJudgement judged{.device = obs.device,
                               .observation = &obs,
                               .cycle = &dc,
@@ -77,7 +79,8 @@ void CyclePipeline::Fold(const CycleReport& report, const Settings& settings) {
                               .verdict = verdict,
                               .busy = obs.busy,
                               .confirmation = report.confirmation,
-                              .settings = settings};
+                              .settings = settings,
+                              .logged = logged ? &*logged : nullptr};
     for (CycleConsumer* c : consumers_) c->OnJudged(judged);
   }
   for (CycleConsumer* c : consumers_) c->OnCycleEnd(report, settings);

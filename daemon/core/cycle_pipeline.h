@@ -40,6 +40,9 @@ struct GpuJudgement {
   bool busy = false;          // the busy detector skipped it this cycle: nothing ran
   bool confirmation = false;  // a fast-confirmation round's, which is no cycle
   const Settings& settings;   // the configuration in force
+  // The incident IncidentLog::Observe logged for this judgement (a verdict changed); null
+  // when none.
+  const Incident* logged = nullptr;
 };
 
 // What takes a cycle's report. Each consumer gets every part of it once, in this order:
@@ -90,7 +93,7 @@ class CyclePipeline {
  private:
   // `device` with its CC and MIG shape as the backend has it now (start, reload).
   probes::DeviceInfo Shaped(const probes::DeviceInfo& device) const;
-  LinkErrorGrowth ReadLinkErrors(const DeviceCycle& cycle);
+  void ReadLinkErrors(const DeviceCycle& cycle, CycleObservation& observation);
 
   HealthTracker& health_;
   IncidentLog& incidents_;

@@ -89,6 +89,9 @@ struct CycleObservation {
   // What the path's error counters grew by around this cycle (core/link_errors.h); empty
   // when they were not read.
   LinkErrorGrowth link_errors = {};
+  // The counters as read and judged this cycle (what the growth is of); nullopt when they
+  // were not read. Kept with an incident's evidence (core/evidence.h).
+  std::optional<LinkErrorReading> link_error_reading = {};
   // When it was taken (the scheduler's clock) and the host's time then: what the age of
   // each reading is counted from (core/freshness.h). nullopt: no clock (a one-shot run):
   // every reading counts as current.

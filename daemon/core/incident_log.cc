@@ -6,6 +6,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "core/fault_codes.h"
 #include "core/health_tracker.h"
 #include "platform/printable.h"
 
@@ -22,6 +23,22 @@ constexpr std::size_t kMaxListEntries = 64;
 // short, so the state file and the status document stay valid UTF-8 and bounded.
 std::string Kept(std::string_view text) {
   return platform::Printable(text, kMaxTextBytes);
+}
+
+Incident::Cause CauseOf(const Diagnosis& d) {
+  const FaultCode& fault = FaultOf(d.cause);
+  return {std::string(ToString(d.cause)), Kept(d.detail), fault.Code(),
+          std::string(ToString(fault.action))};
+}
+
+// An evidence record's name as the log keeps it: a file name of the evidence directory,
+// never a path (EvidenceStore names them so; anything else read back is not kept).
+bool IsRecordName(std::string_view name) {
+  return !name.empty() && name.size() <= 64 && name.front() != '.' &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                  c == '-' || c == '.' || c == '_';
+         });
 }
 
 }  // namespace
@@ -104,8 +121,9 @@ void IncidentLog::Restore(std::vector<Incident> incidents) {
 }
 
 DeviceVerdict IncidentLog::Observe(const DeviceHealth& health, bool busy, int consecutive_bad,
-                                   system_clock::time_point now) {
+                                   system_clock::time_point now, std::optional<Incident>* logged) {
   std::lock_guard lock(mutex_);
+  if (logged != nullptr) logged->reset();
   DeviceRecord& device = devices_[health.uuid];
   if (!busy) ++device.judged;
   DeviceVerdict verdict = DeviceVerdict::kOk;
@@ -156,21 +174,33 @@ DeviceVerdict IncidentLog::Observe(const DeviceHealth& health, bool busy, int co
     // Ranked (HealthTracker keeps them so): the cause that leads first, notes last.
     if (const auto lead = LeadingCause(health)) {
       for (const Diagnosis& d : health.diagnoses) {
-        if (d.cause == *lead)
-          incident.causes.push_back({std::string(ToString(d.cause)), Kept(d.detail)});
+        if (d.cause == *lead) incident.causes.push_back(CauseOf(d));
       }
     }
     for (const Diagnosis& d : health.diagnoses) {
       if (incident.causes.empty() || incident.causes.front().cause != ToString(d.cause)) {
-        incident.causes.push_back({std::string(ToString(d.cause)), Kept(d.detail)});
+        incident.causes.push_back(CauseOf(d));
       }
     }
+    if (logged != nullptr) *logged = incident;
     incidents_.push_back(std::move(incident));
     while (incidents_.size() > capacity_) incidents_.pop_front();
   }
   device.settled = verdict;
   device.degraded_pairs = std::move(degraded);
   return verdict;
+}
+
+bool IncidentLog::AttachEvidence(const std::string& uuid, system_clock::time_point time,
+                                 const std::string& record) {
+  std::lock_guard lock(mutex_);
+  for (auto it = incidents_.rbegin(); it != incidents_.rend(); ++it) {
+    if (it->uuid == uuid && it->time == time) {
+      it->evidence = IsRecordName(record) ? record : "";
+      return true;
+    }
+  }
+  return false;
 }
 
 DeviceVerdict IncidentLog::Verdict(const std::string& uuid) const {
@@ -192,7 +222,11 @@ nlohmann::json IncidentToJson(const Incident& incident) {
   }
   nlohmann::json causes = nlohmann::json::array();
   for (const Incident::Cause& c : incident.causes) {
-    causes.push_back({{"cause", c.cause}, {"detail", c.detail}});
+    causes.push_back(
+        {{"cause", c.cause},
+         {"code", c.code.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.code)},
+         {"action", c.action.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.action)},
+         {"detail", c.detail}});
   }
   return {{"time", FormatUtcTime(incident.time)},
           {"gpu", incident.gpu},
@@ -200,7 +234,9 @@ nlohmann::json IncidentToJson(const Incident& incident) {
           {"from", ToString(incident.from)},
           {"to", ToString(incident.to)},
           {"series", std::move(series)},
-          {"causes", std::move(causes)}};
+          {"causes", std::move(causes)},
+          {"evidence", incident.evidence.empty() ? nlohmann::json(nullptr)
+                                                 : nlohmann::json(incident.evidence)}};
 }
 
 std::optional<Incident> IncidentFromJson(const nlohmann::json& value, std::string& problem) {
@@ -267,10 +303,25 @@ std::optional<Incident> IncidentFromJson(const nlohmann::json& value, std::strin
     for (const nlohmann::json& c : *causes) {
       if (incident.causes.size() >= kMaxListEntries) break;
       if (!c.is_object() || !c.contains("cause") || !c["cause"].is_string()) continue;
-      const std::string detail =
-          c.contains("detail") && c["detail"].is_string() ? c["detail"].get<std::string>() : "";
-      incident.causes.push_back({Kept(c["cause"].get<std::string>()), Kept(detail)});
+      const auto field = [&](const char* key) {
+        return c.contains(key) && c[key].is_string() ? c[key].get<std::string>() : std::string();
+      };
+      Incident::Cause cause{Kept(c["cause"].get<std::string>()), Kept(field("detail")),
+                            Kept(field("code")), Kept(field("action"))};
+      // An older file has none: this xferd's code for the label, where it knows the label.
+      if (cause.code.empty()) {
+        if (const FaultCode* fault = FaultOfLabel(cause.cause)) {
+          cause.code = fault->Code();
+          cause.action = std::string(ToString(fault->action));
+        }
+      }
+      incident.causes.push_back(std::move(cause));
     }
+  }
+  if (const auto evidence = value.find("evidence"); evidence != value.end() &&
+                                                    evidence->is_string() &&
+                                                    IsRecordName(evidence->get<std::string>())) {
+    incident.evidence = evidence->get<std::string>();
   }
   return incident;
 }

@@ -71,8 +71,15 @@ struct Incident {
   struct Cause {
     std::string cause;   // a DiagnosisCause label; a newer xferd may write others
     std::string detail;  // as in Diagnosis::detail
+    // Its fault code and recommended action (core/fault_codes.h): "XFERD-101", "reboot".
+    // As read back when the file gives them, else this xferd's for the label ("" for a
+    // label it does not know).
+    std::string code, action;
   };
   std::vector<Cause> causes;  // what held when it changed, ranked: the leading cause first
+  // The evidence record kept when the GPU turned degraded (core/evidence.h): its name in
+  // the evidence directory, once written; "" when none was (not degraded, or dropped).
+  std::string evidence;
 };
 
 // What the log keeps: the newest changes. A GPU that flaps every few minutes fills it in
@@ -91,8 +98,15 @@ class IncidentLog {
   // One cycle (or confirmation round) of one GPU, after HealthTracker::Observe: returns its
   // verdict now, and logs an incident when that changed. `busy`: the busy detector skipped
   // the GPU, so nothing was judged.
+  // `logged`, when given, receives the incident this call logged (nullopt when none).
   DeviceVerdict Observe(const DeviceHealth& health, bool busy, int consecutive_bad,
-                        std::chrono::system_clock::time_point now);
+                        std::chrono::system_clock::time_point now,
+                        std::optional<Incident>* logged = nullptr);
+
+  // Links the evidence record `record` (a file name in the evidence directory) to the
+  // incident of GPU `uuid` logged at `time`; false when the log no longer holds it.
+  bool AttachEvidence(const std::string& uuid, std::chrono::system_clock::time_point time,
+                      const std::string& record);
 
   // kPending for a GPU not observed since the start.
   DeviceVerdict Verdict(const std::string& uuid) const;
@@ -118,7 +132,9 @@ class IncidentLog {
 // An incident as the state file and the status API write it:
 //   {"time": "2026-12-01T10:00:00.123Z", "gpu": 0, "uuid": "GPU-...", "from": "ok",
 //    "to": "degraded", "series": [{"mode": "pinned", "direction": "h2d"}],
-//    "causes": [{"cause": "link_downtrained", "detail": "..."}]}
+//    "causes": [{"cause": "link_downtrained", "code": "XFERD-101", "action": "reboot",
+//                "detail": "..."}],
+//    "evidence": "20261201T100000123Z-gpu0.json"}     (null when none was kept)
 nlohmann::json IncidentToJson(const Incident& incident);
 // Reads one back; nullopt with `problem` set (what is wrong, for a log line) when `value`
 // is not an incident. Strings are held to a few hundred bytes.

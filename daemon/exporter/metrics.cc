@@ -153,6 +153,8 @@ Metrics::Metrics(prometheus::Registry& registry, std::string node_name)
   }
   Counter(FamilyId::kStateWriteErrors).Add({});
   Counter(FamilyId::kTextfileWriteErrors).Add({});
+  Counter(FamilyId::kEvidenceRecords).Add({{"result", "written"}});
+  Counter(FamilyId::kEvidenceRecords).Add({{"result", "dropped"}});
   // The daemon runs only with a config that loaded: that is the first successful load.
   Gauge(FamilyId::kReloadOk).Add({}).Set(1);
   Gauge(FamilyId::kReloadTimestamp).Add({}).Set(UnixNow());
@@ -605,6 +607,13 @@ void Metrics::RecordStateWrite(bool ok) {
 void Metrics::RecordTextfileWrite(bool ok) {
   const ChangeMark mark(generation_);
   if (!ok) Counter(FamilyId::kTextfileWriteErrors).Add({}).Increment();
+}
+
+void Metrics::RecordEvidence(bool written) {
+  const ChangeMark mark(generation_);
+  Counter(FamilyId::kEvidenceRecords)
+      .Add({{"result", written ? "written" : "dropped"}})
+      .Increment();
 }
 
 }  // namespace xferd::exporter

@@ -150,6 +150,8 @@ class Metrics final : public core::CycleConsumer {
   void RecordStateWrite(bool ok);
   // A node_exporter textfile write (xferd_textfile_write_errors_total counts failures).
   void RecordTextfileWrite(bool ok);
+  // An evidence record written or dropped (xferd_evidence_records_total). Thread-safe.
+  void RecordEvidence(bool written);
 
   // Changes after every write to the registry's values (by the methods above, after they
   // wrote), so text rendered at generation g is current while Generation() == g: /metrics

@@ -7,6 +7,7 @@
 
 #include "core/allowance.h"
 #include "core/band.h"
+#include "core/fault_codes.h"
 #include "platform/build_info.h"
 #include "platform/printable.h"
 
@@ -90,10 +91,13 @@ json Headline(const core::DeviceHealth& health) {
   const core::SeriesHealth* worst = core::WorstDegraded(health);
   if (worst == nullptr) return nullptr;
   const std::optional<core::DiagnosisCause> cause = core::LeadingCause(health);
+  const core::FaultCode& fault = cause ? core::FaultOf(*cause) : core::DegradedNoCause();
   json h = {{"mode", probes::ToString(worst->mode)},
             {"direction", probes::ToString(worst->direction)},
             {"size", probes::FormatSize(worst->size_bytes)},
             {"cause", cause ? json(core::ToString(*cause)) : json(nullptr)},
+            {"code", fault.Code()},
+            {"action", core::ToString(fault.action)},
             {"baseline_of", worst->peer_baseline_bytes_per_s > 0 ? "peers" : "own"}};
   if (worst->below_band) {
     h["below"] = "band";
@@ -227,6 +231,11 @@ struct CauseContext {
 
 constexpr Field<CauseContext> kCauseFields[] = {
     {"cause", [](const CauseContext& c) { return json(core::ToString(c.cause.cause)); }},
+    {"code", [](const CauseContext& c) { return json(core::FaultOf(c.cause.cause).Code()); }},
+    {"action",
+     [](const CauseContext& c) {
+       return json(core::ToString(core::FaultOf(c.cause.cause).action));
+     }},
     {"fault", [](const CauseContext& c) { return json(!core::IsNote(c.cause.cause)); }},
     {"leads", [](const CauseContext& c) { return json(c.lead && *c.lead == c.cause.cause); }},
     {"detail", [](const CauseContext& c) { return json(Text(c.cause.detail)); }},
@@ -434,6 +443,39 @@ constexpr Field<GpuRecord> kContentionFields[] = {
      }},
 };
 
+// The GPU's code (core/fault_codes.h): its leading cause's when degraded, its state's when
+// there is no verdict to act on; none when ok.
+const core::FaultCode* GpuFault(const GpuRecord& d, core::DeviceVerdict verdict) {
+  switch (verdict) {
+    case DeviceVerdict::kDegraded: {
+      const auto lead = d.health ? core::LeadingCause(*d.health) : std::nullopt;
+      return lead ? &core::FaultOf(*lead) : &core::DegradedNoCause();
+    }
+    case DeviceVerdict::kPending: return &core::FaultOf(core::NoVerdict::kPending);
+    case DeviceVerdict::kStale: return &core::FaultOf(core::NoVerdict::kStale);
+    case DeviceVerdict::kUnknown:
+      return &core::FaultOf(core::UnjudgeableState(d.health ? d.health->cc : d.info.cc));
+    case DeviceVerdict::kOk: return nullptr;
+  }
+  return nullptr;
+}
+
+constexpr Field<EvidenceLink> kEvidenceLinkFields[] = {
+    {"record", [](const EvidenceLink& e) { return json(e.record); }},
+    {"path", [](const EvidenceLink& e) { return json(Text(e.path)); }},
+    {"incident_time",
+     [](const EvidenceLink& e) { return json(core::FormatUtcTime(e.incident_time)); }},
+    {"bytes", [](const EvidenceLink& e) { return json(e.bytes); }},
+};
+
+constexpr Field<EvidenceSummary> kEvidenceFields[] = {
+    {"dir", [](const EvidenceSummary& e) { return json(Text(e.dir)); }},
+    {"records_kept", [](const EvidenceSummary& e) { return json(e.keep); }},
+    {"written", [](const EvidenceSummary& e) { return json(e.written); }},
+    {"dropped", [](const EvidenceSummary& e) { return json(e.dropped); }},
+    {"last_problem", [](const EvidenceSummary& e) { return json(Text(e.last_problem)); }},
+};
+
 struct GpuContext {
   int index;
   const GpuRecord& d;
@@ -478,6 +520,16 @@ constexpr Field<GpuContext> kGpuFields[] = {
        return c.d.health && !c.d.health->unjudgeable.empty() ? json(Text(c.d.health->unjudgeable))
                                                              : json(nullptr);
      }},
+    {"code",
+     [](const GpuContext& c) {
+       const core::FaultCode* f = GpuFault(c.d, c.verdict);
+       return f ? json(f->Code()) : json(nullptr);
+     }},
+    {"action",
+     [](const GpuContext& c) {
+       const core::FaultCode* f = GpuFault(c.d, c.verdict);
+       return f ? json(core::ToString(f->action)) : json(nullptr);
+     }},
     {"shape",
      [](const GpuContext& c) {
        return Shape(c.d.health ? c.d.health->cc : c.d.info.cc,
@@ -518,6 +570,10 @@ constexpr Field<GpuContext> kGpuFields[] = {
            },
            kProbeFields);
      }},
+    {"evidence",
+     [](const GpuContext& c) {
+       return c.d.evidence ? ObjectOf(*c.d.evidence, kEvidenceLinkFields) : json(nullptr);
+     }},
 };
 
 struct DocumentContext {
@@ -541,6 +597,8 @@ constexpr Field<DocumentContext> kDocumentFields[] = {
      }},
     {"gpus", [](const DocumentContext&) { return json::array(); }},
     {"incidents", [](const DocumentContext& c) { return std::move(c.incidents); }},
+    {"evidence",
+     [](const DocumentContext& c) { return ObjectOf(c.daemon.evidence, kEvidenceFields); }},
 };
 
 void Write(const json& value, std::string& out) {
@@ -710,6 +768,12 @@ void StatusBoard::RecordLinkErrors(const probes::DeviceInfo& device,
   devices_[device.index].link_errors = std::move(counters);
 }
 
+void StatusBoard::RecordEvidence(int gpu, EvidenceLink link) {
+  std::lock_guard lock(mutex_);
+  ++generation_;
+  devices_[gpu].evidence = std::move(link);
+}
+
 std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_point now) const {
   std::string gpus;
   std::vector<DeviceVerdict> verdicts;
@@ -758,6 +822,8 @@ std::vector<std::string> StatusFieldNames() {
   NamesOf("gpus[].contention.", kContentionFields, names);
   NamesOf("gpus[].contention.last_probe.", kLastProbeFields, names);
   NamesOf("gpus[].probes[].", kProbeFields, names);
+  NamesOf("gpus[].evidence.", kEvidenceLinkFields, names);
+  NamesOf("evidence.", kEvidenceFields, names);
   return names;
 }
 

@@ -74,6 +74,22 @@ struct LinkErrorCounter {
   std::string reason;                  // why not readable: "no AER counters in sysfs", ...
 };
 
+// An evidence record kept for a GPU (core/evidence.h), as the status document links it.
+struct EvidenceLink {
+  std::string record;  // its file name in the evidence directory
+  std::string path;    // where it is
+  std::chrono::system_clock::time_point incident_time;
+  std::size_t bytes = 0;
+};
+
+// The evidence records as a whole: where, how many are kept, what became of them.
+struct EvidenceSummary {
+  std::string dir;
+  std::size_t keep = 0;
+  std::uint64_t written = 0, dropped = 0;
+  std::string last_problem;
+};
+
 // What the service knows of itself when a request comes in.
 struct DaemonStatus {
   bool healthy = true;
@@ -89,6 +105,7 @@ struct DaemonStatus {
   // on (nullopt: not shown), and how long a reading counts (core/freshness.h).
   std::optional<core::SteadyTime> now;
   core::FreshnessBounds freshness;
+  EvidenceSummary evidence;
 };
 
 // One GPU's schedule after a cycle (core::DeviceCycle): its allowance and, per planned
@@ -144,6 +161,7 @@ struct GpuRecord {
   std::optional<GpuSchedule> schedule;
   std::optional<core::LinkWatchState> link_watch;
   int probed_through = -1;  // the MIG GPU instance id the last probe went through
+  std::optional<EvidenceLink> evidence;  // the newest evidence record kept
   std::map<ProbeKey, RecentReadings> recent;  // of the series `health` names, no others
 };
 
@@ -185,6 +203,8 @@ class StatusBoard final : public core::CycleConsumer {
   // Metrics::RecordConfigReload is told: applied, or refused with `error`.
   void RecordConfigLoad(bool reload, bool successful, std::chrono::system_clock::time_point time,
                         const std::string& error);
+  // The newest evidence record kept for a GPU (from the evidence writer's thread).
+  void RecordEvidence(int gpu, EvidenceLink link);
 
   // The document (JSON text, one line). `now` stamps it.
   std::string Render(const DaemonStatus& daemon, std::chrono::system_clock::time_point now) const;

@@ -362,8 +362,18 @@ std::string GpuSection(const GpuView& g) {
       Esc(g.verdict), g.index, Esc(g.verdict), g.index, Esc(g.name), VerdictBadge(g.verdict));
   out += fmt::format("<p class=\"dim small\">{} &middot; {}{}</p>\n", Esc(g.uuid),
                      Esc(g.pci_bus_id), g.simulated ? " &middot; simulated device" : "");
-  out += fmt::format("<p class=\"why{}\">{}</p>\n", g.verdict == "degraded" ? " bad" : "",
-                     Esc(VerdictLine(g)));
+  out += fmt::format(
+      "<p class=\"why{}\">{}{}</p>\n", g.verdict == "degraded" ? " bad" : "",
+      g.code.empty() ? std::string() : fmt::format("<code class=\"code\">{}</code> ", Esc(g.code)),
+      Esc(VerdictLine(g)));
+  if (!g.code.empty() && g.action != "none" && !g.action.empty()) {
+    out += fmt::format(
+        "<p class=\"small\">recommended action: <strong>{}</strong>{}</p>\n", Esc(g.action),
+        g.evidence.empty() ? std::string()
+                           : fmt::format(" &middot; evidence kept: {} (<code>xferd evidence "
+                                         "{}</code> on the host prints it)",
+                                         Esc(g.evidence), g.index));
+  }
   out += "<div class=\"cols\">\n" + Plots(g) + LinkFacts(g) + "</div>\n";
   out += SeriesTable(g) + CausesTable(g) + CountersTable(g);
   return out + "</section>\n";

@@ -153,6 +153,9 @@ GpuView ReadGpu(const json& g) {
   v.simulated = Bool(g, "simulated");
   v.verdict = Str(g, "verdict");
   v.verdict_reason = Str(g, "verdict_reason");
+  v.code = Str(g, "code");
+  v.action = Str(g, "action");
+  v.evidence = Str(At(g, "evidence"), "record");
   const json& band = At(g, "band");
   v.band_lower = Num(band, "lower_bytes_per_second");
   v.band_upper = Num(band, "upper_bytes_per_second");

@@ -99,6 +99,8 @@ struct GpuView {
   bool simulated = false;
   std::string verdict;         // the document's word: "ok", "degraded", "pending", "stale", ...
   std::string verdict_reason;  // why, where the document says (a verdict that cannot be judged)
+  std::string code, action;    // its fault code and recommended action; "" when ok
+  std::string evidence;        // the newest evidence record's file name; "" when none
   std::optional<double> band_lower, band_upper;
   std::string band_source;
   int stale_series = 0;

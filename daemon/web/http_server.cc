@@ -90,13 +90,15 @@ HttpResponse LoginRefusal(LoginVerdict verdict) {
   constexpr const char* kText = "text/plain; charset=utf-8";
   switch (verdict) {
     case LoginVerdict::kBusy:
-      return {503, kText, "Busy checking other credentials; retry\n", {{"Retry-After", "1"}}};
+      return {
+          503, kText, "Busy checking other credentials; retry\n", {{"Retry-After", "1"}}, nullptr};
     case LoginVerdict::kRateLimited:
       return {429,
               kText,
               "Too many failed logins from this address; retry later\n",
-              {{"Retry-After", "10"}}};
-    default: return {401, kText, "Unauthorized\n", {}};
+              {{"Retry-After", "10"}},
+              nullptr};
+    default: return {401, kText, "Unauthorized\n", {}, nullptr};
   }
 }
 
@@ -591,7 +593,7 @@ struct HttpServer::Impl {
       request.path = url != nullptr ? url : "";
       if (request.path.size() > kMaxPathBytes) {
         // No path served is this long (the telemetry path is held to the same limit).
-        HttpResponse too_long{414, "text/plain; charset=utf-8", "URI Too Long\n", {}};
+        HttpResponse too_long{414, "text/plain; charset=utf-8", "URI Too Long\n", {}, nullptr};
         return Queue(connection, too_long, false);
       }
 
@@ -621,7 +623,8 @@ struct HttpServer::Impl {
         HttpResponse not_allowed{405,
                                  "text/plain; charset=utf-8",
                                  "Method Not Allowed: only GET and HEAD\n",
-                                 {{"Allow", "GET, HEAD"}}};
+                                 {{"Allow", "GET, HEAD"}},
+                                 nullptr};
         return Queue(connection, not_allowed, false);
       }
       if (const char* encoding =
@@ -633,7 +636,7 @@ struct HttpServer::Impl {
     } catch (const std::exception& e) {
       spdlog::error("http: handler failed for {}: {}",
                     platform::Printable(url != nullptr ? url : "?"), e.what());
-      HttpResponse failed{500, "text/plain; charset=utf-8", "Internal Server Error\n", {}};
+      HttpResponse failed{500, "text/plain; charset=utf-8", "Internal Server Error\n", {}, nullptr};
       return Queue(connection, failed, false);
     }
   }

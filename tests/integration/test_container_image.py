@@ -14,6 +14,7 @@ this machine's hybrid cgroup hierarchy) and a containers.conf without default ul
 Skips, with the reason, without root, podman, runc or mmdebstrap, or where podman cannot
 start a container here (the reason podman gives is in the skip message)."""
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -192,7 +193,7 @@ def test_image_runs_as_the_daemonset_and_health_answers(pod, podman):
                                     '[[simulate.fault]]\nkind = "degrade"\nfactor = 0.5\n'))
     podman("kill", "--signal", "HUP", NAME)
     rc, line = wait("xferd health to answer 1", lambda: ((h := pod.health())[0] == 1, h), 60)
-    assert line.startswith("DEGRADED gpu0 pinned "), line
+    assert re.match(r"DEGRADED XFERD-30[12]/diagnose gpu0 pinned ", line), line
     # The state directory is the only place it writes: the baselines and the incident.
     state = (pod.state / "state.json").read_text()
     assert '"incidents"' in state and '"degraded"' in state

@@ -93,6 +93,9 @@ def test_ok(daemon):
 
 # What makes a GPU DEGRADED from the start, each with the words its line must carry. A link
 # trained down from the start is held to what the path can carry, which it does not reach.
+# Each cause's fault code and action, as the line carries them (docs/health.md, "Fault codes").
+TOKEN = {"below_band": "XFERD-301/diagnose", "link_downtrained": "XFERD-101/reboot"}
+
 DEGRADED_FROM_THE_START = [
     ("degrade", [{"kind": "degrade", "factor": 0.5}], "below_band"),
     ("slow", [{"kind": "slow", "factor": 2.5}], "below_band"),
@@ -106,10 +109,10 @@ def test_degraded(daemon, name, faults, cause):
     # 4 MiB: held to the band from the first reading (smaller sizes only to their baseline).
     d = started(daemon, faults=faults, sizes=('"4MiB"',))
     rc, line, _ = wait_status(d, 1)
-    assert line.startswith("DEGRADED gpu0 "), line
-    assert f": {cause}," in line[:80], f"GPU, series and cause within 80 bytes: {line}"
+    assert line.startswith(f"DEGRADED {TOKEN[cause]} gpu0 "), line
+    assert f": {cause}," in line[:80], f"code, GPU, series and cause within 80 bytes: {line}"
     rc, nagios, _ = ask(d, "--nagios")
-    assert rc == 2 and nagios.startswith("XFERD CRITICAL - DEGRADED gpu0 "), nagios
+    assert rc == 2 and nagios.startswith(f"XFERD CRITICAL - DEGRADED {TOKEN[cause]} gpu0 "), nagios
     # Only the cause asked about counts.
     assert ask(d, "--cause", cause)[0] == 1
     rc, line, _ = ask(d, "--cause", "numa_remote")
@@ -125,7 +128,7 @@ def test_link_trained_down_while_running(daemon):
                60, "baselines learned over 5 cycles")
     reload(d, interval="300ms", faults=[{"kind": "downtrain", "gen": 4, "width": 4}])
     rc, line, _ = wait_status(d, 1)
-    assert line.startswith("DEGRADED gpu0 "), line
+    assert line.startswith("DEGRADED XFERD-101/reboot gpu0 "), line
     assert ": link_downtrained," in line, line
     assert "baseline" in line, line
     assert ask(d, "--cause", "link_downtrained")[0] == 1
@@ -137,7 +140,7 @@ def test_unreachable(tmp_path):
     port = free_port()
     rc, line, took = health("--web.listen-address", f"127.0.0.1:{port}")
     assert rc == 2
-    assert line.startswith(f"UNKNOWN: xferd unreachable: http://127.0.0.1:{port}"), line
+    assert line.startswith(f"UNKNOWN XFERD-911/none: xferd unreachable: http://127.0.0.1:{port}"), line
     assert "cannot connect" in line
     assert took < 5
     assert health("--web.listen-address", f"127.0.0.1:{port}", "--nagios")[0] == 3
@@ -161,8 +164,8 @@ def test_no_verdict_yet(daemon):
     d.start()
     rc, line, _ = health("--web.listen-address", f"127.0.0.1:{d.port}")
     assert rc == 2
-    assert line in ("UNKNOWN: no verdict yet: the first probe cycle is running",
-                    "UNKNOWN: xferd unhealthy: a probe is hung in a device call past its "
+    assert line in ("UNKNOWN XFERD-900/none: no verdict yet: the first probe cycle is running",
+                    "UNKNOWN XFERD-910/none: xferd unhealthy: a probe is hung in a device call past its "
                     "deadline (see the log)"), line
 
 
@@ -170,7 +173,7 @@ def test_hung_probe_is_unknown(daemon):
     d = started(daemon, interval="2s")
     reload(d, interval="2s", faults=[{"kind": "hang"}])
     rc, line, _ = wait_status(d, 2, timeout=30)
-    assert line.startswith("UNKNOWN: xferd unhealthy: a probe is hung"), line
+    assert line.startswith("UNKNOWN XFERD-910/none: xferd unhealthy: a probe is hung"), line
 
 
 def test_stale_verdict(daemon):
@@ -178,7 +181,7 @@ def test_stale_verdict(daemon):
     time.sleep(0.5)
     rc, line, _ = ask(d, "--stale-after", "100ms")
     assert rc == 2
-    assert line.startswith("UNKNOWN: verdict stale: the last probe cycle ended"), line
+    assert line.startswith("UNKNOWN XFERD-910/none: verdict stale: the last probe cycle ended"), line
     assert "stale after 100 ms" in line
     assert ask(d, "--stale-after", "1m")[0] == 0
 
@@ -305,7 +308,7 @@ def test_documents_not_of_the_documented_shape_are_unknown(fake_daemon, case):
     port = fake_daemon.server_address[1]
     rc, line, _ = health("--url", f"http://127.0.0.1:{port}")
     assert rc == 2, line
-    assert line.startswith("UNKNOWN: ") and words in line, line
+    assert line.startswith("UNKNOWN XFERD-911/none: ") and words in line, line
     rc, line, _ = health("--url", f"http://127.0.0.1:{port}", "--nagios")
     assert rc == 3 and line.startswith("XFERD UNKNOWN - "), line
 
@@ -338,7 +341,7 @@ def test_bad_settings_are_unknown_with_the_fix(tmp_path):
     for args, words in cases:
         rc, line, _ = health(*args)
         assert rc == 2, (args, line)
-        assert line.startswith("UNKNOWN: ") and words in line, (args, line)
+        assert line.startswith("UNKNOWN XFERD-911/none: ") and words in line, (args, line)
 
 
 @pytest.fixture

@@ -238,7 +238,9 @@ def test_drain_resume_and_an_administrators_drain(daemon, slurm):
     assert drained_at - verdict_at <= 2 * HC_INTERVAL + 0.5, (verdict_at, drained_at)
     reason = slurm.reason()
     print(f"drained {drained_at - verdict_at:.1f} s after xferd said DEGRADED: {reason}")
-    assert reason.startswith("xferd: gpu0 pinned "), reason
+    # The fault code right after the prefix, as a remediation system's regex reads it
+    # (docs/health.md, "Fault codes").
+    assert re.match(r"xferd: XFERD-301/diagnose gpu0 pinned ", reason), reason
     assert "below_band" in reason, reason
 
     # 2. Cleared (a reload): resumed, within two intervals of xferd saying ok.
@@ -310,7 +312,7 @@ def test_a_cleared_fault_resumes_the_node_with_the_shipped_defaults(daemon, slur
     time.sleep(20 * 60 / speedup)  # twenty healthy minutes
     reload([{"kind": "downtrain", "gen": 4, "width": 8}])
     until("the drain", slurm.drained, 300 / speedup + 4 * HC_INTERVAL + 10, slurm)
-    assert "xferd: gpu0 pinned" in slurm.reason(), slurm.reason()
+    assert re.match(r"xferd: XFERD-\d{3}/[a-z_]+ gpu0 pinned", slurm.reason()), slurm.reason()
     time.sleep(10 * 60 / speedup)  # ten minutes of the fault
     reload()
     t0 = time.monotonic()

@@ -3,6 +3,7 @@ source, two views), and the incident log across a restart. docs/http.md ("The st
 describes the document."""
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -265,7 +266,8 @@ def test_the_fleet_profile_leaves_the_status_document_and_the_health_check_whole
     assert not [k for k in series(m, "xferd_probe_runs_total") if "mode" in dict(k)]
     r = subprocess.run([BINARY, "health", "--web.listen-address", f"127.0.0.1:{d.port}"],
                        capture_output=True, text=True, timeout=30)
-    assert r.returncode == 1 and r.stdout.startswith("DEGRADED gpu0"), (r.stdout, r.stderr)
+    assert r.returncode == 1 and re.match(r"DEGRADED XFERD-\d{3}/[a-z_]+ gpu0 ", r.stdout), (r.stdout,
+                                                                                 r.stderr)
 
 
 def test_status_is_served_with_tls_and_auth_like_the_metrics(daemon, tmp_path):

@@ -195,6 +195,7 @@ def test_the_page_in_a_browser_shows_verdicts_plots_and_the_faults_cause(daemon)
                    gpu0["headline"]["cause"])
     assert leading in degraded.overview, degraded.overview
     assert "DEGRADED" in g0["text"]
+    assert gpu0["code"] and gpu0["code"] in g0["text"], (gpu0["code"], g0["text"][:2000])
     # Its plot shows the fall: the readings since the fault under the band, ringed.
     assert g0["svgs"] >= 1 and g0["low"] >= 1, g0
     assert g1["low"] == 0, g1

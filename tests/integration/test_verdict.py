@@ -63,7 +63,7 @@ def test_a_cleared_fault_is_ok_on_every_surface_within_the_bound():
         # The bound (two intervals and two confirmation delays, 150 s), plus what the poll
         # and `xferd health`'s own start take at this speed (about 0.15 s of real time).
         assert max(off.values()) <= r["bound_s"] + 0.15 * SPEEDUP + 5, r
-        assert r["health_line"].startswith("DEGRADED gpu0 pinned"), r
+        assert re.match(r"DEGRADED XFERD-101/reboot gpu0 pinned", r["health_line"]), r
 
 
 def test_a_note_never_names_the_fault(daemon, tmp_path):
@@ -89,7 +89,7 @@ factor = 0.5
     out = subprocess.run([BINARY, "health", "--web.listen-address", f"127.0.0.1:{d.port}"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 1, out
-    assert out.stdout.startswith("DEGRADED gpu0 pinned"), out.stdout
+    assert out.stdout.startswith("DEGRADED XFERD-301/diagnose gpu0 pinned"), out.stdout
     assert "capability_mismatch" not in out.stdout.split(",")[0], out.stdout
     assert ": below_band," in out.stdout, out.stdout
     assert "likely: capability_mismatch" not in doc["summary"], doc["summary"]

@@ -236,7 +236,8 @@ TEST_F(ProbeCommand, DowntrainedLinkIsNamedAsTheLikelyCause) {
   const Result table = Xferd(args);
   EXPECT_EQ(table.exit_code, 1) << table.err;
   for (const char* text :
-       {"likely causes:", "link_downtrained: ", "Gen3 x16, max Gen4 x16", "lspci -vv -s "}) {
+       {"likely causes:", "XFERD-101/reboot link_downtrained: ", "Gen3 x16, max Gen4 x16",
+        "XFERD-301/diagnose below_band: ", "lspci -vv -s "}) {
     EXPECT_NE(table.out.find(text), std::string::npos) << text << "\n" << table.out;
   }
 
@@ -247,6 +248,11 @@ TEST_F(ProbeCommand, DowntrainedLinkIsNamedAsTheLikelyCause) {
   ASSERT_EQ(diagnoses.size(), 2u) << diagnoses.dump(2);
   EXPECT_EQ(diagnoses[0].at("cause"), "link_downtrained");
   EXPECT_EQ(diagnoses[1].at("cause"), "below_band");
+  // Each with its fault code and recommended action (docs/health.md, "Fault codes").
+  EXPECT_EQ(diagnoses[0].at("code"), "XFERD-101");
+  EXPECT_EQ(diagnoses[0].at("action"), "reboot");
+  EXPECT_EQ(diagnoses[1].at("code"), "XFERD-301");
+  EXPECT_EQ(diagnoses[1].at("action"), "diagnose");
   EXPECT_NE(diagnoses[0].at("detail").get<std::string>().find("Gen3 x16, max Gen4 x16"),
             std::string::npos)
       << diagnoses.dump(2);

@@ -140,6 +140,8 @@ TEST_F(Usage, EveryCommandsHelpGivesItsExitCodes) {
   EXPECT_EQ(HelpCodes(Xferd("probe --help").out), probe_doc);
   EXPECT_EQ(HelpCodes(Xferd("check-config --help").out), (std::set<int>{0, 64, 70, 78}));
   EXPECT_EQ(HelpCodes(Xferd("health --help").out), (std::set<int>{0, 1, 2, 64}));
+  EXPECT_EQ(HelpCodes(Xferd("evidence --help").out), (std::set<int>{0, 1, 64, 78}));
+  EXPECT_EQ(HelpCodes(Xferd("faults --help").out), (std::set<int>{0}));
   EXPECT_EQ(HelpCodes(Xferd("version --help").out), (std::set<int>{0}));
   // status: the table of docs/operations.md's section on it.
   const std::string operations = ReadDoc("operations.md");

@@ -79,13 +79,35 @@ TEST(HealthReport, OkWhenEveryGpuIsOk) {
   EXPECT_EQ(r.line, "OK: 2 GPUs within band");
 }
 
+// The code the daemon gives for its verdict is the line's, even one this xferd does not know
+// (a newer daemon's); a daemon that gives none (an older one) gets this xferd's for the
+// cause; a code not in the documented form is not passed on.
+TEST(HealthReport, TheLineCarriesTheDaemonsCodeRightAfterTheVerdict) {
+  json headline = BelowBand();
+  headline["cause"] = "a_newer_cause";
+  headline["code"] = "XFERD-177";
+  headline["action"] = "inspect_link";
+  const json causes = {{{"cause", "a_newer_cause"}, {"detail", "x"}}};
+  EXPECT_EQ(Judge(Doc({Degraded(0, causes, headline)})).line,
+            "DEGRADED XFERD-177/inspect_link gpu0 pinned h2d: a_newer_cause, 5.10 GB/s < 19.85 "
+            "band");
+  headline["code"] = "XFERD-1777; rm -rf /";
+  EXPECT_EQ(Judge(Doc({Degraded(0, causes, headline)})).line,
+            "DEGRADED XFERD-300/diagnose gpu0 pinned h2d: a_newer_cause, 5.10 GB/s < 19.85 band");
+  json older = BelowBand();
+  older["cause"] = "numa_remote";
+  EXPECT_EQ(Judge(Doc({Degraded(0, {{{"cause", "numa_remote"}}}, older)})).line,
+            "DEGRADED XFERD-201/fix_host gpu0 pinned h2d: numa_remote, 5.10 GB/s < 19.85 band");
+}
+
 TEST(HealthReport, ADegradedGpuIsAProblemNamingGpuSeriesAndCauseFirst) {
   const json causes = {{{"cause", "below_band"}, {"detail", "x"}},
                        {{"cause", "link_downtrained"}, {"detail", "0000:00:01.0 Gen4 x4"}}};
   const HealthReport r = Judge(Doc({Gpu(0, "ok"), Degraded(1, causes, BelowBand())}));
   EXPECT_EQ(r.state, HealthOutcome::kProblem);
   // The explaining cause, not below_band, and the figures after it.
-  EXPECT_EQ(r.line, "DEGRADED gpu1 pinned h2d: link_downtrained, 5.10 GB/s < 19.85 band");
+  EXPECT_EQ(r.line,
+            "DEGRADED XFERD-101/reboot gpu1 pinned h2d: link_downtrained, 5.10 GB/s < 19.85 band");
   EXPECT_LE(r.line.find("link_downtrained"), 80u) << "within node-problem-detector's 80 bytes";
 }
 
@@ -97,18 +119,19 @@ TEST(HealthReport, ANoteNeverNamesTheFault) {
   const json causes = {{{"cause", "capability_mismatch"}, {"detail", "GPU can do Gen5 x16"}},
                        {{"cause", "below_band"}, {"detail", "x"}}};
   const HealthReport listed = Judge(Doc({Degraded(1, causes, BelowBand())}));
-  EXPECT_EQ(listed.line, "DEGRADED gpu1 pinned h2d: below_band, 5.10 GB/s < 19.85 band");
+  EXPECT_EQ(listed.line,
+            "DEGRADED XFERD-301/diagnose gpu1 pinned h2d: below_band, 5.10 GB/s < 19.85 band");
   json headline = BelowBand();
   headline["cause"] = "below_band";
   const json ranked = {{{"cause", "below_band"}, {"detail", "x"}},
                        {{"cause", "capability_mismatch"}, {"detail", "GPU can do Gen5 x16"}}};
   EXPECT_EQ(Judge(Doc({Degraded(1, ranked, headline)})).line,
-            "DEGRADED gpu1 pinned h2d: below_band, 5.10 GB/s < 19.85 band");
+            "DEGRADED XFERD-301/diagnose gpu1 pinned h2d: below_band, 5.10 GB/s < 19.85 band");
   // Faults rank among themselves as the daemon ranks them (core::CauseRank).
   const json two = {{{"cause", "pinned_pageable_ratio"}, {"detail", ""}},
                     {{"cause", "link_downtrained"}, {"detail", ""}}};
   EXPECT_EQ(Judge(Doc({Degraded(0, two, BelowBand())})).line,
-            "DEGRADED gpu0 pinned h2d: link_downtrained, 5.10 GB/s < 19.85 band");
+            "DEGRADED XFERD-101/reboot gpu0 pinned h2d: link_downtrained, 5.10 GB/s < 19.85 band");
 }
 
 // `--cause` of a note: never a problem (no NPD event, no drain for what is not a fault).
@@ -129,7 +152,7 @@ TEST(HealthReport, ANoteAskedForIsNeverAProblem) {
 TEST(HealthReport, AStaleGpuIsUnknownNeverOk) {
   const HealthReport r = Judge(Doc({Gpu(0, "ok"), Gpu(1, "stale")}));
   EXPECT_EQ(r.state, HealthOutcome::kUnknown);
-  EXPECT_EQ(r.line.rfind("UNKNOWN: gpu1 stale", 0), 0u) << r.line;
+  EXPECT_EQ(r.line.rfind("UNKNOWN XFERD-901/none: gpu1 stale", 0), 0u) << r.line;
   EXPECT_EQ(Judge(Doc({Gpu(0, "stale"), Degraded(1, json::array(), BelowBand())})).state,
             HealthOutcome::kProblem);
 }
@@ -142,12 +165,18 @@ TEST(HealthReport, AnUnknownGpuIsUnknownWithItsReasonApartFromAStaleOne) {
   const char* mig = "MIG enabled, no GPU instance to probe through";
   HealthReport r = Judge(Doc({Gpu(0, "ok"), Unjudgeable(1, mig)}));
   EXPECT_EQ(r.state, HealthOutcome::kUnknown);
-  EXPECT_EQ(r.line, std::string("UNKNOWN: gpu1 verdict unknown: ") + mig);
+  EXPECT_EQ(r.line, std::string("UNKNOWN XFERD-903/none: gpu1 verdict unknown: ") + mig);
+  // Confidential computing's GPUs not ready: the code the daemon gave it.
+  json cc = Unjudgeable(0, "confidential computing on, GPUs not ready for work");
+  cc["code"] = "XFERD-902";
+  EXPECT_EQ(Judge(Doc({cc})).line,
+            "UNKNOWN XFERD-902/none: gpu0 verdict unknown: confidential computing on, GPUs not "
+            "ready for work");
   EXPECT_EQ(Judge(Doc({Unjudgeable(0, mig), Degraded(1, json::array(), BelowBand())})).state,
             HealthOutcome::kProblem);
   r = Judge(Doc({Unjudgeable(0, mig), Gpu(1, "stale")}));
   EXPECT_EQ(r.state, HealthOutcome::kUnknown);
-  EXPECT_EQ(r.line.rfind("UNKNOWN: gpu1 stale", 0), 0u) << r.line;
+  EXPECT_EQ(r.line.rfind("UNKNOWN XFERD-901/none: gpu1 stale", 0), 0u) << r.line;
   // A cause asked for: unknown still, never "no GPU degraded with ...".
   HealthJudgeOptions link;
   link.cause = "link_downtrained";
@@ -187,7 +216,7 @@ TEST(HealthReport, BelowItsPeersBaselineSaysPeers) {
   headline["reference_bytes_per_second"] = 8.0e9;
   EXPECT_EQ(
       Judge(Doc({Degraded(1, {{{"cause", "below_baseline"}, {"detail", ""}}}, headline)})).line,
-      "DEGRADED gpu1 pageable h2d: below_baseline, 5.10 GB/s < 8.00 peers");
+      "DEGRADED XFERD-302/diagnose gpu1 pageable h2d: below_baseline, 5.10 GB/s < 8.00 peers");
 }
 
 TEST(HealthReport, WithoutAnExplainingCauseItSaysWhatTheReadingIsBelow) {
@@ -196,10 +225,12 @@ TEST(HealthReport, WithoutAnExplainingCauseItSaysWhatTheReadingIsBelow) {
   headline["reference_bytes_per_second"] = 25.2e9;
   const HealthReport r =
       Judge(Doc({Degraded(0, {{{"cause", "below_baseline"}, {"detail", ""}}}, headline)}));
-  EXPECT_EQ(r.line, "DEGRADED gpu0 pinned h2d: below_baseline, 5.10 GB/s < 25.20 baseline");
+  EXPECT_EQ(
+      r.line,
+      "DEGRADED XFERD-302/diagnose gpu0 pinned h2d: below_baseline, 5.10 GB/s < 25.20 baseline");
   const HealthReport none = Judge(Doc({Degraded(0, json::array(), nullptr)}));
   EXPECT_EQ(none.state, HealthOutcome::kProblem);
-  EXPECT_EQ(none.line, "DEGRADED gpu0: cause not visible to xferd");
+  EXPECT_EQ(none.line, "DEGRADED XFERD-300/diagnose gpu0: no cause named");
 }
 
 TEST(HealthReport, AFlappingLinkIsNamedWithItsFiguresWhereNoSeriesIsLow) {
@@ -208,8 +239,8 @@ TEST(HealthReport, AFlappingLinkIsNamedWithItsFiguresWhereNoSeriesIsLow) {
   const HealthReport r = Judge(Doc({Degraded(0, causes, nullptr)}));
   EXPECT_EQ(r.state, HealthOutcome::kProblem);
   EXPECT_EQ(r.line,
-            "DEGRADED gpu0: link_flapping (6 transitions and 12 s below capability in the last "
-            "10 min)");
+            "DEGRADED XFERD-103/inspect_link gpu0: link_flapping (6 transitions and 12 s below "
+            "capability in the last 10 min)");
   EXPECT_LE(r.line.find("link_flapping"), 80u);
 }
 
@@ -217,7 +248,8 @@ TEST(HealthReport, SeveralDegradedGpusNameTheFirstAndCountTheRest) {
   const HealthReport r = Judge(
       Doc({Degraded(0, json::array(), BelowBand()), Degraded(3, json::array(), BelowBand())}));
   EXPECT_EQ(r.state, HealthOutcome::kProblem);
-  EXPECT_EQ(r.line.rfind("DEGRADED gpu0 pinned h2d: below_band", 0), 0u) << r.line;
+  EXPECT_EQ(r.line.rfind("DEGRADED XFERD-301/diagnose gpu0 pinned h2d: below_band", 0), 0u)
+      << r.line;
   EXPECT_NE(r.line.find("; +1 GPU"), std::string::npos) << r.line;
 }
 
@@ -229,7 +261,8 @@ TEST(HealthReport, ACauseFilterCountsOnlyThatCause) {
   options.cause = "link_downtrained";
   HealthReport r = Judge(doc, options);
   EXPECT_EQ(r.state, HealthOutcome::kProblem);
-  EXPECT_EQ(r.line.rfind("DEGRADED gpu1 pinned h2d: link_downtrained", 0), 0u) << r.line;
+  EXPECT_EQ(r.line.rfind("DEGRADED XFERD-101/reboot gpu1 pinned h2d: link_downtrained", 0), 0u)
+      << r.line;
   options.cause = "iommu_translating";
   r = Judge(doc, options);
   EXPECT_EQ(r.state, HealthOutcome::kOk);
@@ -241,7 +274,7 @@ TEST(HealthReport, NoVerdictYetIsUnknown) {
   first["daemon"]["last_cycle_age_seconds"] = nullptr;
   HealthReport r = Judge(first);
   EXPECT_EQ(r.state, HealthOutcome::kUnknown);
-  EXPECT_EQ(r.line, "UNKNOWN: no verdict yet: the first probe cycle is running");
+  EXPECT_EQ(r.line, "UNKNOWN XFERD-900/none: no verdict yet: the first probe cycle is running");
   // Re-judging after a restart: unknown, unless another GPU is degraded.
   r = Judge(Doc({Gpu(0, "ok"), Gpu(1, "pending")}));
   EXPECT_EQ(r.state, HealthOutcome::kUnknown);
@@ -267,7 +300,7 @@ TEST(HealthReport, AnUnhealthyDaemonIsUnknownWithItsReason) {
   doc["daemon"]["reason"] = "a probe is hung in a device call";
   const HealthReport r = Judge(doc);
   EXPECT_EQ(r.state, HealthOutcome::kUnknown);
-  EXPECT_EQ(r.line, "UNKNOWN: xferd unhealthy: a probe is hung in a device call");
+  EXPECT_EQ(r.line, "UNKNOWN XFERD-910/none: xferd unhealthy: a probe is hung in a device call");
 }
 
 TEST(HealthReport, AnythingButAStatusDocumentIsUnknownNeverAThrow) {
@@ -292,7 +325,7 @@ TEST(HealthReport, AnythingButAStatusDocumentIsUnknownNeverAThrow) {
   for (const std::string& body : bodies) {
     const HealthReport r = JudgeStatus(body, {});
     EXPECT_EQ(r.state, HealthOutcome::kUnknown) << body.substr(0, 80) << " -> " << r.line;
-    EXPECT_EQ(r.line.rfind("UNKNOWN: ", 0), 0u) << r.line;
+    EXPECT_EQ(r.line.rfind("UNKNOWN XFERD-911/none: ", 0), 0u) << r.line;
     for (char c : r.line) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << "printable: " << r.line;
   }
   // Odd types inside a degraded GPU: not the documented shape, so unknown, saying where.
@@ -401,7 +434,7 @@ TEST(HealthReport, AnyDocumentNotOfTheDocumentedShapeIsUnknownSayingWhatIsWrong)
     c.spoil(doc);
     const HealthReport r = Judge(doc);
     EXPECT_EQ(r.state, HealthOutcome::kUnknown) << c.name << " -> " << r.line;
-    EXPECT_EQ(r.line.rfind("UNKNOWN: ", 0), 0u) << c.name << " -> " << r.line;
+    EXPECT_EQ(r.line.rfind("UNKNOWN XFERD-911/none: ", 0), 0u) << c.name << " -> " << r.line;
     EXPECT_NE(r.line.find(c.said), std::string::npos) << c.name << " -> " << r.line;
   }
   // A key given twice: a reader could take either of its values.
@@ -442,7 +475,7 @@ TEST(HealthReport, TheDocumentCheckIsJudgeStatussOwn) {
     EXPECT_FALSE(problem.empty()) << body;
     const HealthReport judged = JudgeStatus(body, {});
     EXPECT_EQ(judged.state, HealthOutcome::kUnknown);
-    EXPECT_EQ(judged.line, "UNKNOWN: " + problem);
+    EXPECT_EQ(judged.line, "UNKNOWN XFERD-911/none: " + problem);
   }
 }
 

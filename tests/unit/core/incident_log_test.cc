@@ -230,8 +230,8 @@ TEST(IncidentLog, JsonRoundTrip) {
   i.to = DeviceVerdict::kDegraded;
   i.pairs = {{TransferMode::kManagedPrefetch, Direction::kH2D},
              {TransferMode::kPinned, Direction::kBidirectional}};
-  i.causes = {{"link_downtrained", "0000:00:01.0 Gen4 x4, max Gen4 x16"},
-              {"a_cause_of_a_newer_xferd", ""}};
+  i.causes = {{"link_downtrained", "0000:00:01.0 Gen4 x4, max Gen4 x16", "", ""},
+              {"a_cause_of_a_newer_xferd", "", "", ""}};
   const nlohmann::json j = IncidentToJson(i);
   EXPECT_EQ(j["time"], "2027-01-15T08:00:00.123Z");
   EXPECT_EQ(j["series"][0]["mode"], "managed_prefetch");
@@ -247,11 +247,62 @@ TEST(IncidentLog, JsonRoundTrip) {
   ASSERT_EQ(back->causes.size(), 2u);
   EXPECT_EQ(back->causes[0].detail, i.causes[0].detail);
   EXPECT_EQ(back->causes[1].cause, "a_cause_of_a_newer_xferd");
+  // A file without codes (an older xferd's): this xferd's for the labels it knows.
+  EXPECT_EQ(back->causes[0].code, "XFERD-101");
+  EXPECT_EQ(back->causes[0].action, "reboot");
+  EXPECT_EQ(back->causes[1].code, "");
+  EXPECT_TRUE(IncidentToJson(*back)["causes"][1]["code"].is_null());
+}
+
+// Each cause carries its code and action, as logged and as read back; a newer xferd's code
+// is kept as written; the evidence record is linked by its name, never by a path.
+TEST(IncidentLog, CausesCarryTheirCodesAndTheIncidentItsEvidence) {
+  IncidentLog log;
+  log.Observe(Health(false), false, 3, At(0));
+  DeviceHealth h = Health(true, {DiagnosisCause::kLinkErrors, DiagnosisCause::kBelowBand});
+  SeriesHealth s;
+  s.mode = TransferMode::kPinned;
+  s.direction = Direction::kH2D;
+  s.degraded = s.below_band = true;
+  h.series.push_back(s);
+  std::optional<Incident> logged;
+  log.Observe(h, false, 3, At(60), &logged);
+  ASSERT_TRUE(logged.has_value());
+  EXPECT_EQ(logged->causes[0].code, "XFERD-102");
+  EXPECT_EQ(logged->causes[0].action, "inspect_link");
+  EXPECT_EQ(logged->causes[1].code, "XFERD-301");
+  EXPECT_TRUE(logged->evidence.empty());
+  EXPECT_TRUE(log.AttachEvidence("GPU-a", At(60), "20270115T080100000Z-gpu0.json"));
+  EXPECT_FALSE(log.AttachEvidence("GPU-a", At(61), "20270115T080101000Z-gpu0.json"));
+  const nlohmann::json j = IncidentToJson(log.Incidents().back());
+  EXPECT_EQ(j["evidence"], "20270115T080100000Z-gpu0.json");
+  EXPECT_EQ(j["causes"][0]["code"], "XFERD-102");
+  std::string problem;
+  nlohmann::json newer = j;
+  newer["causes"][0]["code"] = "XFERD-177";
+  newer["causes"][0]["action"] = "inspect_link";
+  const auto back = IncidentFromJson(newer, problem);
+  ASSERT_TRUE(back) << problem;
+  EXPECT_EQ(back->causes[0].code, "XFERD-177");
+  EXPECT_EQ(back->evidence, "20270115T080100000Z-gpu0.json");
+  // A path where a record's name belongs is not kept (it would lead a reader elsewhere).
+  for (const char* bad : {"../../etc/passwd", "/etc/passwd", ".hidden", "a b"}) {
+    nlohmann::json odd = j;
+    odd["evidence"] = bad;
+    const auto read = IncidentFromJson(odd, problem);
+    ASSERT_TRUE(read) << problem;
+    EXPECT_TRUE(read->evidence.empty()) << bad;
+  }
+  log.Observe(Health(false), false, 3, At(120), &logged);
+  ASSERT_TRUE(logged.has_value());
+  EXPECT_EQ(logged->to, DeviceVerdict::kOk);
+  log.Observe(Health(false), false, 3, At(180), &logged);
+  EXPECT_FALSE(logged.has_value());
 }
 
 TEST(IncidentLog, JsonThatIsNotAnIncidentIsRefusedWithTheReason) {
   const nlohmann::json good = IncidentToJson(
-      Incident{kT0, 0, "GPU-a", DeviceVerdict::kOk, DeviceVerdict::kDegraded, {}, {}});
+      Incident{kT0, 0, "GPU-a", DeviceVerdict::kOk, DeviceVerdict::kDegraded, {}, {}, ""});
   struct Case {
     const char* what;
     nlohmann::json value;

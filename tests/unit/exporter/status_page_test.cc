@@ -113,9 +113,16 @@ TEST_F(PageTest, ShowsEachGpusVerdictCauseAndAPlotOfItsReadingsAgainstTheBand) {
            "reseat the GPU"},
           {core::DiagnosisCause::kCapabilityMismatch, "capped by the slot", "not a fault"}});
   Cycles(1, 12, 99);
+  board_.RecordEvidence(0, {"gpu0-20261203T120000Z.json", "/var/lib/xferd/evidence/x.json",
+                            std::chrono::system_clock::now(), 4096});
   const std::string page = RenderStatusPage(Document(), "/metrics");
 
   EXPECT_THAT(page, HasSubstr("<!DOCTYPE html>"));
+  // The degraded GPU's fault code, its recommended action and the evidence kept of it.
+  EXPECT_THAT(page, HasSubstr("<code class=\"code\">XFERD-101</code> pinned h2d"));
+  EXPECT_THAT(page, HasSubstr("recommended action: <strong>reboot</strong>"));
+  EXPECT_THAT(page, HasSubstr("evidence kept: gpu0-20261203T120000Z.json (<code>xferd evidence "
+                              "0</code>"));
   EXPECT_THAT(page, HasSubstr("data-verdict=\"degraded\""));
   EXPECT_THAT(page, HasSubstr("data-verdict=\"ok\""));
   EXPECT_THAT(page, HasSubstr("pinned h2d 64MiB: 5.10 GB/s &lt; 19.85 GB/s band; cause "

@@ -192,6 +192,43 @@ TEST(StatusBoard, SaysWhatWasRecorded) {
   }
   ASSERT_EQ(doc["incidents"].size(), 1u);
   EXPECT_EQ(doc["incidents"][0]["to"], "degraded");
+  // The fault codes (core/fault_codes.h): the GPU's, the headline's and each cause's.
+  EXPECT_EQ(g["code"], "XFERD-101");
+  EXPECT_EQ(g["action"], "reboot");
+  EXPECT_EQ(g["headline"]["code"], "XFERD-101");
+  EXPECT_EQ(g["headline"]["action"], "reboot");
+  EXPECT_EQ(g["causes"][0]["code"], "XFERD-101");
+  EXPECT_EQ(doc["incidents"][0]["causes"][0]["code"], "XFERD-101");
+  EXPECT_EQ(doc["incidents"][0]["causes"][0]["action"], "reboot");
+  // No evidence record yet; once the writer hands one over, the GPU links it.
+  EXPECT_TRUE(g["evidence"].is_null());
+  EXPECT_TRUE(doc["incidents"][0]["evidence"].is_null());
+  board.RecordEvidence(
+      0, {"20261201T100000123Z-gpu0.json", "/var/lib/xferd/evidence/20261201T100000123Z-gpu0.json",
+          std::chrono::system_clock::now(), 7079});
+  const json after = Render(board);
+  EXPECT_EQ(after["gpus"][0]["evidence"]["record"], "20261201T100000123Z-gpu0.json");
+  EXPECT_EQ(after["gpus"][0]["evidence"]["bytes"], 7079);
+}
+
+// A GPU with no verdict to act on carries its state's code; an ok one none.
+TEST(StatusBoard, AGpuWithNoVerdictCarriesItsStatesCodeAndAnOkOneNone) {
+  core::IncidentLog log;
+  StatusBoard board(log);
+  board.SetDevice(Gpu(0));
+  board.SetDevice(Gpu(1));
+  core::DeviceHealth ok;
+  ok.gpu = 1;
+  ok.uuid = Gpu(1).uuid;
+  board.RecordHealth(ok, core::DeviceVerdict::kOk, false);
+  const json doc = Render(board);
+  EXPECT_EQ(doc["gpus"][0]["code"], "XFERD-900");
+  EXPECT_EQ(doc["gpus"][0]["action"], "none");
+  EXPECT_TRUE(doc["gpus"][1]["code"].is_null());
+  EXPECT_TRUE(doc["gpus"][1]["action"].is_null());
+  core::DeviceHealth stale = ok;
+  board.RecordHealth(stale, core::DeviceVerdict::kStale, false);
+  EXPECT_EQ(Render(board)["gpus"][1]["code"], "XFERD-901");
 }
 
 // Each reading's age on the daemon's clock, what is stale, the leading cause and the
@@ -420,6 +457,8 @@ TEST(StatusBoard, EveryFieldIsNamedInTheDocs) {
   board.RecordHealth(Degraded(), core::DeviceVerdict::kDegraded, false);
   board.RecordSchedule(0, {1, 2, 0.5, 0.01, 0, {{probes::ProbeSpec{}, {}, false, std::nullopt}}});
   board.RecordLinkErrors(Gpu(0), core::LinkErrorReading{});
+  board.RecordEvidence(0, {"gpu0-20261203T120000Z.json", "/var/lib/xferd/evidence/x.json",
+                           std::chrono::system_clock::now(), 4096});
   const json doc = Render(board);
 
   const std::vector<std::string> names = StatusFieldNames();
