@@ -49,7 +49,7 @@ def test_the_alerts_the_issue_asks_for_exist():
             "XferdTargetDown", "XferdBandwidthBelowFleetPeers",
             "XferdHostAggregateBelowExpected",
             "XferdConcurrentBandwidthFarBelowSolo", "XferdPcieLinkErrorsRising",
-            "XferdPcieUncorrectableErrors"} <= set(alert_names())
+            "XferdPcieUncorrectableErrors", "XferdVerdictStale"} <= set(alert_names())
 
 
 @pytest.mark.parametrize("profile", PROFILE_TESTS)
