@@ -22,6 +22,7 @@ test=(make git ca-certificates ccache libgtest-dev libgmock-dev libbenchmark-dev
       clang libclang-rt-14-dev
       dpkg-dev file   # cpack's .deb: dpkg-shlibdeps computes Depends, file finds the ELF files
       mmdebstrap systemd-container util-linux   # the unit and .deb under a booted systemd
+      slurm-wlm munge   # the Slurm health check drains a real slurmd (tests/integration/test_slurm.py)
       chromium)  # headless, the status page's browser test (tests/integration/test_status_page.py)
 bench=(wrk nginx-light)
 
