@@ -1,5 +1,6 @@
 // `xferd run`: the daemon. Reads the flags and the config, takes the process signals, picks
 // the backend and its devices, and runs the Service (cmd/service.h) until stopped.
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -53,6 +54,13 @@ int RunDaemonCommand(const RunCommandOptions& options) {
   // blocked since the process started (main.cc's BlockProcessSignals); one that came since
   // waits for the first Wait.
   const std::unique_ptr<SignalSource> signals = TakeProcessSignals();
+  // Large buffers (a status document, the page, a scrape's text: up to ~1-2 MB on a 64-GPU
+  // host) straight from mmap and back to the system when freed. Left to glibc, the first
+  // such buffer freed raises its mmap threshold to that size, and from then on the texts
+  // come from the threads' heaps, where what a burst of readers left stays: 50 readers of a
+  // 64-GPU host's document kept RSS 3-4 MiB up after they left and peaked at 30-32 MiB;
+  // with the threshold fixed, 26-28 MiB and 1.3-1.6 MiB (docs/performance.md).
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 
   // Read on a thread of its own: a file on a hung file system must not keep SIGTERM from
   // stopping xferd (a FIFO or a device is refused at once by the bounded reader). A SIGHUP

@@ -21,12 +21,13 @@ void CyclePipeline::Add(CycleConsumer& consumer) {
   consumers_.push_back(&consumer);
 }
 
-probes::DeviceInfo CyclePipeline::Shaped(const probes::DeviceInfo& device) const {
+probes::DeviceInfo CyclePipeline::Shaped(const probes::DeviceInfo& device,
+                                         const std::vector<probes::DeviceInfo>& now) {
   probes::DeviceInfo shaped = device;
-  for (const probes::DeviceInfo& now : backend_.Devices()) {
-    if (now.index != device.index) continue;
-    shaped.cc = now.cc;
-    shaped.mig = now.mig;
+  for (const probes::DeviceInfo& d : now) {
+    if (d.index != device.index) continue;
+    shaped.cc = d.cc;
+    shaped.mig = d.mig;
   }
   return shaped;
 }
@@ -51,9 +52,10 @@ void CyclePipeline::Fold(const CycleReport& report, const Settings& settings) {
     const ExpectedBand band = GroupBand(run.group, settings);
     for (CycleConsumer* c : consumers_) c->OnConcurrent(run, band);
   }
+  const std::vector<probes::DeviceInfo> devices = backend_.Devices();
   for (const DeviceCycle& dc : report.devices) {
     CycleObservation obs;
-    obs.device = Shaped(dc.device);
+    obs.device = Shaped(dc.device, devices);
     obs.link_path = dc.link_path;
     obs.samples = dc.samples;
     obs.busy = dc.skipped_busy;
@@ -88,12 +90,15 @@ void CyclePipeline::Fold(const CycleReport& report, const Settings& settings) {
 
 void CyclePipeline::Expire(const Settings& settings) {
   std::lock_guard lock(judging_);
-  for (const DeviceHealth& health : health_.Expire(clock_.Now())) {
+  const std::vector<DeviceHealth> expired = health_.Expire(clock_.Now());
+  if (expired.empty()) return;
+  const std::vector<probes::DeviceInfo> devices = backend_.Devices();
+  for (const DeviceHealth& health : expired) {
     // Nothing was judged, time passed: it counts as no judgement (as a busy cycle).
     const DeviceVerdict verdict = incidents_.Observe(
         health, /*busy=*/true, settings.consecutive_bad, std::chrono::system_clock::now());
     probes::DeviceInfo device;
-    for (const probes::DeviceInfo& d : backend_.Devices()) {
+    for (const probes::DeviceInfo& d : devices) {
       if (d.uuid == health.uuid) device = d;
     }
     const GpuJudgement judged{.device = device,

@@ -92,7 +92,9 @@ class CyclePipeline {
 
  private:
   // `device` with its CC and MIG shape as the backend has it now (start, reload).
-  probes::DeviceInfo Shaped(const probes::DeviceInfo& device) const;
+  // `now`: the backend's devices, read once per cycle (each a copy of every GPU's info).
+  static probes::DeviceInfo Shaped(const probes::DeviceInfo& device,
+                                   const std::vector<probes::DeviceInfo>& now);
   void ReadLinkErrors(const DeviceCycle& cycle, CycleObservation& observation);
 
   HealthTracker& health_;

@@ -296,12 +296,13 @@ void EvidenceKeeper::Observe(const CycleObservation& obs, const DeviceHealth& he
         }
       }
     }
-    std::deque<Reading>& ring = gpu.readings[key];
+    std::vector<Reading>& ring = gpu.readings[key];
+    if (ring.capacity() < kEvidenceReadingsPerSeries) ring.reserve(kEvidenceReadingsPerSeries);
+    if (ring.size() == kEvidenceReadingsPerSeries) ring.erase(ring.begin());
     ring.push_back(r);
-    while (ring.size() > kEvidenceReadingsPerSeries) ring.pop_front();
   }
   if (obs.link_error_reading) {
-    gpu.link_errors.emplace_back(at, LinkErrorsJson(*obs.link_error_reading));
+    gpu.link_errors.emplace_back(at, *obs.link_error_reading);
     while (gpu.link_errors.size() > kEvidenceLinkErrorReadings) gpu.link_errors.pop_front();
   }
   if (incident == nullptr || incident->to != DeviceVerdict::kDegraded) return;
@@ -410,7 +411,7 @@ json EvidenceKeeper::Snapshot(const CycleObservation& obs, const DeviceHealth& h
     std::vector<bool> in_streak;
     json readings = json::array();
     if (it != gpu.readings.end()) {
-      const std::deque<Reading>& ring = it->second;
+      const std::vector<Reading>& ring = it->second;
       in_streak.assign(ring.size(), false);
       // Back from the newest: the bad readings of the streak, failed and contended ones
       // passed over (they neither extend nor break it), up to the first good one.
@@ -471,14 +472,15 @@ json EvidenceKeeper::Snapshot(const CycleObservation& obs, const DeviceHealth& h
   json errors = nullptr;
   if (!gpu.link_errors.empty()) {
     const auto& during = gpu.link_errors.back();
-    const std::pair<system_clock::time_point, json>* before = nullptr;
+    const std::pair<system_clock::time_point, LinkErrorReading>* before = nullptr;
     for (const auto& r : gpu.link_errors) {
       if (r.first < streak_start) before = &r;
     }
-    errors = {{"before",
-               before ? json{{"time", FormatUtcTime(before->first)}, {"reading", before->second}}
-                      : json(nullptr)},
-              {"during", {{"time", FormatUtcTime(during.first)}, {"reading", during.second}}},
+    errors = {{"before", before ? json{{"time", FormatUtcTime(before->first)},
+                                       {"reading", LinkErrorsJson(before->second)}}
+                                : json(nullptr)},
+              {"during",
+               {{"time", FormatUtcTime(during.first)}, {"reading", LinkErrorsJson(during.second)}}},
               {"growth", GrowthJson(obs.link_errors)}};
   }
   record["link_errors"] = std::move(errors);

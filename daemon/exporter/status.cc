@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -579,7 +580,9 @@ constexpr Field<GpuContext> kGpuFields[] = {
 struct DocumentContext {
   const DaemonStatus& daemon;
   const ConfigLoad& load;
-  std::string_view verdict;
+  // Every GPU's verdict, as `gpus` was written (before `verdict`, in name order): the
+  // node's follows from them (core::NodeVerdict).
+  const std::vector<DeviceVerdict>& verdicts;
   std::chrono::system_clock::time_point now;
   json& incidents;  // newest first
 };
@@ -589,7 +592,12 @@ constexpr Field<DocumentContext> kDocumentFields[] = {
     {"version", [](const DocumentContext&) { return json(kStatusVersion); }},
     {"xferd_version", [](const DocumentContext&) { return json(kVersion); }},
     {"time", [](const DocumentContext& c) { return json(core::FormatUtcTime(c.now)); }},
-    {"verdict", [](const DocumentContext& c) { return json(c.verdict); }},
+    {"verdict",
+     [](const DocumentContext& c) {
+       // A host with no GPU yet is pending.
+       return json(core::ToString(c.verdicts.empty() ? DeviceVerdict::kPending
+                                                     : core::NodeVerdict(c.verdicts)));
+     }},
     {"summary", [](const DocumentContext& c) { return json(Text(c.daemon.summary)); }},
     {"daemon",
      [](const DocumentContext& c) {
@@ -609,25 +617,30 @@ void Write(const json& value, std::string& out) {
 // as each GPU was written (Render: one at a time, so that the tree of one GPU is held at a
 // time, never the whole document's: a 64-GPU host's document is ~1.3 MB of text and its
 // tree several times that).
-std::string WriteDocument(const DocumentContext& c, const std::string& gpus) {
+// `gpus` appends the GPUs' objects to `out`, straight into the document's text (no second
+// copy of the largest part); `reserve` is what the text is expected to take (the last
+// document's size), so that it is not grown by doubling either.
+void WriteDocument(const DocumentContext& c, const std::function<void(std::string&)>& gpus,
+                   std::size_t reserve, std::string& out) {
   std::vector<const Field<DocumentContext>*> fields;
   for (const Field<DocumentContext>& f : kDocumentFields) fields.push_back(&f);
   std::sort(fields.begin(), fields.end(),
             [](auto* a, auto* b) { return std::string_view(a->name) < b->name; });
-  std::string out;
-  out.reserve(gpus.size() + 16384);
+  out.reserve(reserve + 16384);
   out += '{';
   for (const Field<DocumentContext>* f : fields) {
     if (out.size() > 1) out += ',';
     Write(json(f->name), out);
     out += ':';
     if (std::string_view(f->name) == "gpus") {
-      out += '[' + gpus + ']';
+      out += '[';
+      gpus(out);
+      out += ']';
     } else {
       Write(f->make(c), out);
     }
   }
-  return out + "}\n";
+  out += "}\n";
 }
 }  // namespace
 
@@ -775,32 +788,33 @@ void StatusBoard::RecordEvidence(int gpu, EvidenceLink link) {
 }
 
 std::string StatusBoard::Render(const DaemonStatus& daemon, system_clock::time_point now) const {
-  std::string gpus;
+  json incidents = json::array();
+  const std::vector<core::Incident> log = incidents_.Incidents();
+  for (auto it = log.rbegin(); it != log.rend(); ++it)
+    incidents.push_back(core::IncidentToJson(*it));
+
   std::vector<DeviceVerdict> verdicts;
-  ConfigLoad load;
-  {
-    std::lock_guard lock(mutex_);
+  std::string out;
+  std::lock_guard lock(mutex_);
+  // The node's verdict is what its GPUs' give, always (xferd health checks it): during the
+  // first cycle a GPU already judged counts as judged, the rest are pending.
+  const auto gpus = [&](std::string& text) {
+    bool first = true;
     for (const auto& [index, d] : devices_) {
       // A GPU before its first cycle is pending whatever the log said.
       const DeviceVerdict verdict = d.health ? d.verdict : DeviceVerdict::kPending;
       verdicts.push_back(verdict);
       const GpuContext gpu{index, d, verdict, d.health ? d.health->band : core::ExpectedBand{},
                            daemon};
-      if (!gpus.empty()) gpus += ',';
-      Write(ObjectOf(gpu, kGpuFields), gpus);
+      if (!first) text += ',';
+      first = false;
+      Write(ObjectOf(gpu, kGpuFields), text);
     }
-    load = config_load_;
-  }
-  // The node's verdict is what its GPUs' give, always (xferd health checks it): during the
-  // first cycle a GPU already judged counts as judged, the rest are pending.
-  if (verdicts.empty()) verdicts.push_back(DeviceVerdict::kPending);
-  json incidents = json::array();
-  const std::vector<core::Incident> log = incidents_.Incidents();
-  for (auto it = log.rbegin(); it != log.rend(); ++it)
-    incidents.push_back(core::IncidentToJson(*it));
-
-  const std::string_view verdict = core::ToString(core::NodeVerdict(verdicts));
-  return WriteDocument(DocumentContext{daemon, load, verdict, now, incidents}, gpus);
+  };
+  WriteDocument(DocumentContext{daemon, config_load_, verdicts, now, incidents}, gpus, last_size_,
+                out);
+  last_size_ = out.size();
+  return out;
 }
 
 std::vector<std::string> StatusFieldNames() {

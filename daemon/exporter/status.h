@@ -160,8 +160,8 @@ struct GpuRecord {
   std::optional<std::vector<LinkErrorCounter>> link_errors;
   std::optional<GpuSchedule> schedule;
   std::optional<core::LinkWatchState> link_watch;
-  int probed_through = -1;  // the MIG GPU instance id the last probe went through
-  std::optional<EvidenceLink> evidence;  // the newest evidence record kept
+  int probed_through = -1;                    // the MIG GPU instance id the last probe went through
+  std::optional<EvidenceLink> evidence;       // the newest evidence record kept
   std::map<ProbeKey, RecentReadings> recent;  // of the series `health` names, no others
 };
 
@@ -219,6 +219,7 @@ class StatusBoard final : public core::CycleConsumer {
   std::map<int, GpuRecord> devices_;  // by GPU index
   ConfigLoad config_load_;
   std::atomic<std::uint64_t> generation_{0};
+  mutable std::size_t last_size_ = 0;  // the last document's text, with mutex_ held
 };
 
 }  // namespace xferd::exporter

@@ -244,6 +244,9 @@ struct HttpServer::Impl {
   std::uniform_real_distribution<double> spread{0.0, 1.0};
   unsigned live = 0;
   unsigned peak_live = 0;  // since memory was last handed back (ReturnMemoryAfterAFlood)
+  // A flood's memory was handed back while some of its connections were still open (slow
+  // readers holding old documents): handed back again once the last one is gone.
+  bool flood_tail = false;
   std::condition_variable reaper_wake;
   bool stopping = false;
   std::thread reaper;
@@ -314,8 +317,10 @@ struct HttpServer::Impl {
   // and a TLS flood left RSS at its peak for good (13 MB -> 90 MB) without this.
   void ReturnMemoryAfterAFloodLocked(std::unique_lock<std::mutex>& lock) {
     constexpr unsigned kFlood = 32;
-    if (peak_live < kFlood || live > peak_live / 4) return;
-    const unsigned peak = peak_live;
+    const bool tail_gone = flood_tail && live == 0;
+    if (!tail_gone && (peak_live < kFlood || live > peak_live / 4)) return;
+    const unsigned peak = tail_gone ? peak_live : std::max(peak_live, live);
+    flood_tail = !tail_gone && live > 0;
     peak_live = live;
     lock.unlock();
     malloc_trim(0);

@@ -198,7 +198,7 @@ def test_a_width_that_flips_is_caught_everywhere_and_clears(daemon, tmp_path):
     incident = [i for i in s["incidents"] if i["gpu"] == 0][0]  # newest first
     assert incident["to"] == "degraded" and "link_flapping" in causes(incident["causes"])
     rc, line = health(d)
-    assert rc == 1 and line.startswith("DEGRADED gpu0") and "link_flapping" in line, line
+    assert rc == 1 and line.startswith("DEGRADED XFERD-103/inspect_link gpu0") and "link_flapping" in line, line
     assert "PCIe link flapping" in d.log()
 
     # Steady again, and the compute gone: a GPU skipped as busy every cycle has no current

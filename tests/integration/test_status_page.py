@@ -11,6 +11,7 @@ healthy.png and degraded.png, beside the DOM of each (healthy.html, degraded.htm
 import html.parser
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -287,7 +288,7 @@ def test_the_status_command_shows_the_documents_tables_with_the_exit_status_of_h
     rc, out, err = xferd_status("--url", url)
     assert rc == 1, (out, err)
     assert out.splitlines()[0] == health_line("--url", url)[1]
-    assert out.startswith("DEGRADED gpu0")
+    assert re.match(r"DEGRADED XFERD-3\d\d/diagnose gpu0", out), out.splitlines()[0]
     g0 = status(d)["gpus"][0]
     block = out.split("\ngpu0  ")[1].split("\ngpu1")[0]
     assert block.startswith("DEGRADED  "), block
@@ -310,10 +311,10 @@ def test_the_status_command_asks_like_health_and_says_why_there_is_no_table(daem
     assert "\ngpu0  OK  " in out
     # Nothing there: unknown, one line; with --json nothing on stdout, the line on stderr.
     rc, out, err = xferd_status("--web.listen-address", dead, "--socket", "")
-    assert rc == 2 and out.startswith("UNKNOWN: xferd unreachable"), (out, err)
+    assert rc == 2 and out.startswith("UNKNOWN XFERD-911/none: xferd unreachable"), (out, err)
     assert len(out.splitlines()) == 1
     rc, out, err = xferd_status("--web.listen-address", dead, "--socket", "", "--json")
-    assert rc == 2 and out == "" and err.startswith("UNKNOWN: xferd unreachable"), (out, err)
+    assert rc == 2 and out == "" and err.startswith("UNKNOWN XFERD-911/none: xferd unreachable"), (out, err)
     # A mistake in the flags is unknown too, naming it.
     rc, out, _ = xferd_status("--timeout", "soon")
     assert rc == 2 and "--timeout" in out
