@@ -20,6 +20,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 BINARY = os.environ.get("XFERD_BINARY", "")
 SOURCE_DIR = Path(os.environ.get("XFERD_SOURCE_DIR", Path(__file__).resolve().parents[2]))
 
@@ -62,6 +64,31 @@ def sim_config(interval="300ms", time_scale=0.0, faults=(), devices=1, deadline=
         for k, v in f.items():
             lines.append(f"{k} = {json.dumps(v)}")
     return "\n".join(lines) + "\n" + extra
+
+
+def small_tmpfs(mnt, size):
+    """A fixture's body: a tmpfs of `size` ("64k") mounted at `mnt`, a disk that can really
+    fill up, unmounted after the test. Needs mount rights (root with CAP_SYS_ADMIN); the
+    test is skipped, saying so, where they are missing."""
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill ({r.stderr.strip()}): needs root "
+                    "with CAP_SYS_ADMIN")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)])
+
+
+def fill_disk(path):
+    """Writes zeros to the file `path` until its disk is full."""
+    try:
+        with open(path, "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    except OSError:
+        pass  # full
 
 
 def parse_metrics(text):
