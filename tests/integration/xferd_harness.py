@@ -66,6 +66,37 @@ def sim_config(interval="300ms", time_scale=0.0, faults=(), devices=1, deadline=
     return "\n".join(lines) + "\n" + extra
 
 
+# The password of the test user, and its bcrypt hash as a web config's basic_auth_users holds it.
+PASSWORD = "test-password"
+HASH = "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi"
+
+
+def make_cert(directory, name="server", cn="localhost",
+              alt_names="IP:127.0.0.1,DNS:localhost"):
+    """A self-signed EC certificate and its key, made by openssl for two days:
+    (directory/name.crt, directory/name.key). `alt_names` None: no subjectAltName."""
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    extra = ["-addext", f"subjectAltName={alt_names}"] if alt_names else []
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", f"/CN={cn}",
+                    *extra, "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def web_config(path, cert=None, key=None, users=None):
+    """Writes a web config (the exporter-toolkit's YAML) to `path`: TLS with `cert` and `key`
+    where given, basic auth for `users` ({name: bcrypt hash}) where given. Returns `path`."""
+    lines = []
+    if cert:
+        lines += ["tls_server_config:", f"  cert_file: {cert}", f"  key_file: {key}"]
+    if users:
+        lines.append("basic_auth_users:")
+        lines += [f"  {u}: '{h}'" for u, h in users.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def small_tmpfs(mnt, size):
     """A fixture's body: a tmpfs of `size` ("64k") mounted at `mnt`, a disk that can really
     fill up, unmounted after the test. Needs mount rights (root with CAP_SYS_ADMIN); the
