@@ -136,6 +136,22 @@ def parse_metrics(text):
     return out
 
 
+def stable_status(doc):
+    """A copy of the status document without what moves by itself between two requests (the
+    time, the ages, the uptime, the seconds to each series' next run)."""
+    doc = json.loads(json.dumps(doc))
+    doc.pop("time")
+    doc["daemon"].pop("last_cycle_age_seconds")
+    doc["daemon"].pop("uptime_seconds")
+    for g in doc["gpus"]:
+        for s in g["series"]:
+            s.pop("age_seconds")
+            s["recent"].pop("age_seconds")
+        for s in (g["schedule"] or {}).get("series", []):
+            s.pop("next_run_in_seconds")
+    return doc
+
+
 class Daemon:
     def __init__(self, tmp_path, config_text, state_dir=None, args=(), env=None,
                  listen="127.0.0.1:0"):
