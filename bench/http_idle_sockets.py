@@ -34,24 +34,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from abuse_support import IdleSockets, percentile, timed_scrape  # noqa: E402
-
-CONFIG = """[probe]
-interval = "1s"
-jitter = 0
-sizes = ["1MiB"]
-iterations = 8
-warmup = 1
-max_duty_cycle = 1.0
-
-[simulate]
-enabled = true
-time_scale = 0.0
-"""
-
+from bench_support import SMALL_PLAN, sim_config  # noqa: E402
 
 def start_xferd(binary, workdir, tls, cpus=None):
     config = workdir / "xferd.toml"
-    config.write_text(CONFIG)
+    config.write_text(sim_config("1s", plan=SMALL_PLAN))
     args = [binary, "run", "--config", str(config), "--web.listen-address", "127.0.0.1:0",
             "--state-dir", str(workdir / "state")]
     if tls:

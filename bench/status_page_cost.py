@@ -32,17 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-CONFIG = """[probe]
-interval = "{interval}"
-jitter = 0
-max_duty_cycle = 1.0
-
-[simulate]
-enabled = true
-time_scale = 0.0
-devices = {devices}
-"""
-
+from bench_support import sim_config
 
 def cpu_ns(pid):
     """The run time of every thread of `pid`, in ns."""
@@ -86,7 +76,7 @@ def timed(pid, port, path, gzipped=False):
 def measure(xferd, devices, samples):
     work = Path(tempfile.mkdtemp(prefix="xferd-page-cost-"))
     config = work / "xferd.toml"
-    config.write_text(CONFIG.format(interval="500ms", devices=devices))
+    config.write_text(sim_config("500ms", devices))
     log = open(work / "xferd.log", "wb")
     proc = subprocess.Popen([xferd, "run", "--config", str(config), "--web.listen-address",
                              "127.0.0.1:0", "--state-dir", str(work / "state")],
@@ -106,7 +96,7 @@ def measure(xferd, devices, samples):
                 sys.exit("xferd did not run 36 cycles within 120 s")
             time.sleep(0.2)
         # No more probes while measuring: only the requests cost CPU.
-        config.write_text(CONFIG.format(interval="1h", devices=devices))
+        config.write_text(sim_config("1h", devices))
         proc.send_signal(signal.SIGHUP)
         while "reload: configuration" not in (work / "xferd.log").read_text(errors="replace"):
             time.sleep(0.1)

@@ -27,25 +27,9 @@ import threading
 import time
 from pathlib import Path
 
+from bench_support import rss_kib, sim_config
+
 BUDGET_MIB = 32
-CONFIG = """[probe]
-interval = "{interval}"
-jitter = 0
-max_duty_cycle = 1.0
-
-[simulate]
-enabled = true
-time_scale = 0.0
-devices = {devices}
-"""
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def get(port, path, slow=False):
@@ -78,7 +62,7 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="xferd-status-rss-"))
     try:
         (work / "xferd.toml").write_text(
-            CONFIG.format(devices=args.devices, interval="500ms" if args.full else "5s"))
+            sim_config("500ms" if args.full else "5s", args.devices))
         log = open(work / "xferd.log", "wb")
         proc = subprocess.Popen([args.xferd, "run", "--config", str(work / "xferd.toml"),
                                  "--web.listen-address", "127.0.0.1:0",

@@ -38,34 +38,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from abuse_support import IdleSockets  # noqa: E402
+from bench_support import SMALL_PLAN, rss_kib, sim_config  # noqa: E402
 
 CERT = ROOT / "tests/data/tls/server.crt"
 KEY = ROOT / "tests/data/tls/server.key"
 BUDGET_MIB = 32
-CONFIG = """[probe]
-interval = "1s"
-jitter = 0
-sizes = ["1MiB"]
-iterations = 8
-warmup = 1
-max_duty_cycle = 1.0
-
-[simulate]
-enabled = true
-time_scale = 0.0
-"""
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def start_xferd(binary, workdir):
-    (workdir / "xferd.toml").write_text(CONFIG)
+    (workdir / "xferd.toml").write_text(sim_config("1s", plan=SMALL_PLAN))
     (workdir / "web.yml").write_text(f"tls_server_config:\n  cert_file: {CERT}\n"
                                      f"  key_file: {KEY}\n")
     log = open(workdir / "xferd.log", "wb")

@@ -174,41 +174,38 @@ def coverage(xferd, link, minutes, speedup, workdir):
             "longest_wait_s": longest, "duty_cycle": duty, "minutes": minutes}
 
 
+def told(d, since, verdict, limit_s):
+    """Simulated seconds after `since` until each surface says `verdict` ("degraded" or
+    "ok"): the status document, xferd_bandwidth_degraded (1 or 0) and `xferd health`'s exit
+    code (1 or 0), polled every 0.1 s of real time for at most `limit_s`. Returns those
+    times by surface (one missing where it never said so) and the last status document."""
+    flag = 1 if verdict == "degraded" else 0
+    seen = {}
+    while uptime(doc := d.status()) - since < limit_s:
+        t = uptime(doc) - since
+        if "status" not in seen and doc["verdict"] == verdict:
+            seen["status"] = t
+        if "metrics" not in seen and d.degraded_metric() == flag:
+            seen["metrics"] = t
+        if "health" not in seen and d.health()[0] == flag:
+            seen["health"] = uptime(d.status()) - since  # when it had answered
+        if len(seen) == 3:
+            break
+        time.sleep(0.1)
+    return seen, doc
+
+
 def recovery(xferd, link, fault, speedup, workdir, learn_min=30, hold_min=10, limit_min=20):
     d = Daemon(xferd, workdir, link, speedup)
     out = {"link": link, "fault": fault}
     try:
         wait_uptime(d, learn_min * 60)
         t_on = reloaded(d, [fault_on(fault, link)])
-        seen = {}
-        while uptime(doc := d.status()) - t_on < limit_min * 60:
-            t = uptime(doc) - t_on
-            if "status" not in seen and doc["verdict"] == "degraded":
-                seen["status"] = t
-            if "metrics" not in seen and d.degraded_metric() == 1:
-                seen["metrics"] = t
-            if "health" not in seen and d.health()[0] == 1:
-                seen["health"] = uptime(d.status()) - t_on  # when it had answered
-            if len(seen) == 3:
-                break
-            time.sleep(0.1)
-        out["degraded_after_s"] = seen
+        out["degraded_after_s"], _ = told(d, t_on, "degraded", limit_min * 60)
         out["health_line"] = d.health()[1]
         wait_uptime(d, t_on + hold_min * 60)
         t_off = reloaded(d, [])
-        back = {}
-        while uptime(doc := d.status()) - t_off < limit_min * 60:
-            t = uptime(doc) - t_off
-            if "status" not in back and doc["verdict"] == "ok":
-                back["status"] = t
-            if "metrics" not in back and d.degraded_metric() == 0:
-                back["metrics"] = t
-            if "health" not in back and d.health()[0] == 0:
-                back["health"] = uptime(d.status()) - t_off  # when it had answered
-            if len(back) == 3:
-                break
-            time.sleep(0.1)
-        out["ok_after_s"] = back
+        out["ok_after_s"], doc = told(d, t_off, "ok", limit_min * 60)
         out["interval_s"] = doc["daemon"]["interval_seconds"]
         out["bound_s"] = doc["daemon"]["freshness"]["degraded_seconds"]
     finally:

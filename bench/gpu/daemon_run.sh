@@ -8,24 +8,17 @@
 #
 # Runs the bundle made on the build machine (XFERD_BUNDLE, default .devbundle). Writes
 # daemon.log, daemon_metrics.prom, daemon_summary.json and sanitizer_daemon.log to OUT_DIR.
-set -uo pipefail
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 out=${1:?usage: daemon_run.sh OUT_DIR [SECONDS]}
 secs=${2:-180}
-bundle=${XFERD_BUNDLE:-.devbundle}
-# shellcheck disable=SC1091
-. "$bundle/env.sh"
-b=$bundle/build
-mkdir -p "$out"
+use_bundle "$out"
 work=$(mktemp -d)
 trap 'pkill -TERM -f "$work/" 2>/dev/null; rm -rf "$work"' EXIT
 port=19742
 
 write_config() {  # FILE INTERVAL SIZE ITERATIONS DEADLINE BUDGET STATE
-  cat > "$1" <<TOML
-[web]
-listen_address = "127.0.0.1:$port"
-[daemon]
-state_dir = "$7"
+  xferd_toml "$port" "$7" > "$1" <<TOML
 [probe]
 interval = "$2"
 jitter = 0.0
@@ -37,7 +30,7 @@ max_duty_cycle = 1.0
 TOML
 }
 
-scrape() { python3 -c 'import sys,urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "http://127.0.0.1:$port/metrics"; }
+scrape() { http_get "http://127.0.0.1:$port/metrics"; }
 wait_ready() {  # seconds
   for _ in $(seq 1 "$1"); do
     python3 -c 'import sys,urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "http://127.0.0.1:$port/healthz" 2>/dev/null && return 0

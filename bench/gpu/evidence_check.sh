@@ -13,18 +13,11 @@
 # status.json, the record(s) (evidence/*.json), evidence.txt (`xferd evidence 0`),
 # evidence_list.txt, evidence_check.txt (one PASS/FAIL/INFO line per check); exits 1 when a
 # check fails.
-set -uo pipefail
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 out=${1:?usage: evidence_check.sh OUT_DIR}
-bundle=${XFERD_BUNDLE:-.devbundle}
-# shellcheck disable=SC1091
-. "$bundle/env.sh"
-b=$bundle/build
-mkdir -p "$out"
-work=$(mktemp -d)
-port=19744
-pid=""
-cleanup() { [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid"; rm -rf "$work"; }
-trap cleanup EXIT
+use_bundle "$out"
+daemon_workspace 19744
 
 bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 0 | tr 'A-F' 'a-f' | sed 's/^0000//')
 {
@@ -36,11 +29,7 @@ bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 0 | tr 'A-F' 'a
 } > "$out/machine.txt"
 lspci -vvv -s "$bus" > "$out/lspci_direct.txt" 2>&1 || true
 
-cat > "$work/xferd.toml" <<TOML
-[web]
-listen_address = "127.0.0.1:$port"
-[daemon]
-state_dir = "$work/state"
+xferd_toml "$port" "$work/state" > "$work/xferd.toml" <<TOML
 [probe]
 gpus = ["0"]
 interval = "5s"
@@ -62,8 +51,7 @@ for _ in $(seq 60); do
   sleep 1
 done
 sleep 2
-python3 -c 'import sys,urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
-  "http://127.0.0.1:$port/api/v1/status" > "$out/status.json"
+http_get "http://127.0.0.1:$port/api/v1/status" > "$out/status.json"
 "$b/xferd" health --url "http://127.0.0.1:$port" > "$out/health.txt" 2>&1
 kill -TERM "$pid"; wait "$pid"; pid=""
 "$b/xferd" evidence --state-dir "$work/state" > "$out/evidence_list.txt" 2>&1

@@ -10,26 +10,15 @@
 # Runs the bundle made on the build machine (XFERD_BUNDLE, default .devbundle). Writes
 # gpu_info.prom, nvidia_smi.csv, gpu_info_check.txt (one PASS/FAIL line per GPU and label,
 # and the fleet profile's count) and the daemon logs to OUT_DIR; exits 1 when a check fails.
-set -uo pipefail
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 out=${1:?usage: gpu_info_check.sh OUT_DIR}
-bundle=${XFERD_BUNDLE:-.devbundle}
-# shellcheck disable=SC1091
-. "$bundle/env.sh"
-b=$bundle/build
-mkdir -p "$out"
-work=$(mktemp -d)
-port=19743
-pid=""
-cleanup() { [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid"; rm -rf "$work"; }
-trap cleanup EXIT
+use_bundle "$out"
+daemon_workspace 19743
 
 nvidia-smi --query-gpu=index,uuid,pci.bus_id,name --format=csv,noheader > "$out/nvidia_smi.csv"
 for profile in full fleet; do
-  cat > "$work/$profile.toml" <<TOML
-[web]
-listen_address = "127.0.0.1:$port"
-[daemon]
-state_dir = "$work/state-$profile"
+  xferd_toml "$port" "$work/state-$profile" > "$work/$profile.toml" <<TOML
 [probe]
 interval = "5s"
 max_duty_cycle = 1.0
@@ -39,8 +28,7 @@ TOML
   NODE_NAME=gpu-info-check "$b/xferd" run --config "$work/$profile.toml" > "$out/daemon_$profile.log" 2>&1 &
   pid=$!
   sleep 15
-  python3 -c 'import sys,urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
-    "http://127.0.0.1:$port/metrics" > "$out/metrics_$profile.prom"
+  http_get "http://127.0.0.1:$port/metrics" > "$out/metrics_$profile.prom"
   kill -TERM "$pid"; wait "$pid"; pid=""
 done
 grep '^xferd_gpu_info' "$out/metrics_full.prom" > "$out/gpu_info.prom"

@@ -13,13 +13,10 @@
 #   bench/gpu/managed_warmup.sh OUT_DIR
 #
 # Files in OUT_DIR: ramp.jsonl, probe_<iterations>_<warmup>.json, summary.txt.
-set -uo pipefail
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 out=${1:?usage: managed_warmup.sh OUT_DIR}
-mkdir -p "$out"
-bundle=${XFERD_BUNDLE:-.devbundle}
-# shellcheck disable=SC1091
-. "$bundle/env.sh"
-b=$bundle/build
+use_bundle "$out"
 echo "== $(date -u +%T) ramp"
 timeout 150 "$b/bench/gpu/xferd_managed_ramp" --transfers 40 --sizes 16,64 > "$out/ramp.jsonl" \
   2> "$out/ramp.err"

@@ -9,17 +9,11 @@
 # Runs the bundle's programs (XFERD_BUNDLE, default .devbundle: bench/gpu/README.md).
 # Files in OUT_DIR: nvidia_smi.txt, probe.txt, probe.json, check_config.txt,
 # check_config.json, run.toml, run.log, status.json, summary.txt.
-set -uo pipefail
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 out=${1:?usage: shapes_check.sh OUT_DIR}
-mkdir -p "$out"
-bundle=${XFERD_BUNDLE:-.devbundle}
-# shellcheck disable=SC1091
-. "$bundle/env.sh"
-b=$bundle/build
-work=$(mktemp -d)
-pid=
-trap '[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; rm -rf "$work"' EXIT
-port=19743
+use_bundle "$out"
+daemon_workspace 19743
 
 {
   nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,mig.mode.current,mig.mode.pending --format=csv
@@ -36,11 +30,7 @@ timeout 120 "$b/xferd" probe --mode pinned --size 64MiB --json > "$out/probe.jso
 timeout 30 "$b/xferd" check-config > "$out/check_config.txt" 2>&1
 timeout 30 "$b/xferd" check-config --json > "$out/check_config.json" 2>&1
 
-cat > "$out/run.toml" <<TOML
-[web]
-listen_address = "127.0.0.1:$port"
-[daemon]
-state_dir = "$work/state"
+xferd_toml "$port" "$work/state" > "$out/run.toml" <<TOML
 [probe]
 interval = "10s"
 modes = ["pinned"]

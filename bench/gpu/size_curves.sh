@@ -19,19 +19,13 @@
 # default plan's device times (pinned ~26 ms, pageable and managed at the 5-transfer floor);
 # in summary.txt, "13 of 13 series measured", each within 15 minutes, and the duty cycle
 # at most 0.0025 plus the start's allowance.
-set -uo pipefail
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 out=${1:?usage: size_curves.sh OUT_DIR [SECONDS] [GPU]}
 secs=${2:-390}
 gpu=${3:-0}
-bundle=${XFERD_BUNDLE:-.devbundle}
-# shellcheck disable=SC1091
-. "$bundle/env.sh"
-b=$bundle/build
-mkdir -p "$out"
-work=$(mktemp -d)
-pid=""
-trap '[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; rm -rf "$work"' EXIT
-port=19743
+use_bundle "$out"
+daemon_workspace 19743
 
 echo "== $(date -u +%T) size curves and the default plan's costs on GPU $gpu"
 python3 bench/size_curves.py --xferd "$b/xferd" --real --gpu "$gpu" \
@@ -39,11 +33,7 @@ python3 bench/size_curves.py --xferd "$b/xferd" --real --gpu "$gpu" \
 echo "size curves: exit $? ($(wc -l < "$out/size_curves.md") lines)"
 
 echo "== $(date -u +%T) xferd run, the shipped defaults, ${secs}s"
-cat > "$work/xferd.toml" <<TOML
-[web]
-listen_address = "127.0.0.1:$port"
-[daemon]
-state_dir = "$work/state"
+xferd_toml "$port" "$work/state" > "$work/xferd.toml" <<TOML
 [probe]
 gpus = ["$gpu"]
 TOML

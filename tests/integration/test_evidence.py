@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from xferd_harness import BINARY, sim_config
+from xferd_harness import BINARY, fill_disk, sim_config, small_tmpfs
 
 # 4 MiB: held to the band from the first reading. A link trained down from the start.
 DOWNTRAIN = [{"kind": "downtrain", "gen": 4, "width": 4}]
@@ -108,17 +108,8 @@ def test_a_degraded_gpu_keeps_its_evidence_linked_and_printed(daemon):
 
 @pytest.fixture
 def tiny_fs(tmp_path):
-    """A 64 KiB tmpfs: a disk that can really fill up. Needs mount rights (root with
-    CAP_SYS_ADMIN); skipped, saying so, where they are missing."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill ({r.stderr.strip()}): needs root "
-                    "with CAP_SYS_ADMIN")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)])
+    """A 64 KiB tmpfs (see small_tmpfs)."""
+    yield from small_tmpfs(tmp_path / "tiny", "64k")
 
 
 def test_a_full_disk_drops_the_record_and_the_daemon_goes_on(daemon, tmp_path, tiny_fs):
@@ -131,13 +122,7 @@ def test_a_full_disk_drops_the_record_and_the_daemon_goes_on(daemon, tmp_path, t
     assert subprocess.run(["mount", "--bind", str(tiny_fs), str(evidence_dir)]).returncode == 0
     try:
         filler = evidence_dir / "filler"
-        try:
-            with open(filler, "wb") as f:
-                while True:
-                    f.write(b"\0" * 4096)
-                    f.flush()
-        except OSError:
-            pass  # full
+        fill_disk(filler)
         d.start().wait_ready()
         mark = len(d.log())
         reload(d, DOWNTRAIN)

@@ -5,13 +5,12 @@ import json
 import os
 import random
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from xferd_harness import Daemon, sim_config
+from xferd_harness import Daemon, fill_disk, sim_config, small_tmpfs
 
 BASELINE_KEY = dict(gpu="0", mode="pinned", direction="h2d", size="1MiB")
 
@@ -173,17 +172,8 @@ def test_state_file_from_a_future_version(daemon, tmp_path):
 
 @pytest.fixture
 def tiny_fs(tmp_path):
-    """A 256 KiB tmpfs: a disk that can really fill up. Needs mount rights (root with
-    CAP_SYS_ADMIN); skipped, saying so, where they are missing."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill ({r.stderr.strip()}): needs root "
-                    "with CAP_SYS_ADMIN")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)])
+    """A 256 KiB tmpfs (see small_tmpfs)."""
+    yield from small_tmpfs(tmp_path / "tiny", "256k")
 
 
 def test_textfile_on_a_full_disk(daemon, tiny_fs):
@@ -193,13 +183,7 @@ def test_textfile_on_a_full_disk(daemon, tiny_fs):
     assert "xferd_bandwidth_bytes_per_second" in textfile.read_text()
     # Fill the disk.
     filler = tiny_fs / "filler"
-    try:
-        with open(filler, "wb") as f:
-            while True:
-                f.write(b"\0" * 4096)
-                f.flush()
-    except OSError:
-        pass  # full
+    fill_disk(filler)
     d.wait_for(lambda: d.value("xferd_textfile_write_errors_total") >= 2, 20,
                "textfile write errors to be counted")
     assert "No space left on device" in d.log() or "disk" in d.log().lower()

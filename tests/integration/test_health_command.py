@@ -19,11 +19,9 @@ import time
 import pytest
 
 from abuse_support import IdleSockets
-from xferd_harness import BINARY, Daemon, sim_config
+from xferd_harness import BINARY, HASH, PASSWORD, Daemon, make_cert, sim_config, web_config
 
 # bcrypt (cost 10) of "test-password", made with Python's crypt module.
-PASSWORD = "test-password"
-HASH = "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi"
 
 
 def health(*args, timeout=30):
@@ -348,15 +346,7 @@ def test_bad_settings_are_unknown_with_the_fix(tmp_path):
 def secured(daemon, tmp_path):
     """A daemon serving TLS (a certificate for 127.0.0.1 / localhost) and basic auth, its web
     config named in its config file as an installed one is."""
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
-                    "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                    "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
-                   check=True, capture_output=True)
-    web = tmp_path / "web.yml"
-    web.write_text(f"tls_server_config:\n  cert_file: {tmp_path / 'server.crt'}\n"
-                   f"  key_file: {tmp_path / 'server.key'}\n"
-                   f"basic_auth_users:\n  prometheus: '{HASH}'\n")
+    web = web_config(tmp_path / "web.yml", *make_cert(tmp_path), {"prometheus": HASH})
     port = free_port()
     listen = f"127.0.0.1:{port}"
     d = daemon(sim_config() + f'\n[web]\nlisten_address = "{listen}"\nconfig_file = "{web}"\n',
@@ -397,13 +387,8 @@ def test_tls_and_basic_auth(secured, tmp_path):
     assert rc == 2 and "is empty" in line, line
 
     # Certificate checks: another CA, another name, plain HTTP to the TLS port.
-    other = tmp_path / "other"
-    other.mkdir()
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", "/CN=other",
-                    "-keyout", str(other / "k"), "-out", str(other / "c")],
-                   check=True, capture_output=True)
-    rc, line, _ = ask(d, *pw, "--tls.ca-file", str(other / "c"))
+    other, _ = make_cert(tmp_path, "other", cn="other", alt_names=None)
+    rc, line, _ = ask(d, *pw, "--tls.ca-file", str(other))
     assert rc == 2 and "fails the check" in line, line
     rc, line, _ = ask(d, *pw, "--tls.server-name", "gpu-node-7.example")
     assert rc == 2 and "gpu-node-7.example" in line, line
@@ -485,15 +470,7 @@ def crowded(daemon, tmp_path):
     health --config` finds its health socket as an installed one does), and 140 idle
     sockets from 127.0.0.1 held open against its port, reopened as it closes them: more than
     the 128 connections one address may hold over TLS."""
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
-                    "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                    "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
-                   check=True, capture_output=True)
-    web = tmp_path / "web.yml"
-    web.write_text(f"tls_server_config:\n  cert_file: {tmp_path / 'server.crt'}\n"
-                   f"  key_file: {tmp_path / 'server.key'}\n"
-                   f"basic_auth_users:\n  prometheus: '{HASH}'\n")
+    web = web_config(tmp_path / "web.yml", *make_cert(tmp_path), {"prometheus": HASH})
     state = tmp_path / "state"
     listen = f"127.0.0.1:{free_port()}"
     d = daemon(sim_config() + f'\n[web]\nlisten_address = "{listen}"\nconfig_file = "{web}"\n'

@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from abuse_support import IdleSockets, percentile, timed_scrape
-from xferd_harness import SOURCE_DIR, Daemon, parse_metrics, sanitizer_build, sim_config
+from xferd_harness import (HASH, SOURCE_DIR, Daemon, parse_metrics, sanitizer_build, sim_config,
+                           web_config)
 
-HASH = "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi"  # "test-password"
 TLS_DIR = SOURCE_DIR / "tests" / "data" / "tls"
 CA = str(TLS_DIR / "server.crt")
 
@@ -75,25 +75,11 @@ def scrape_ok(d):
     return status == 200 and b"xferd_build_info" in body
 
 
-def tls_web_config(path, users=None):
-    lines = ["tls_server_config:", f"  cert_file: {TLS_DIR / 'server.crt'}",
-             f"  key_file: {TLS_DIR / 'server.key'}"]
-    if users:
-        lines.append("basic_auth_users:")
-        lines += [f"  {u}: '{h}'" for u, h in users.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def start(tmp, tls, users=None, config=None):
     args = []
     if tls or users:
-        web = tmp / "web.yml"
-        if tls:
-            tls_web_config(web, users)
-        else:
-            web.write_text("basic_auth_users:\n" +
-                           "".join(f"  {u}: '{h}'\n" for u, h in users.items()))
+        cert, key = (TLS_DIR / "server.crt", TLS_DIR / "server.key") if tls else (None, None)
+        web = web_config(tmp / "web.yml", cert, key, users)
         args = ["--web.config.file", str(web)]
     d = Daemon(tmp, config or sim_config(interval="500ms"), args=args)
     d.tls_ca = CA if tls else None

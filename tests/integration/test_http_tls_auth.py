@@ -10,34 +10,10 @@ import time
 
 import pytest
 
-from xferd_harness import BINARY, Daemon, sim_config
-
-PASSWORD = "test-password"
-HASH = "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi"
+from xferd_harness import BINARY, HASH, PASSWORD, Daemon, make_cert, sim_config, web_config
 
 pytestmark = pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl")),
                                 reason="curl and openssl are needed")
-
-
-def make_cert(directory, name="server"):
-    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                    "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
-    return cert, key
-
-
-def web_config(path, cert=None, key=None, users=None):
-    lines = []
-    if cert:
-        lines += ["tls_server_config:", f"  cert_file: {cert}", f"  key_file: {key}"]
-    if users:
-        lines.append("basic_auth_users:")
-        lines += [f"  {u}: '{h}'" for u, h in users.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def curl(url, *args):

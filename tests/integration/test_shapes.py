@@ -4,6 +4,7 @@ degrade still caught against the baseline, GPUs not ready: unknown), and a MIG n
 instances (probed through them, held to baselines where their copy engines are fewer than
 the GPU's) and without (verdict unknown, named in the status API and `xferd health`, picked
 up on reload). docs/health.md, "Confidential computing and MIG"."""
+import contextlib
 import json
 import signal
 import socket
@@ -33,10 +34,19 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(tmp_path, shape="", faults=()):
+@contextlib.contextmanager
+def running(tmp_path, shape="", cycles=0):
+    """`xferd run` on the simulated node of `shape`, once ready and `cycles` cycles in;
+    stopped on leaving the block."""
     listen = f"127.0.0.1:{free_port()}"
-    d = Daemon(tmp_path, config_text(shape, faults, listen), listen=listen)
-    return d.start().wait_ready()
+    d = Daemon(tmp_path, config_text(shape, (), listen), listen=listen)
+    try:
+        d.start().wait_ready()
+        if cycles:
+            d.wait_for(lambda: status(d)["daemon"]["cycles"] >= cycles, 60, f"{cycles} cycles")
+        yield d
+    finally:
+        d.stop()
 
 
 def status(d):
@@ -83,9 +93,7 @@ def test_a_cc_node_is_never_held_to_the_pcie_band(tmp_path):
                         capture_output=True, text=True, timeout=60)
     assert json.loads(cc.stdout)["confidential_computing"]["state"] == "on"
 
-    d = start(tmp_path / "run", "confidential_computing = true")
-    try:
-        d.wait_for(lambda: status(d)["daemon"]["cycles"] >= 4, 60, "four cycles")
+    with running(tmp_path / "run", "confidential_computing = true", cycles=4) as d:
         st = status(d)
         assert [g["verdict"] for g in st["gpus"]] == ["ok", "ok"], st["summary"]
         assert st["gpus"][0]["shape"]["confidential_computing"]["state"] == "on"
@@ -94,13 +102,10 @@ def test_a_cc_node_is_never_held_to_the_pcie_band(tmp_path):
         assert d.value("xferd_probe_runs_total", gpu="0", mode="zero_copy",
                        result="unsupported") >= 1
         assert health(d)[0] == 0
-    finally:
-        d.stop()
 
 
 def test_a_degrade_under_cc_is_caught_against_the_baseline(tmp_path):
-    d = start(tmp_path, "confidential_computing = true")
-    try:
+    with running(tmp_path, "confidential_computing = true") as d:
         # Five healthy cycles teach the baselines (docs/health.md, "Baseline").
         d.wait_for(lambda: d.value("xferd_bandwidth_baseline_bytes_per_second", gpu="0",
                                    mode="pinned", direction="h2d", size="64MiB") is not None
@@ -116,21 +121,16 @@ def test_a_degrade_under_cc_is_caught_against_the_baseline(tmp_path):
         assert "below_baseline" in causes and "below_band" not in causes, causes
         code, line = health(d)
         assert code == 1 and line.startswith("DEGRADED"), line
-    finally:
-        d.stop()
 
 
 def test_cc_gpus_not_ready_are_unknown_never_degraded(tmp_path):
-    d = start(tmp_path, "confidential_computing = true\nconfidential_computing_ready = false")
-    try:
-        d.wait_for(lambda: status(d)["daemon"]["cycles"] >= 3, 60, "three cycles")
+    cc_not_ready = "confidential_computing = true\nconfidential_computing_ready = false"
+    with running(tmp_path, cc_not_ready, cycles=3) as d:
         st = status(d)
         assert st["verdict"] == "unknown"
         assert "not ready for work" in st["gpus"][0]["verdict_reason"]
         code, line = health(d)
         assert code == 2 and "verdict unknown" in line and "not ready" in line, line
-    finally:
-        d.stop()
 
 
 def test_a_mig_gpu_is_probed_through_its_instances(tmp_path):
@@ -150,9 +150,7 @@ def test_a_mig_gpu_is_probed_through_its_instances(tmp_path):
     rc, doc = probe(tmp_path, 'mig = ["7g.141gb"]', "--mode", "pinned")
     assert rows(doc, 0)["pinned", "h2d"]["verdict"] == "ok"
 
-    d = start(tmp_path / "run", shape)
-    try:
-        d.wait_for(lambda: status(d)["daemon"]["cycles"] >= 4, 60, "four cycles")
+    with running(tmp_path / "run", shape, cycles=4) as d:
         st = status(d)
         assert [g["verdict"] for g in st["gpus"]] == ["ok", "ok"], st["summary"]
         instances = st["gpus"][0]["shape"]["mig"]["instances"]
@@ -170,14 +168,10 @@ def test_a_mig_gpu_is_probed_through_its_instances(tmp_path):
         assert "xferd_mig_instance_info{gpu=\"1\"" not in d.scrape()
         assert d.value("xferd_bandwidth_bytes_per_second", gpu="0", mode="pinned",
                        direction="h2d", size="64MiB") > 0
-    finally:
-        d.stop()
 
 
 def test_mig_without_instance_is_unknown_and_picked_up_on_reload(tmp_path):
-    d = start(tmp_path, "[[simulate.mig]]\ndevice = 1\ninstances = []")
-    try:
-        d.wait_for(lambda: status(d)["daemon"]["cycles"] >= 3, 60, "three cycles")
+    with running(tmp_path, "[[simulate.mig]]\ndevice = 1\ninstances = []", cycles=3) as d:
         st = status(d)
         assert st["gpus"][0]["verdict"] == "ok"
         assert st["gpus"][1]["verdict"] == "unknown"
@@ -194,8 +188,6 @@ def test_mig_without_instance_is_unknown_and_picked_up_on_reload(tmp_path):
         assert d.alive()
         assert health(d)[0] == 0
         assert d.value("xferd_mig_instance_info", gpu="1", GPU_I_PROFILE="1g.18gb") == 1
-    finally:
-        d.stop()
 
 
 def test_bad_shapes_in_the_config_name_the_fix(tmp_path):
@@ -219,13 +211,9 @@ def test_the_series_budget_holds_on_every_shape(tmp_path):
     for name, shape in [("mig", 'mig = ["1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", '
                                 '"1g.18gb", "1g.18gb", "1g.18gb"]'),
                         ("cc", "confidential_computing = true")]:
-        d = start(tmp_path / name, shape)
-        try:
-            d.wait_for(lambda: status(d)["daemon"]["cycles"] >= 3, 60, "three cycles")
+        with running(tmp_path / name, shape, cycles=3) as d:
             per_gpu = sum(1 for line in d.scrape().splitlines()
                           if not line.startswith("#") and 'gpu="0"' in line)
             assert 0 < per_gpu <= 300, (name, per_gpu)
             if name == "mig":
                 assert d.value("xferd_mig_instance_info", gpu="0", GPU_I_ID="7") == 1
-        finally:
-            d.stop()

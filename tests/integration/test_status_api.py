@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from xferd_harness import BINARY, SOURCE_DIR, Daemon, sanitizer_build, sim_config
+from xferd_harness import BINARY, SOURCE_DIR, Daemon, sanitizer_build, sim_config, stable_status
 
 DEGRADE = {"kind": "degrade", "factor": 0.5}
 # Held to the band (4 MiB and up): a degrade fault is below band from the first reading.
@@ -24,21 +24,6 @@ def status(d):
     return json.loads(body)
 
 
-def stable(doc):
-    """The document without what changes by itself between two requests."""
-    doc = json.loads(json.dumps(doc))
-    doc.pop("time")
-    doc["daemon"].pop("last_cycle_age_seconds")
-    doc["daemon"].pop("uptime_seconds")
-    for g in doc["gpus"]:
-        for s in g["series"]:
-            s.pop("age_seconds")
-            s["recent"].pop("age_seconds")
-        for s in (g["schedule"] or {}).get("series", []):
-            s.pop("next_run_in_seconds")
-    return doc
-
-
 def same_moment(d, attempts=100):
     """A status document and a scrape taken with no probe in between: the status before and
     after the scrape are the same (every probe moves a "last_run")."""
@@ -46,7 +31,7 @@ def same_moment(d, attempts=100):
         before = status(d)
         metrics = d.metrics()
         after = status(d)
-        if stable(before) == stable(after) and before["daemon"]["cycles"] > 0:
+        if stable_status(before) == stable_status(after) and before["daemon"]["cycles"] > 0:
             return before, metrics
         time.sleep(0.05)
     raise AssertionError("no quiet moment between probes to compare the two views")

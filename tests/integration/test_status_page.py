@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from xferd_harness import BINARY, SOURCE_DIR, sim_config
+from xferd_harness import BINARY, SOURCE_DIR, sim_config, stable_status
 
 DEGRADE = {"kind": "degrade", "factor": 0.5, "device": 0}
 BAND = ('"4MiB"',)  # held to the band: a degrade fault is below band from its first reading
@@ -55,7 +55,7 @@ def hold_still(d, **config):
 
     def still():
         nonlocal last
-        now = stable(status(d))
+        now = stable_status(status(d))
         was, last = last, now
         return was == now
 
@@ -227,22 +227,6 @@ def figure(bytes_per_s, both_ways=False):
     return "-" if bytes_per_s is None else f"{bytes_per_s / (2 if both_ways else 1) / 1e9:.2f}"
 
 
-def stable(doc):
-    """The document without what moves by itself between two requests (ages, the time)."""
-    doc = json.loads(json.dumps(doc))
-    for key in ("time",):
-        doc.pop(key)
-    for key in ("last_cycle_age_seconds", "uptime_seconds"):
-        doc["daemon"].pop(key)
-    for g in doc["gpus"]:
-        for s in g["series"]:
-            s.pop("age_seconds")
-            s["recent"].pop("age_seconds")
-        for s in (g["schedule"] or {}).get("series", []):
-            s.pop("next_run_in_seconds")
-    return doc
-
-
 def same_moment(url, attempts=50):
     """`xferd status --json`, `xferd status` and `--json` again with no probe in between: the
     document and the table of one moment."""
@@ -251,7 +235,7 @@ def same_moment(url, attempts=50):
         rc, out, err = xferd_status("--url", url, "--socket", "")
         assert rc == 0, (out, err)
         _, after, _ = xferd_status("--url", url, "--socket", "", "--json")
-        if stable(json.loads(before)) == stable(json.loads(after)):
+        if stable_status(json.loads(before)) == stable_status(json.loads(after)):
             return json.loads(before), out
     raise AssertionError("no quiet moment between probes to compare the table with")
 

@@ -20,6 +20,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 BINARY = os.environ.get("XFERD_BINARY", "")
 SOURCE_DIR = Path(os.environ.get("XFERD_SOURCE_DIR", Path(__file__).resolve().parents[2]))
 
@@ -64,6 +66,62 @@ def sim_config(interval="300ms", time_scale=0.0, faults=(), devices=1, deadline=
     return "\n".join(lines) + "\n" + extra
 
 
+# The password of the test user, and its bcrypt hash as a web config's basic_auth_users holds it.
+PASSWORD = "test-password"
+HASH = "$2b$10$vIbEObMaGbDL.GbjHgrxYO9QYD9UwSrwNjNwG8gv1W/NE9EGO.CVi"
+
+
+def make_cert(directory, name="server", cn="localhost",
+              alt_names="IP:127.0.0.1,DNS:localhost"):
+    """A self-signed EC certificate and its key, made by openssl for two days:
+    (directory/name.crt, directory/name.key). `alt_names` None: no subjectAltName."""
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    extra = ["-addext", f"subjectAltName={alt_names}"] if alt_names else []
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", f"/CN={cn}",
+                    *extra, "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def web_config(path, cert=None, key=None, users=None):
+    """Writes a web config (the exporter-toolkit's YAML) to `path`: TLS with `cert` and `key`
+    where given, basic auth for `users` ({name: bcrypt hash}) where given. Returns `path`."""
+    lines = []
+    if cert:
+        lines += ["tls_server_config:", f"  cert_file: {cert}", f"  key_file: {key}"]
+    if users:
+        lines.append("basic_auth_users:")
+        lines += [f"  {u}: '{h}'" for u, h in users.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def small_tmpfs(mnt, size):
+    """A fixture's body: a tmpfs of `size` ("64k") mounted at `mnt`, a disk that can really
+    fill up, unmounted after the test. Needs mount rights (root with CAP_SYS_ADMIN); the
+    test is skipped, saying so, where they are missing."""
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill ({r.stderr.strip()}): needs root "
+                    "with CAP_SYS_ADMIN")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)])
+
+
+def fill_disk(path):
+    """Writes zeros to the file `path` until its disk is full."""
+    try:
+        with open(path, "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    except OSError:
+        pass  # full
+
+
 def parse_metrics(text):
     """{(name, frozenset(labels.items())): value} for every sample line."""
     out = {}
@@ -76,6 +134,22 @@ def parse_metrics(text):
         labels = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
         out[(m.group(1), frozenset(labels.items()))] = float(m.group(4))
     return out
+
+
+def stable_status(doc):
+    """A copy of the status document without what moves by itself between two requests (the
+    time, the ages, the uptime, the seconds to each series' next run)."""
+    doc = json.loads(json.dumps(doc))
+    doc.pop("time")
+    doc["daemon"].pop("last_cycle_age_seconds")
+    doc["daemon"].pop("uptime_seconds")
+    for g in doc["gpus"]:
+        for s in g["series"]:
+            s.pop("age_seconds")
+            s["recent"].pop("age_seconds")
+        for s in (g["schedule"] or {}).get("series", []):
+            s.pop("next_run_in_seconds")
+    return doc
 
 
 class Daemon:
