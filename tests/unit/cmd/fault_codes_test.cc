@@ -24,6 +24,7 @@
 #include "core/health_tracker.h"
 #include "core/incident_log.h"
 #include "exporter/status.h"
+#include "testing/samples.h"
 
 namespace xferd::cmd {
 namespace {
@@ -31,6 +32,7 @@ namespace {
 using core::DiagnosisCause;
 using core::FaultCode;
 using core::RecommendedAction;
+using samples::HealthOf;
 
 std::string SourceFile(const std::string& relative) {
   std::ifstream in(std::string(XFERD_SOURCE_DIR) + "/" + relative);
@@ -54,14 +56,6 @@ struct Reason {
   std::string line;
   HealthOutcome state = HealthOutcome::kUnknown;
 };
-
-// The health of GPU `gpu` with nothing in it but which GPU it is.
-core::DeviceHealth HealthOf(int gpu) {
-  core::DeviceHealth health;
-  health.gpu = gpu;
-  health.uuid = "GPU-" + std::to_string(gpu);
-  return health;
-}
 
 // The status document of a node of one GPU judged `health` with `verdict`, as the daemon
 // renders it (exporter::StatusBoard) a cycle after.
