@@ -11,8 +11,8 @@ namespace xferd::cmd {
 namespace {
 
 TEST(JsonNestsDeeperThan, CountsObjectsAndArraysInsideEachOther) {
-  EXPECT_FALSE(JsonNestsDeeperThan(R"({"gpus": [{"link": {}}]})", 3));
-  EXPECT_TRUE(JsonNestsDeeperThan(R"({"gpus": [{"link": {}}]})", 2));
+  EXPECT_FALSE(JsonNestsDeeperThan(R"({"gpus": [{"link": {}}]})", 4));
+  EXPECT_TRUE(JsonNestsDeeperThan(R"({"gpus": [{"link": {}}]})", 3));
   EXPECT_FALSE(JsonNestsDeeperThan("[][][][]", 1));  // side by side, not inside
   EXPECT_TRUE(JsonNestsDeeperThan(std::string(100000, '['), 32));
 }
