@@ -166,30 +166,21 @@ void AddDaemonFlags(CLI::App* cmd, DaemonClientOptions& daemon) {
   cmd->add_option("--timeout", daemon.timeout, "Give up after this long (default 5s)");
 }
 
-// A command that asks the running daemon for its verdict (health, status): the flags that
-// reach the daemon, and the verdict's exit codes as its footer (`more_codes` after them).
-CLI::App* AddVerdictCommand(CLI::App& app, const char* name, const char* description,
-                            DaemonClientOptions& daemon, const std::string& more_codes = "") {
-  auto* cmd = app.add_subcommand(name, description);
-  AddDaemonFlags(cmd, daemon);
-  cmd->footer(ExitCodes({{HealthExitCode(HealthOutcome::kOk, false), "every GPU's verdict is ok"},
-                         {HealthExitCode(HealthOutcome::kProblem, false), "a GPU is DEGRADED"},
-                         {HealthExitCode(HealthOutcome::kUnknown, false),
-                          "unknown: no answer, no verdict yet, or a stale one"},
-                         {xferd::kExitUsage, "a flag the command line cannot parse"}}) +
-              more_codes);
-  return cmd;
+// The exit codes of the commands that report the daemon's verdict (health, status).
+std::string VerdictExitCodes(const char* ok, const char* problem) {
+  return ExitCodes({{HealthExitCode(HealthOutcome::kOk, false), ok},
+                    {HealthExitCode(HealthOutcome::kProblem, false), problem},
+                    {HealthExitCode(HealthOutcome::kUnknown, false),
+                     "unknown: no answer, no verdict yet, or a stale one"},
+                    {xferd::kExitUsage, "a flag the command line cannot parse"}});
 }
 
 CLI::App* AddHealthCommand(CLI::App& app, HealthCommandOptions& health) {
-  auto* health_cmd = AddVerdictCommand(
-      app, "health",
+  auto* health_cmd = app.add_subcommand(
+      "health",
       "Ask the running daemon for its verdict: one line; exit 0 ok, 1 a GPU degraded, "
-      "2 unknown (node-problem-detector's plugin protocol)",
-      health.daemon,
-      "\nWith --nagios: " + std::to_string(HealthExitCode(HealthOutcome::kOk, true)) + " OK, " +
-          std::to_string(HealthExitCode(HealthOutcome::kProblem, true)) + " CRITICAL, " +
-          std::to_string(HealthExitCode(HealthOutcome::kUnknown, true)) + " UNKNOWN");
+      "2 unknown (node-problem-detector's plugin protocol)");
+  AddDaemonFlags(health_cmd, health.daemon);
   health_cmd->add_option("--stale-after", health.stale_after,
                          "A verdict older than this is unknown (default: the daemon's limit, 3 "
                          "intervals + the cycle budget)");
@@ -198,17 +189,23 @@ CLI::App* AddHealthCommand(CLI::App& app, HealthCommandOptions& health) {
       WithChoices("Only a GPU degraded with this cause is a problem", CauseNames()));
   health_cmd->add_flag("--nagios", health.nagios,
                        "Nagios plugin form: XFERD OK/CRITICAL/UNKNOWN, exit 0, 2, 3");
+  health_cmd->footer(
+      VerdictExitCodes("every GPU's verdict is ok", "a GPU is DEGRADED") +
+      "\nWith --nagios: " + std::to_string(HealthExitCode(HealthOutcome::kOk, true)) + " OK, " +
+      std::to_string(HealthExitCode(HealthOutcome::kProblem, true)) + " CRITICAL, " +
+      std::to_string(HealthExitCode(HealthOutcome::kUnknown, true)) + " UNKNOWN");
   return health_cmd;
 }
 
 CLI::App* AddStatusCommand(CLI::App& app, StatusCommandOptions& status) {
-  auto* status_cmd = AddVerdictCommand(
-      app, "status",
+  auto* status_cmd = app.add_subcommand(
+      "status",
       "Show the running daemon's status as tables: per GPU its verdict and cause, each series "
-      "against band and baseline with its age and next run; exit status as health's",
-      status.daemon);
+      "against band and baseline with its age and next run; exit status as health's");
+  AddDaemonFlags(status_cmd, status.daemon);
   status_cmd->add_flag("--json", status.json,
                        "Print the status document (/api/v1/status) as the daemon served it");
+  status_cmd->footer(VerdictExitCodes("every GPU's verdict is ok", "a GPU is DEGRADED"));
   return status_cmd;
 }
 
