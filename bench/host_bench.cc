@@ -293,13 +293,43 @@ void ReportPollCost(benchmark::State& state, double cpu_s, std::size_t gpus, std
   state.counters["core_ppm_at_2s"] = per_poll / 2.0 * 1e6;  // the budget: 100 (0.01 %)
 }
 
-std::size_t FilesRead(const std::vector<probes::WatchedGpu>& gpus) {
+// The devices at the ends of the GPUs' links, each shared one once.
+std::set<std::string> LinkEnds(const std::vector<probes::WatchedGpu>& gpus) {
   std::set<std::string> ends;
   for (const auto& g : gpus) {
     for (const auto& l : g.links) ends.insert(l.bdf);
   }
-  return 2 * ends.size();  // current_link_speed and current_link_width of each
+  return ends;
 }
+
+std::size_t FilesRead(const std::vector<probes::WatchedGpu>& gpus) {
+  return 2 * LinkEnds(gpus).size();  // current_link_speed and current_link_width of each
+}
+
+std::vector<probes::DeviceInfo> DevicesOf(const std::vector<probes::WatchedGpu>& gpus) {
+  std::vector<probes::DeviceInfo> devices;
+  for (const auto& g : gpus) devices.push_back(g.device);
+  return devices;
+}
+
+// core::LinkWatcher over every GPU of the tree, set up as the daemon sets it up and polled
+// once (its files open, as after the first poll).
+struct TreeWatch {
+  TreeWatch()
+      : root(LinkWatchRoot()),
+        reader(probes::MakeLinkStateReader(root, nullptr)),
+        gpus(WatchedGpus(*reader)),
+        watch(*reader, DevicesOf(gpus), Settings{}, clock, {}) {
+    for (const auto& g : gpus)
+      watch.SetPath(g.device, probes::ReadLinkPath(root, g.device.pci_bus_id));
+    watch.Poll();
+  }
+  const std::filesystem::path root;
+  const std::unique_ptr<probes::LinkStateReader> reader;
+  const std::vector<probes::WatchedGpu> gpus;
+  SteadyClock clock;
+  LinkWatcher watch;
+};
 
 // What the daemon's link watch reads at each poll: every link of every GPU, each shared link
 // once, through attributes kept open.
@@ -322,10 +352,7 @@ void BM_LinkWatchReadReopening(benchmark::State& state) {
   const auto root = LinkWatchRoot();
   const auto reader = probes::MakeLinkStateReader(root, nullptr);
   const auto gpus = WatchedGpus(*reader);
-  std::set<std::string> ends;
-  for (const auto& g : gpus) {
-    for (const auto& l : g.links) ends.insert(l.bdf);
-  }
+  const std::set<std::string> ends = LinkEnds(gpus);
   const double start = ThreadCpuSeconds();
   for (auto _ : state) {
     for (const std::string& bdf : ends) {
@@ -342,39 +369,23 @@ BENCHMARK(BM_LinkWatchReadReopening)->Unit(benchmark::kMicrosecond);
 
 // The watch's whole poll (core::LinkWatcher::Poll): the reading and the counting rule.
 void BM_LinkWatchPoll(benchmark::State& state) {
-  const auto root = LinkWatchRoot();
-  const auto reader = probes::MakeLinkStateReader(root, nullptr);
-  const auto gpus = WatchedGpus(*reader);
-  std::vector<probes::DeviceInfo> devices;
-  for (const auto& g : gpus) devices.push_back(g.device);
-  SteadyClock clock;
-  LinkWatcher watch(*reader, devices, Settings{}, clock, {});
-  for (const auto& d : devices) watch.SetPath(d, probes::ReadLinkPath(root, d.pci_bus_id));
-  watch.Poll();
+  TreeWatch tree;
   const double start = ThreadCpuSeconds();
-  for (auto _ : state) watch.Poll();
-  ReportPollCost(state, ThreadCpuSeconds() - start, gpus.size(), FilesRead(gpus));
+  for (auto _ : state) tree.watch.Poll();
+  ReportPollCost(state, ThreadCpuSeconds() - start, tree.gpus.size(), FilesRead(tree.gpus));
 }
 BENCHMARK(BM_LinkWatchPoll)->Unit(benchmark::kMicrosecond);
 
 // The same poll as the daemon's thread makes it: after a sleep (caches and branch predictors
 // cold, the thread woken), so the CPU time counted includes the wake-up.
 void BM_LinkWatchPollAfterSleep(benchmark::State& state) {
-  const auto root = LinkWatchRoot();
-  const auto reader = probes::MakeLinkStateReader(root, nullptr);
-  const auto gpus = WatchedGpus(*reader);
-  std::vector<probes::DeviceInfo> devices;
-  for (const auto& g : gpus) devices.push_back(g.device);
-  SteadyClock clock;
-  LinkWatcher watch(*reader, devices, Settings{}, clock, {});
-  for (const auto& d : devices) watch.SetPath(d, probes::ReadLinkPath(root, d.pci_bus_id));
-  watch.Poll();
+  TreeWatch tree;
   const double start = ThreadCpuSeconds();
   for (auto _ : state) {
-    clock.SleepUntil(clock.Now() + std::chrono::milliseconds(state.range(0)), {});
-    watch.Poll();
+    tree.clock.SleepUntil(tree.clock.Now() + std::chrono::milliseconds(state.range(0)), {});
+    tree.watch.Poll();
   }
-  ReportPollCost(state, ThreadCpuSeconds() - start, gpus.size(), FilesRead(gpus));
+  ReportPollCost(state, ThreadCpuSeconds() - start, tree.gpus.size(), FilesRead(tree.gpus));
 }
 BENCHMARK(BM_LinkWatchPollAfterSleep)->Arg(200)->Iterations(25)->Unit(benchmark::kMicrosecond);
 

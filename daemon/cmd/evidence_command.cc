@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cmd/commands.h"
+#include "cmd/json_depth.h"
 #include "config/config.h"
 #include "core/evidence.h"
 #include "core/fault_codes.h"
@@ -188,32 +189,9 @@ std::string RenderRecord(const json& r, const std::string& name,
 // a device, aer, a count); a deeper file is not one of its records, and is never built.
 constexpr int kMaxRecordDepth = 16;
 
-bool NestsDeeperThan(std::string_view text, int limit) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > limit) return true;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return false;
-}
-
 json ParseRecordFile(const core::EvidenceStore& store, const std::string& name) {
   const std::string text = store.Read(name);
-  if (NestsDeeperThan(text, kMaxRecordDepth)) {
+  if (JsonNestsDeeperThan(text, kMaxRecordDepth)) {
     throw platform::FileError("cannot read", "evidence record", store.dir() / name,
                               "it nests deeper than any record xferd writes",
                               "remove it; xferd writes its records itself", 0);

@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "cmd/json_depth.h"
 #include "core/clock.h"
 #include "core/diagnosis.h"
 #include "core/incident_log.h"
@@ -72,28 +73,10 @@ json ReadDocument(std::string_view body, std::string& problem) {
   // The document nests 8 deep (gpus, a GPU, link, errors, counters, a counter); a deeper
   // one is not it, and a DOM of a million levels is not built for it.
   constexpr int kMaxDepth = 32;
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxDepth) {
-        problem = fmt::format("the daemon's answer nests more than {} deep: not a status document",
-                              kMaxDepth);
-        return nullptr;
-      }
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
+  if (JsonNestsDeeperThan(body, kMaxDepth)) {
+    problem = fmt::format("the daemon's answer nests more than {} deep: not a status document",
+                          kMaxDepth);
+    return nullptr;
   }
   std::vector<std::set<std::string>> keys;  // of each object open
   std::string repeated;

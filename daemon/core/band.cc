@@ -283,19 +283,24 @@ std::string_view ToString(BandHold hold) {
   return "unknown";
 }
 
-std::uint64_t BandMinSize(probes::TransferMode mode, probes::Direction direction,
-                          double link_bytes_per_s) {
-  const std::uint64_t measured = ProfileOf(mode, direction).band_min_size_bytes;
-  if (measured <= kBandMinSizeBytes || link_bytes_per_s <= 0 ||
-      link_bytes_per_s >= kProfileLinkBytesPerSecond) {
-    return measured;
+std::uint64_t ScaledToLink(std::uint64_t size_bytes, double link_bytes_per_s,
+                           double reference_bytes_per_s) {
+  if (size_bytes <= kBandMinSizeBytes || link_bytes_per_s <= 0 ||
+      link_bytes_per_s >= reference_bytes_per_s) {
+    return size_bytes;
   }
   constexpr double kMiB = 1 << 20;
-  const double scaled =
-      static_cast<double>(measured) * link_bytes_per_s / kProfileLinkBytesPerSecond;
-  // Whole MiB, down, with a hair of slack for rates that are powers of two of Gen5 x16's.
+  // Whole MiB, rounded down (with a hair of slack: the PCIe rates are exact powers of two
+  // of each other, and Gen3 x4 must give 8 MiB against Gen4 x16's 64, not 7.99...).
+  const double scaled = static_cast<double>(size_bytes) * link_bytes_per_s / reference_bytes_per_s;
   const auto mib = static_cast<std::uint64_t>(std::floor(scaled / kMiB + 1e-6));
-  return std::max<std::uint64_t>(mib << 20, kBandMinSizeBytes);
+  return std::clamp<std::uint64_t>(mib << 20, kBandMinSizeBytes, size_bytes);
+}
+
+std::uint64_t BandMinSize(probes::TransferMode mode, probes::Direction direction,
+                          double link_bytes_per_s) {
+  return ScaledToLink(ProfileOf(mode, direction).band_min_size_bytes, link_bytes_per_s,
+                      kProfileLinkBytesPerSecond);
 }
 
 BandHold HoldOf(probes::TransferMode mode, probes::Direction direction, std::uint64_t size_bytes,

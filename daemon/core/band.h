@@ -109,6 +109,14 @@ ExpectedBand ResolveBand(const Settings& settings, const probes::DeviceInfo& dev
 // judged against their baseline only. At 4 MiB the floor costs under 5% even on Gen5 x16.
 inline constexpr std::uint64_t kBandMinSizeBytes = 4ull << 20;
 
+// `size_bytes` scaled to a link of `link_bytes_per_s` against one of `reference_bytes_per_s`
+// (so that a transfer takes as long on it): in whole MiB, rounded down, never under
+// kBandMinSizeBytes nor over `size_bytes`. A size of kBandMinSizeBytes or less, a link as
+// fast as the reference or faster, or one of unknown rate (0) leave it as it is. The one
+// rule behind BandMinSize and PlannedSize (core/plan.h).
+std::uint64_t ScaledToLink(std::uint64_t size_bytes, double link_bytes_per_s,
+                           double reference_bytes_per_s);
+
 // What each (mode, direction) reaches on healthy hardware, in one table: how far the band
 // holds it, and how fast it moves data for a cost estimate.
 struct ModeProfile {

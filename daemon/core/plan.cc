@@ -61,17 +61,8 @@ std::vector<probes::DeviceInfo> SelectDevices(const std::vector<probes::DeviceIn
 
 std::uint64_t PlannedSize(const Settings& settings, std::uint64_t size_bytes,
                           double link_bytes_per_s) {
-  if (!settings.sizes_follow_link || size_bytes <= kBandMinSizeBytes || link_bytes_per_s <= 0 ||
-      link_bytes_per_s >= kSizeReferenceBytesPerSecond) {
-    return size_bytes;
-  }
-  constexpr double kMiB = 1 << 20;
-  // Whole MiB, rounded down (with a hair of slack: the PCIe rates are exact powers of two
-  // of each other, and Gen3 x4 must give 8 MiB, not 7.99...).
-  const double scaled =
-      static_cast<double>(size_bytes) * link_bytes_per_s / kSizeReferenceBytesPerSecond;
-  const auto mib = static_cast<std::uint64_t>(std::floor(scaled / kMiB + 1e-6));
-  return std::clamp<std::uint64_t>(mib << 20, kBandMinSizeBytes, size_bytes);
+  if (!settings.sizes_follow_link) return size_bytes;
+  return ScaledToLink(size_bytes, link_bytes_per_s, kSizeReferenceBytesPerSecond);
 }
 
 std::vector<probes::ProbeSpec> PlanProbes(const Settings& settings, Deadlines deadlines,

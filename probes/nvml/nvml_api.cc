@@ -141,49 +141,17 @@ nvml::Device Raw(NvmlDevice device) {
 
 class DlopenNvml final : public NvmlApi {
  public:
-  explicit DlopenNvml(const std::string& library) {
-    handle_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // The functions are looked up as the members are made (below), from the library opened
+  // first; none when it could not be opened.
+  explicit DlopenNvml(const std::string& library)
+      : handle_(dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL)),
+        open_error_(handle_ == nullptr ? DlError() : std::string()) {
     if (handle_ == nullptr) {
-      const char* err = dlerror();
       unavailable_ = fmt::format("{} not loadable ({}); is the NVIDIA driver installed?", library,
-                                 err ? err : "unknown error");
+                                 open_error_);
       return;
     }
-    init_ = Symbol<nvml::InitFn>("nvmlInit_v2");
-    shutdown_ = Symbol<nvml::ShutdownFn>("nvmlShutdown");
-    error_string_ = Symbol<ErrorStringFn>("nvmlErrorString");
-    by_pci_ = Symbol<nvml::HandleByPciFn>("nvmlDeviceGetHandleByPciBusId_v2");
-    by_uuid_ = Symbol<HandleByUuidFn>("nvmlDeviceGetHandleByUUID");
-    utilization_ = Symbol<UtilizationFn>("nvmlDeviceGetUtilizationRates");
-    pcie_ = Symbol<PcieThroughputFn>("nvmlDeviceGetPcieThroughput");
-    // Optional: older drivers lack them, and the readers then do without.
-    field_values_ = Symbol<FieldValuesFn>("nvmlDeviceGetFieldValues");
-    samples_ = Symbol<SamplesFn>("nvmlDeviceGetSamples");
-    replays_ = Symbol<ReplayCounterFn>("nvmlDeviceGetPcieReplayCounter");
-    current_gen_ = Symbol<LinkFn>("nvmlDeviceGetCurrPcieLinkGeneration");
-    current_width_ = Symbol<LinkFn>("nvmlDeviceGetCurrPcieLinkWidth");
-    max_gen_ = Symbol<LinkFn>("nvmlDeviceGetMaxPcieLinkGeneration");
-    max_width_ = Symbol<LinkFn>("nvmlDeviceGetMaxPcieLinkWidth");
-    // Confidential computing and MIG: present from R470 (MIG) and R535 (CC settings) on.
-    cc_settings_ = Symbol<CcSettingsFn>("nvmlSystemGetConfComputeSettings");
-    cc_state_ = Symbol<CcStateFn>("nvmlSystemGetConfComputeState");
-    cc_ready_ = Symbol<UIntFn>("nvmlSystemGetConfComputeGpusReadyState");
-    mig_mode_ = Symbol<MigModeFn>("nvmlDeviceGetMigMode");
-    max_mig_ = Symbol<DeviceUIntFn>("nvmlDeviceGetMaxMigDeviceCount");
-    mig_by_index_ = Symbol<MigByIndexFn>("nvmlDeviceGetMigDeviceHandleByIndex");
-    parent_ = Symbol<ParentFn>("nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
-    gi_id_ = Symbol<DeviceUIntFn>("nvmlDeviceGetGpuInstanceId");
-    ci_id_ = Symbol<DeviceUIntFn>("nvmlDeviceGetComputeInstanceId");
-    gi_by_id_ = Symbol<GpuInstanceByIdFn>("nvmlDeviceGetGpuInstanceById");
-    gi_info_ = Symbol<GpuInstanceInfoFn>("nvmlGpuInstanceGetInfo");
-    profile_v1_ = Symbol<ProfileV1Fn>("nvmlDeviceGetGpuInstanceProfileInfo");
-    profile_v2_ = Symbol<ProfileV2Fn>("nvmlDeviceGetGpuInstanceProfileInfoV");
-    count_ = Symbol<UIntFn>("nvmlDeviceGetCount_v2");
-    by_index_ = Symbol<HandleByIndexFn>("nvmlDeviceGetHandleByIndex_v2");
-    uuid_ = Symbol<StringFn>("nvmlDeviceGetUUID");
-    name_ = Symbol<StringFn>("nvmlDeviceGetName");
-    pci_info_ = Symbol<PciInfoFn>("nvmlDeviceGetPciInfo_v3");
-    auto* driver_version = Symbol<DriverVersionFn>("nvmlSystemGetDriverVersion");
+    const DriverVersionFn driver_version = Symbol("nvmlSystemGetDriverVersion");
     if (!init_ || !shutdown_ || !by_pci_ || !by_uuid_ || !utilization_ || !pcie_) {
       unavailable_ = fmt::format("{} lacks the functions xferd needs (an old driver?)", library);
       return;
@@ -428,41 +396,62 @@ class DlopenNvml final : public NvmlApi {
     return rc;
   }
 
-  template <typename Fn>
-  Fn Symbol(const char* name) {
-    return reinterpret_cast<Fn>(dlsym(handle_, name));
+  static std::string DlError() {
+    const char* err = dlerror();
+    return err ? err : "unknown error";
   }
 
+  // A function of the library, converted to the type of what it initialises; nullptr where
+  // the library lacks it or none is open.
+  struct Lookup {
+    void* handle;
+    const char* name;
+    template <typename Fn>
+    operator Fn() const {  // NOLINT(google-explicit-constructor): the member's type picks Fn
+      return handle == nullptr ? nullptr : reinterpret_cast<Fn>(dlsym(handle, name));
+    }
+  };
+  Lookup Symbol(const char* name) const { return {handle_, name}; }
+
+  // Declared first: the functions below are looked up from it as they are made.
   void* handle_ = nullptr;
+  std::string open_error_;
+  nvml::InitFn init_ = Symbol("nvmlInit_v2");
+  nvml::ShutdownFn shutdown_ = Symbol("nvmlShutdown");
+  ErrorStringFn error_string_ = Symbol("nvmlErrorString");
+  nvml::HandleByPciFn by_pci_ = Symbol("nvmlDeviceGetHandleByPciBusId_v2");
+  HandleByUuidFn by_uuid_ = Symbol("nvmlDeviceGetHandleByUUID");
+  UtilizationFn utilization_ = Symbol("nvmlDeviceGetUtilizationRates");
+  PcieThroughputFn pcie_ = Symbol("nvmlDeviceGetPcieThroughput");
+  // Optional: older drivers lack them, and the readers then do without.
+  FieldValuesFn field_values_ = Symbol("nvmlDeviceGetFieldValues");
+  SamplesFn samples_ = Symbol("nvmlDeviceGetSamples");
+  ReplayCounterFn replays_ = Symbol("nvmlDeviceGetPcieReplayCounter");
+  LinkFn current_gen_ = Symbol("nvmlDeviceGetCurrPcieLinkGeneration");
+  LinkFn current_width_ = Symbol("nvmlDeviceGetCurrPcieLinkWidth");
+  LinkFn max_gen_ = Symbol("nvmlDeviceGetMaxPcieLinkGeneration");
+  LinkFn max_width_ = Symbol("nvmlDeviceGetMaxPcieLinkWidth");
+  // Confidential computing and MIG: present from R470 (MIG) and R535 (CC settings) on.
+  CcSettingsFn cc_settings_ = Symbol("nvmlSystemGetConfComputeSettings");
+  CcStateFn cc_state_ = Symbol("nvmlSystemGetConfComputeState");
+  UIntFn cc_ready_ = Symbol("nvmlSystemGetConfComputeGpusReadyState");
+  MigModeFn mig_mode_ = Symbol("nvmlDeviceGetMigMode");
+  DeviceUIntFn max_mig_ = Symbol("nvmlDeviceGetMaxMigDeviceCount");
+  MigByIndexFn mig_by_index_ = Symbol("nvmlDeviceGetMigDeviceHandleByIndex");
+  ParentFn parent_ = Symbol("nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
+  DeviceUIntFn gi_id_ = Symbol("nvmlDeviceGetGpuInstanceId");
+  DeviceUIntFn ci_id_ = Symbol("nvmlDeviceGetComputeInstanceId");
+  GpuInstanceByIdFn gi_by_id_ = Symbol("nvmlDeviceGetGpuInstanceById");
+  GpuInstanceInfoFn gi_info_ = Symbol("nvmlGpuInstanceGetInfo");
+  ProfileV1Fn profile_v1_ = Symbol("nvmlDeviceGetGpuInstanceProfileInfo");
+  ProfileV2Fn profile_v2_ = Symbol("nvmlDeviceGetGpuInstanceProfileInfoV");
+  UIntFn count_ = Symbol("nvmlDeviceGetCount_v2");
+  HandleByIndexFn by_index_ = Symbol("nvmlDeviceGetHandleByIndex_v2");
+  StringFn uuid_ = Symbol("nvmlDeviceGetUUID");
+  StringFn name_ = Symbol("nvmlDeviceGetName");
+  PciInfoFn pci_info_ = Symbol("nvmlDeviceGetPciInfo_v3");
   bool initialised_ = false;
   std::string unavailable_, driver_version_;
-  nvml::InitFn init_ = nullptr;
-  nvml::ShutdownFn shutdown_ = nullptr;
-  ErrorStringFn error_string_ = nullptr;
-  nvml::HandleByPciFn by_pci_ = nullptr;
-  HandleByUuidFn by_uuid_ = nullptr;
-  UtilizationFn utilization_ = nullptr;
-  PcieThroughputFn pcie_ = nullptr;
-  FieldValuesFn field_values_ = nullptr;
-  SamplesFn samples_ = nullptr;
-  ReplayCounterFn replays_ = nullptr;
-  LinkFn current_gen_ = nullptr, current_width_ = nullptr, max_gen_ = nullptr, max_width_ = nullptr;
-  CcSettingsFn cc_settings_ = nullptr;
-  CcStateFn cc_state_ = nullptr;
-  UIntFn cc_ready_ = nullptr;
-  MigModeFn mig_mode_ = nullptr;
-  DeviceUIntFn max_mig_ = nullptr;
-  MigByIndexFn mig_by_index_ = nullptr;
-  ParentFn parent_ = nullptr;
-  DeviceUIntFn gi_id_ = nullptr, ci_id_ = nullptr;
-  GpuInstanceByIdFn gi_by_id_ = nullptr;
-  GpuInstanceInfoFn gi_info_ = nullptr;
-  ProfileV1Fn profile_v1_ = nullptr;
-  ProfileV2Fn profile_v2_ = nullptr;
-  UIntFn count_ = nullptr;
-  HandleByIndexFn by_index_ = nullptr;
-  StringFn uuid_ = nullptr, name_ = nullptr;
-  PciInfoFn pci_info_ = nullptr;
 };
 
 }  // namespace

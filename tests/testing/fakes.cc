@@ -67,80 +67,73 @@ probes::NvmlReturn FakeNvml::DeviceByUuid(const std::string& uuid, probes::NvmlD
 }
 
 probes::NvmlReturn FakeNvml::GpuUtilization(probes::NvmlDevice device, unsigned* percent) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
-  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
-  *percent = gpu->utilization;
-  return gpu->utilization_rc;
+  return OnGpu(device, [&](Gpu& gpu) {
+    *percent = gpu.utilization;
+    return gpu.utilization_rc;
+  });
 }
 
 probes::NvmlReturn FakeNvml::PcieThroughput(probes::NvmlDevice device, probes::PcieCounter counter,
                                             unsigned* kib_per_s) {
   // As the real call, each sample takes a while (1 ms here, 20 ms in the driver).
   std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
-  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
-  *kib_per_s = counter == probes::PcieCounter::kRx ? gpu->rx_kib_per_s : gpu->tx_kib_per_s;
-  return gpu->throughput_rc;
+  return OnGpu(device, [&](Gpu& gpu) {
+    *kib_per_s = counter == probes::PcieCounter::kRx ? gpu.rx_kib_per_s : gpu.tx_kib_per_s;
+    return gpu.throughput_rc;
+  });
 }
 
 probes::NvmlReturn FakeNvml::PcieByteCounters(probes::NvmlDevice device,
                                               probes::NvmlCounterValue* rx,
                                               probes::NvmlCounterValue* tx) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
-  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
-  ++counter_reads_;
-  if (gpu->counters_rc != probes::kNvmlSuccess) return gpu->counters_rc;
-  Counters& c = gpu->counters;
-  *rx = c.rx;
-  *tx = c.tx;
-  tx->timestamp_us = c.rx.timestamp_us;
-  c.rx.value += c.rx_step;  // unsigned: wraps at 2^64 as the driver's counter would
-  c.tx.value += c.tx_step;
-  c.rx.timestamp_us += c.timestamp_step_us;
-  return probes::kNvmlSuccess;
+  return OnGpu(device, [&](Gpu& gpu) {
+    ++counter_reads_;
+    if (gpu.counters_rc != probes::kNvmlSuccess) return gpu.counters_rc;
+    Counters& c = gpu.counters;
+    *rx = c.rx;
+    *tx = c.tx;
+    tx->timestamp_us = c.rx.timestamp_us;
+    c.rx.value += c.rx_step;  // unsigned: wraps at 2^64 as the driver's counter would
+    c.tx.value += c.tx_step;
+    c.rx.timestamp_us += c.timestamp_step_us;
+    return probes::kNvmlSuccess;
+  });
 }
 
 probes::NvmlReturn FakeNvml::UtilizationSamples(probes::NvmlDevice device, std::uint64_t since_us,
                                                 std::vector<probes::NvmlSample>* samples) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
   samples->clear();
-  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
-  for (const probes::NvmlSample& s : gpu->samples) {
-    if (s.timestamp_us > since_us) samples->push_back(s);
-  }
-  return samples->empty() ? probes::kNvmlErrorNotFound : probes::kNvmlSuccess;
+  return OnGpu(device, [&](Gpu& gpu) {
+    for (const probes::NvmlSample& s : gpu.samples) {
+      if (s.timestamp_us > since_us) samples->push_back(s);
+    }
+    return samples->empty() ? probes::kNvmlErrorNotFound : probes::kNvmlSuccess;
+  });
 }
 
 probes::NvmlReturn FakeNvml::PcieReplayCounter(probes::NvmlDevice device, unsigned* replays) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
-  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
-  *replays = gpu->replays;
-  return gpu->replays_rc;
+  return OnGpu(device, [&](Gpu& gpu) {
+    *replays = gpu.replays;
+    return gpu.replays_rc;
+  });
 }
 
 probes::NvmlReturn FakeNvml::CurrentPcieLink(probes::NvmlDevice device, unsigned* generation,
                                              unsigned* width) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
-  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
-  *generation = gpu->link_gen;
-  *width = gpu->link_width;
-  return gpu->link_rc;
+  return OnGpu(device, [&](Gpu& gpu) {
+    *generation = gpu.link_gen;
+    *width = gpu.link_width;
+    return gpu.link_rc;
+  });
 }
 
 probes::NvmlReturn FakeNvml::MaxPcieLink(probes::NvmlDevice device, unsigned* generation,
                                          unsigned* width) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
-  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
-  *generation = gpu->max_link_gen;
-  *width = gpu->max_link_width;
-  return gpu->link_rc;
+  return OnGpu(device, [&](Gpu& gpu) {
+    *generation = gpu.max_link_gen;
+    *width = gpu.max_link_width;
+    return gpu.link_rc;
+  });
 }
 
 probes::NvmlReturn FakeNvml::ConfComputeSettings(probes::NvmlConfComputeState* state) {
@@ -176,80 +169,69 @@ FakeNvml::Gpu::MigDevice* FakeNvml::FindMig(probes::NvmlDevice device, Gpu** par
 
 probes::NvmlReturn FakeNvml::MigMode(probes::NvmlDevice device, unsigned* current,
                                      unsigned* pending) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
-  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
-  if (gpu->mig_rc == probes::kNvmlSuccess) *current = *pending = gpu->mig_current;
-  return gpu->mig_rc;
+  return OnGpu(device, [&](Gpu& gpu) {
+    if (gpu.mig_rc == probes::kNvmlSuccess) *current = *pending = gpu.mig_current;
+    return gpu.mig_rc;
+  });
 }
 
 probes::NvmlReturn FakeNvml::MaxMigDeviceCount(probes::NvmlDevice device, unsigned* count) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
-  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
-  *count = gpu->mig_current == probes::kNvmlMigEnabled ? 7 : 0;
-  return probes::kNvmlSuccess;
+  return OnGpu(device, [&](Gpu& gpu) {
+    *count = gpu.mig_current == probes::kNvmlMigEnabled ? 7 : 0;
+    return probes::kNvmlSuccess;
+  });
 }
 
 probes::NvmlReturn FakeNvml::MigDeviceByIndex(probes::NvmlDevice device, unsigned index,
                                               probes::NvmlDevice* mig) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
-  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
-  if (index >= gpu->mig_devices.size()) return probes::kNvmlErrorNotFound;
-  *mig = &gpu->mig_devices[index];
-  return probes::kNvmlSuccess;
+  return OnGpu(device, [&](Gpu& gpu) {
+    if (index >= gpu.mig_devices.size()) return probes::kNvmlErrorNotFound;
+    *mig = &gpu.mig_devices[index];
+    return probes::kNvmlSuccess;
+  });
 }
 
 probes::NvmlReturn FakeNvml::ParentOfMigDevice(probes::NvmlDevice mig, probes::NvmlDevice* parent) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = nullptr;
-  if (FindMig(mig, &gpu) == nullptr) return probes::kNvmlErrorInvalidArgument;
-  *parent = gpu;
-  return probes::kNvmlSuccess;
+  return OnMig(mig, [&](Gpu& gpu, Gpu::MigDevice&) {
+    *parent = &gpu;
+    return probes::kNvmlSuccess;
+  });
 }
 
 probes::NvmlReturn FakeNvml::GpuInstanceId(probes::NvmlDevice mig, unsigned* id) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = nullptr;
-  const Gpu::MigDevice* m = FindMig(mig, &gpu);
-  if (m == nullptr) return probes::kNvmlErrorInvalidArgument;
-  *id = m->gpu_instance;
-  return probes::kNvmlSuccess;
+  return OnMig(mig, [&](Gpu&, Gpu::MigDevice& m) {
+    *id = m.gpu_instance;
+    return probes::kNvmlSuccess;
+  });
 }
 
 probes::NvmlReturn FakeNvml::ComputeInstanceId(probes::NvmlDevice mig, unsigned* id) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = nullptr;
-  const Gpu::MigDevice* m = FindMig(mig, &gpu);
-  if (m == nullptr) return probes::kNvmlErrorInvalidArgument;
-  *id = m->compute_instance;
-  return probes::kNvmlSuccess;
+  return OnMig(mig, [&](Gpu&, Gpu::MigDevice& m) {
+    *id = m.compute_instance;
+    return probes::kNvmlSuccess;
+  });
 }
 
 probes::NvmlReturn FakeNvml::GpuInstanceProfileId(probes::NvmlDevice device,
                                                   unsigned gpu_instance_id, unsigned* profile_id) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
-  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
-  for (const auto& m : gpu->mig_devices) {
-    if (m.gpu_instance != gpu_instance_id) continue;
-    *profile_id = m.profile_id;
-    return probes::kNvmlSuccess;
-  }
-  return probes::kNvmlErrorNotFound;
+  return OnGpu(device, [&](Gpu& gpu) {
+    for (const auto& m : gpu.mig_devices) {
+      if (m.gpu_instance != gpu_instance_id) continue;
+      *profile_id = m.profile_id;
+      return probes::kNvmlSuccess;
+    }
+    return probes::kNvmlErrorNotFound;
+  });
 }
 
 probes::NvmlReturn FakeNvml::GpuInstanceProfileInfo(probes::NvmlDevice device,
                                                     unsigned profile_index,
                                                     probes::NvmlGpuInstanceProfile* profile) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
-  if (gpu == nullptr || profile_index >= gpu->profiles.size()) {
-    return probes::kNvmlErrorInvalidArgument;
-  }
-  *profile = gpu->profiles[profile_index];
-  return probes::kNvmlSuccess;
+  return OnGpu(device, [&](Gpu& gpu) {
+    if (profile_index >= gpu.profiles.size()) return probes::kNvmlErrorInvalidArgument;
+    *profile = gpu.profiles[profile_index];
+    return probes::kNvmlSuccess;
+  });
 }
 
 probes::NvmlReturn FakeNvml::DeviceCount(unsigned* count) {
@@ -279,11 +261,10 @@ probes::NvmlReturn FakeNvml::Uuid(probes::NvmlDevice device, std::string* uuid) 
 }
 
 probes::NvmlReturn FakeNvml::Name(probes::NvmlDevice device, std::string* name) {
-  std::lock_guard lock(mutex_);
-  Gpu* gpu = Find(device);
-  if (gpu == nullptr) return probes::kNvmlErrorInvalidArgument;
-  *name = gpu->name;
-  return probes::kNvmlSuccess;
+  return OnGpu(device, [&](Gpu& gpu) {
+    *name = gpu.name;
+    return probes::kNvmlSuccess;
+  });
 }
 
 probes::NvmlReturn FakeNvml::PciBusId(probes::NvmlDevice device, std::string* bus_id) {

@@ -194,6 +194,22 @@ class FakeNvml final : public probes::NvmlApi {
   Gpu* Find(probes::NvmlDevice device);
   // The MIG device a handle points at, and its GPU; nullptr when it is none.
   Gpu::MigDevice* FindMig(probes::NvmlDevice device, Gpu** parent);
+  // What `answer` returns for the GPU `device` points at, under the lock; the driver's
+  // kNvmlErrorInvalidArgument for a handle that is no GPU's.
+  template <typename Answer>
+  probes::NvmlReturn OnGpu(probes::NvmlDevice device, Answer answer) {
+    std::lock_guard lock(mutex_);
+    Gpu* gpu = Find(device);
+    return gpu == nullptr ? probes::kNvmlErrorInvalidArgument : answer(*gpu);
+  }
+  // The same for the MIG device `mig` points at.
+  template <typename Answer>
+  probes::NvmlReturn OnMig(probes::NvmlDevice mig, Answer answer) {
+    std::lock_guard lock(mutex_);
+    Gpu* gpu = nullptr;
+    Gpu::MigDevice* m = FindMig(mig, &gpu);
+    return m == nullptr ? probes::kNvmlErrorInvalidArgument : answer(*gpu, *m);
+  }
   mutable std::mutex mutex_;
   std::map<std::string, Gpu> gpus_;  // by PCI bus id; a device handle points at its entry
   int counter_reads_ = 0;

@@ -24,6 +24,7 @@
 #include "core/health_tracker.h"
 #include "core/incident_log.h"
 #include "exporter/status.h"
+#include "testing/samples.h"
 
 namespace xferd::cmd {
 namespace {
@@ -31,6 +32,7 @@ namespace {
 using core::DiagnosisCause;
 using core::FaultCode;
 using core::RecommendedAction;
+using samples::HealthOf;
 
 std::string SourceFile(const std::string& relative) {
   std::ifstream in(std::string(XFERD_SOURCE_DIR) + "/" + relative);
@@ -55,19 +57,28 @@ struct Reason {
   HealthOutcome state = HealthOutcome::kUnknown;
 };
 
-// One degraded GPU with `lead` the cause its verdict names (nullopt: none named) as the
-// daemon renders it (exporter::StatusBoard) and `xferd health` judges it.
-std::string DegradedDocument(int gpu, probes::TransferMode mode, probes::Direction direction,
-                             const std::string& below, std::optional<DiagnosisCause> lead) {
+// The status document of a node of one GPU judged `health` with `verdict`, as the daemon
+// renders it (exporter::StatusBoard) a cycle after.
+std::string DocumentOf(const core::DeviceHealth& health, core::DeviceVerdict verdict) {
   core::IncidentLog log;
   exporter::StatusBoard board(log);
   probes::DeviceInfo device;
-  device.index = gpu;
-  device.uuid = "GPU-" + std::to_string(gpu);
+  device.index = health.gpu;
+  device.uuid = health.uuid;
   board.SetDevice(device);
-  core::DeviceHealth health;
-  health.gpu = gpu;
-  health.uuid = device.uuid;
+  board.RecordHealth(health, verdict, false);
+  exporter::DaemonStatus daemon;
+  daemon.cycles = 3;
+  daemon.last_cycle_age_s = 1;
+  daemon.stale_after_s = 100;
+  return board.Render(daemon, std::chrono::system_clock::now());
+}
+
+// One degraded GPU with `lead` the cause its verdict names (nullopt: none named) as the
+// daemon renders it and `xferd health` judges it.
+std::string DegradedDocument(int gpu, probes::TransferMode mode, probes::Direction direction,
+                             const std::string& below, std::optional<DiagnosisCause> lead) {
+  core::DeviceHealth health = HealthOf(gpu);
   health.band = {19.85e9, 26.15e9, "link Gen4 x16 at 0000:01:00.0"};
   core::SeriesHealth s;
   s.mode = mode;
@@ -83,30 +94,7 @@ std::string DegradedDocument(int gpu, probes::TransferMode mode, probes::Directi
   health.series = {s};
   health.verdicts = {{mode, direction, true, false, true}};
   if (lead) health.diagnoses.push_back({*lead, "a detail", "advice"});
-  board.RecordHealth(health, core::DeviceVerdict::kDegraded, false);
-  exporter::DaemonStatus daemon;
-  daemon.cycles = 3;
-  daemon.last_cycle_age_s = 1;
-  daemon.stale_after_s = 100;
-  return board.Render(daemon, std::chrono::system_clock::now());
-}
-
-std::string StateDocument(int gpu, core::DeviceVerdict verdict) {
-  core::IncidentLog log;
-  exporter::StatusBoard board(log);
-  probes::DeviceInfo device;
-  device.index = gpu;
-  device.uuid = "GPU-" + std::to_string(gpu);
-  board.SetDevice(device);
-  core::DeviceHealth health;
-  health.gpu = gpu;
-  health.uuid = device.uuid;
-  board.RecordHealth(health, verdict, false);
-  exporter::DaemonStatus daemon;
-  daemon.cycles = 3;
-  daemon.last_cycle_age_s = 1;
-  daemon.stale_after_s = 100;
-  return board.Render(daemon, std::chrono::system_clock::now());
+  return DocumentOf(health, core::DeviceVerdict::kDegraded);
 }
 
 // The GPU indices: one digit, and the longest a host can number (the 80-byte cut falls
@@ -134,12 +122,12 @@ std::vector<Reason> EveryReason() {
         }
       }
     }
-    out.push_back({JudgeStatus(StateDocument(gpu, core::DeviceVerdict::kPending), {}).line,
+    out.push_back({JudgeStatus(DocumentOf(HealthOf(gpu), core::DeviceVerdict::kPending), {}).line,
                    HealthOutcome::kUnknown});
-    out.push_back({JudgeStatus(StateDocument(gpu, core::DeviceVerdict::kStale), {}).line,
+    out.push_back({JudgeStatus(DocumentOf(HealthOf(gpu), core::DeviceVerdict::kStale), {}).line,
                    HealthOutcome::kUnknown});
-    out.push_back(
-        {JudgeStatus(StateDocument(gpu, core::DeviceVerdict::kOk), {}).line, HealthOutcome::kOk});
+    out.push_back({JudgeStatus(DocumentOf(HealthOf(gpu), core::DeviceVerdict::kOk), {}).line,
+                   HealthOutcome::kOk});
   }
   // Each state with no verdict, as every path of `xferd health` words it (a long why: the
   // cut must leave the code whole).

@@ -304,12 +304,20 @@ double SecondsToDegraded(SimulatedService& s, std::vector<probes::SimFault> faul
   return -1;
 }
 
+// Seconds (simulated) from `faults` to DEGRADED, printed as `what`; a failure unless within
+// five minutes, the bound the defaults are chosen for.
+double DegradedWithinFiveMinutes(SimulatedService& s, std::vector<probes::SimFault> faults,
+                                 const char* what) {
+  const double after = SecondsToDegraded(s, std::move(faults));
+  std::printf("%s: DEGRADED %.0f s (simulated) after the fault\n", what, after);
+  EXPECT_GE(after, 0) << "not DEGRADED within 10 minutes";
+  EXPECT_LE(after, 300);
+  return after;
+}
+
 TEST(SimulatedTime, ADegradeFaultIsDegradedWithinFiveMinutesWithTheDefaults) {
   SimulatedService s;
-  const double after = SecondsToDegraded(s, {{probes::SimFault::Kind::kDegrade, -1, 0.5}});
-  std::printf("degrade x0.5: DEGRADED %.0f s (simulated) after the fault\n", after);
-  ASSERT_GE(after, 0) << "not DEGRADED within 10 minutes";
-  EXPECT_LE(after, 300);
+  DegradedWithinFiveMinutes(s, {{probes::SimFault::Kind::kDegrade, -1, 0.5}}, "degrade x0.5");
   const std::string text = s.Scrape();
   EXPECT_EQ(Value(text, "xferd_diagnosis", {"cause=\"below_band\""}), 1.0);
   // Found by confirmation rounds, not by waiting three cycles: at most two cycles ran.
@@ -321,10 +329,7 @@ TEST(SimulatedTime, ADowntrainedLinkIsDegradedWithinFiveMinutesAndNamed) {
   probes::SimFault fault{probes::SimFault::Kind::kDownTrain};
   fault.width = 8;
   fault.gen = 4;
-  const double after = SecondsToDegraded(s, {fault});
-  std::printf("downtrain to x8: DEGRADED %.0f s (simulated) after the fault\n", after);
-  ASSERT_GE(after, 0) << "not DEGRADED within 10 minutes";
-  EXPECT_LE(after, 300);
+  DegradedWithinFiveMinutes(s, {fault}, "downtrain to x8");
   EXPECT_EQ(Value(s.Scrape(), "xferd_diagnosis", {"cause=\"link_downtrained\""}), 1.0);
 }
 
@@ -336,10 +341,8 @@ TEST(SimulatedTime, LinkErrorsThatCostBandwidthAreNamedWithTheDefaults) {
   fault.counter = probes::SimFault::ErrorCounter::kReplay;
   fault.rate = 2;
   fault.factor = 0.6;
-  const double after = SecondsToDegraded(s, {fault});
-  std::printf("replays 120/min and 0.6 of the bandwidth: DEGRADED %.0f s after the fault\n", after);
-  ASSERT_GE(after, 0) << "not DEGRADED within 10 minutes";
-  EXPECT_LE(after, 300);
+  const double after =
+      DegradedWithinFiveMinutes(s, {fault}, "replays 120/min and 0.6 of the bandwidth");
   const std::string text = s.Scrape();
   EXPECT_EQ(Value(text, "xferd_diagnosis", {"cause=\"link_errors\""}), 1.0);
   EXPECT_GT(Value(text, "xferd_pcie_replays_total", {"gpu=\"0\""}).value_or(0), 2 * 0.8 * after);

@@ -63,41 +63,48 @@ TEST(BandFromPath, TheNarrowestLinkBehindASwitchDecidesAndIsNamed) {
   EXPECT_NEAR(HostLinkRate(path), kGen4x8, 1e7);
 }
 
+// The band follows what the link can carry, never what it trained to: each path, the rate of
+// the link the band is made from, and the source it names ("" = not looked at).
 TEST(BandFromPath, FollowsWhatTheLinkCanCarryNotWhatItTrainedTo) {
-  // Trained down from the start: x4 where both ends can do x16. The band stays Gen4 x16's,
-  // so the link's copies read below it (and the diagnosis names link_downtrained).
-  const probes::LinkPath down =
-      Path({{"0000:01:00.0", 4, 4, 4, 16}, {"0000:00:01.0", 4, 4, 4, 16}});
-  const ExpectedBand band = BandFromPath(down, 0.63, 0.83);
-  EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
-  EXPECT_EQ(band.source, "link Gen4 x16 at 0000:01:00.0, trained Gen4 x4");
-  EXPECT_NEAR(HostLinkRate(down), kGen4x16, 1e7);
-  // Down a generation on the uplink behind a switch: the same.
-  const probes::LinkPath uplink_down = Path({{"0000:02:00.0", 5, 16, 5, 16},
-                                             {"0000:01:08.0", 5, 16, 5, 16},
-                                             {"0000:01:00.0", 4, 16, 5, 16},
-                                             {"0000:00:01.0", 4, 16, 5, 16}});
-  EXPECT_NEAR(BandFromPath(uplink_down, 0.63, 0.83).lower_bytes_per_s,
-              0.63 * probes::PcieBytesPerSecond(5, 16), 1e7);
-  // A link that slowed down at idle to save power (Gen1): no different.
-  const probes::LinkPath idle =
-      Path({{"0000:01:00.0", 1, 16, 4, 16}, {"0000:00:01.0", 1, 16, 4, 16}});
-  EXPECT_NEAR(BandFromPath(idle, 0.63, 0.83).lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
-  // A Gen5 GPU in a Gen4 slot: held to the slot, the lower of the link's two ends.
-  const probes::LinkPath capped =
-      Path({{"0000:01:00.0", 4, 16, 5, 16}, {"0000:00:01.0", 4, 16, 4, 16}});
-  EXPECT_NEAR(BandFromPath(capped, 0.63, 0.83).lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
-  EXPECT_EQ(BandFromPath(capped, 0.63, 0.83).source, "link Gen4 x16 at 0000:01:00.0");
-  // An x16 root port linked to an x8 switch: the x8 link.
-  const probes::LinkPath x8_switch = Path({{"0000:02:00.0", 5, 16, 5, 16},
-                                           {"0000:01:08.0", 5, 16, 5, 16},
-                                           {"0000:01:00.0", 5, 8, 5, 8},
-                                           {"0000:00:01.0", 5, 8, 5, 16}});
-  EXPECT_NEAR(BandFromPath(x8_switch, 0.63, 0.83).upper_bytes_per_s,
-              0.83 * probes::PcieBytesPerSecond(5, 8), 1e7);
-  // No other end on the path (a GPU on a virtual machine's root bus): its own maximum.
-  const probes::LinkPath vm = Path({{"0000:00:06.0", 4, 4, 4, 16}});
-  EXPECT_NEAR(BandFromPath(vm, 0.63, 0.83).lower_bytes_per_s, 0.63 * kGen4x16, 1e7);
+  const struct {
+    const char* what;
+    probes::LinkPath path;
+    double link_rate;
+    const char* source;
+  } cases[] = {
+      // Trained down from the start: x4 where both ends can do x16. The band stays Gen4
+      // x16's, so the link's copies read below it (and the diagnosis names link_downtrained).
+      {"trained down to x4", Path({{"0000:01:00.0", 4, 4, 4, 16}, {"0000:00:01.0", 4, 4, 4, 16}}),
+       kGen4x16, "link Gen4 x16 at 0000:01:00.0, trained Gen4 x4"},
+      {"down a generation on the uplink behind a switch",
+       Path({{"0000:02:00.0", 5, 16, 5, 16},
+             {"0000:01:08.0", 5, 16, 5, 16},
+             {"0000:01:00.0", 4, 16, 5, 16},
+             {"0000:00:01.0", 4, 16, 5, 16}}),
+       probes::PcieBytesPerSecond(5, 16), ""},
+      {"slowed down at idle to save power (Gen1)",
+       Path({{"0000:01:00.0", 1, 16, 4, 16}, {"0000:00:01.0", 1, 16, 4, 16}}), kGen4x16, ""},
+      // Held to the slot, the lower of the link's two ends.
+      {"a Gen5 GPU in a Gen4 slot",
+       Path({{"0000:01:00.0", 4, 16, 5, 16}, {"0000:00:01.0", 4, 16, 4, 16}}), kGen4x16,
+       "link Gen4 x16 at 0000:01:00.0"},
+      {"an x16 root port linked to an x8 switch",
+       Path({{"0000:02:00.0", 5, 16, 5, 16},
+             {"0000:01:08.0", 5, 16, 5, 16},
+             {"0000:01:00.0", 5, 8, 5, 8},
+             {"0000:00:01.0", 5, 8, 5, 16}}),
+       probes::PcieBytesPerSecond(5, 8), ""},
+      // No other end on the path: its own maximum.
+      {"a GPU on a virtual machine's root bus", Path({{"0000:00:06.0", 4, 4, 4, 16}}), kGen4x16,
+       ""},
+  };
+  for (const auto& c : cases) {
+    const ExpectedBand band = BandFromPath(c.path, 0.63, 0.83);
+    EXPECT_NEAR(band.lower_bytes_per_s, 0.63 * c.link_rate, 1e7) << c.what;
+    EXPECT_NEAR(band.upper_bytes_per_s, 0.83 * c.link_rate, 1e7) << c.what;
+    EXPECT_NEAR(HostLinkRate(c.path), c.link_rate, 1e7) << c.what;
+    if (*c.source != 0) EXPECT_EQ(band.source, c.source) << c.what;
+  }
 }
 
 TEST(BandFromPath, FollowsTheTrainedLinkWhereAMaximumCannotBeRead) {

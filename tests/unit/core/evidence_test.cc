@@ -168,6 +168,26 @@ json RecordAt(const fs::path& dir, const std::string& name) {
   return json::parse(EvidenceStore(dir).Read(name));
 }
 
+// Options that keep records in `dir`/evidence.
+EvidenceOptions InTempDir(const fakes::TempDir& dir) {
+  EvidenceOptions options;
+  options.dir = dir.path() / "evidence";
+  return options;
+}
+
+// A keeper of `options`, started, and what it reported of each record.
+struct StartedKeeper {
+  explicit StartedKeeper(const EvidenceOptions& options) : keeper(options, done.Callback()) {
+    removed_at_start = keeper.Start();
+  }
+  EvidenceWritten DegradeOnce(int index = 0, int at = 0, bool simulated = true) {
+    return core::DegradeOnce(keeper, done, index, at, simulated);
+  }
+  Outcomes done;
+  EvidenceKeeper keeper;
+  std::size_t removed_at_start = 0;
+};
+
 TEST(EvidenceStore, NamesARecordByItsIncidentsTimeAndGpu) {
   const std::string name = EvidenceStore::RecordName(kEvidenceT0 + 123ms, 7);
   EXPECT_EQ(name, "20261130T005320123Z-gpu7.json");
@@ -184,15 +204,12 @@ TEST(EvidenceStore, NamesARecordByItsIncidentsTimeAndGpu) {
 
 TEST(EvidenceKeeper, KeepsWhatFlippedTheVerdictTheHopsTheCountersAndTheFacts) {
   fakes::TempDir dir("evidence");
-  Outcomes done;
-  EvidenceOptions options;
-  options.dir = dir.path() / "evidence";
+  EvidenceOptions options = InTempDir(dir);
   options.host_root = dir.path() / "host";
   fs::create_directories(options.host_root / "proc");
   dir.Write("host/proc/cmdline", "BOOT_IMAGE=/vmlinuz ro intel_iommu=on iommu=pt quiet\n");
-  EvidenceKeeper keeper(options, done.Callback());
-  keeper.Start();
-  const EvidenceWritten w = DegradeOnce(keeper, done);
+  StartedKeeper evidence(options);
+  const EvidenceWritten w = evidence.DegradeOnce();
   ASSERT_TRUE(w.ok) << w.problem;
   EXPECT_EQ(w.code, "XFERD-101");
   EXPECT_EQ(w.cause, "link_downtrained");
@@ -236,19 +253,16 @@ TEST(EvidenceKeeper, KeepsWhatFlippedTheVerdictTheHopsTheCountersAndTheFacts) {
   EXPECT_EQ(r["lspci"]["run"], false);
   EXPECT_NE(r["lspci"]["reason"].get<std::string>().find("simulated"), std::string::npos);
   EXPECT_LE(fs::file_size(w.path), kEvidenceRecordBytes);
-  EXPECT_EQ(keeper.GetStats().written, 1u);
+  EXPECT_EQ(evidence.keeper.GetStats().written, 1u);
 }
 
 TEST(EvidenceKeeper, RunsLspciOnEachDeviceOfThePathWithNoShellAndBounded) {
   fakes::TempDir dir("evidence");
-  Outcomes done;
-  EvidenceOptions options;
-  options.dir = dir.path() / "evidence";
+  EvidenceOptions options = InTempDir(dir);
   // echo stands in for lspci: it prints the arguments it was given, as given.
   options.lspci = "/bin/echo";
-  EvidenceKeeper keeper(options, done.Callback());
-  keeper.Start();
-  const EvidenceWritten w = DegradeOnce(keeper, done, 1, 0, /*simulated=*/false);
+  StartedKeeper evidence(options);
+  const EvidenceWritten w = evidence.DegradeOnce(1, 0, /*simulated=*/false);
   ASSERT_TRUE(w.ok) << w.problem;
   const json r = RecordAt(options.dir, w.name);
   ASSERT_EQ(r["lspci"]["run"], true) << r["lspci"].dump();
@@ -266,10 +280,7 @@ TEST(EvidenceKeeper, RunsLspciOnEachDeviceOfThePathWithNoShellAndBounded) {
   ASSERT_EQ(::chmod(talker.c_str(), 0755), 0);
   flood.lspci = talker;
   flood.lspci_bytes = 1000;
-  Outcomes done2;
-  EvidenceKeeper flooded(flood, done2.Callback());
-  flooded.Start();
-  const EvidenceWritten f = DegradeOnce(flooded, done2, 1, 0, false);
+  const EvidenceWritten f = StartedKeeper(flood).DegradeOnce(1, 0, false);
   ASSERT_TRUE(f.ok) << f.problem;
   const json fr = RecordAt(flood.dir, f.name);
   EXPECT_EQ(fr["lspci"]["devices"][0]["truncated"], true);
@@ -279,10 +290,7 @@ TEST(EvidenceKeeper, RunsLspciOnEachDeviceOfThePathWithNoShellAndBounded) {
   EvidenceOptions none = options;
   none.dir = dir.path() / "none";
   none.lspci.reset();
-  Outcomes done3;
-  EvidenceKeeper without(none, done3.Callback());
-  without.Start();
-  const EvidenceWritten n = DegradeOnce(without, done3, 1, 0, false);
+  const EvidenceWritten n = StartedKeeper(none).DegradeOnce(1, 0, false);
   ASSERT_TRUE(n.ok) << n.problem;
   const json nr = RecordAt(none.dir, n.name);
   EXPECT_EQ(nr["lspci"]["run"], false);
@@ -293,14 +301,11 @@ TEST(EvidenceKeeper, AHungLspciCostsTheRecordItsTimeLimitOnly) {
   fakes::TempDir dir("evidence");
   const fs::path hang = dir.Write("lspci", "#!/bin/sh\nexec sleep 60\n");
   ASSERT_EQ(::chmod(hang.c_str(), 0755), 0);
-  Outcomes done;
-  EvidenceOptions options;
-  options.dir = dir.path() / "evidence";
+  EvidenceOptions options = InTempDir(dir);
   options.lspci = hang;
   options.lspci_timeout = 300ms;
-  EvidenceKeeper keeper(options, done.Callback());
-  keeper.Start();
-  const EvidenceWritten w = DegradeOnce(keeper, done, 1, 0, false);
+  StartedKeeper evidence(options);
+  const EvidenceWritten w = evidence.DegradeOnce(1, 0, false);
   ASSERT_TRUE(w.ok) << w.problem;
   const json r = RecordAt(options.dir, w.name);
   // The first device spends the record's time; the rest are not run.
@@ -311,9 +316,7 @@ TEST(EvidenceKeeper, AHungLspciCostsTheRecordItsTimeLimitOnly) {
 
 TEST(EvidenceKeeper, AFullDiskDropsTheRecordWithItsReasonAndTheKeeperGoesOn) {
   fakes::TempDir dir("evidence");
-  Outcomes done;
-  EvidenceOptions options;
-  options.dir = dir.path() / "evidence";
+  EvidenceOptions options = InTempDir(dir);
   bool full = true;
   options.write = [&](const fs::path& path, std::string_view content) {
     if (full) {
@@ -323,49 +326,42 @@ TEST(EvidenceKeeper, AFullDiskDropsTheRecordWithItsReasonAndTheKeeperGoesOn) {
     }
     platform::WriteFileAtomically(path, content, {});
   };
-  EvidenceKeeper keeper(options, done.Callback());
-  keeper.Start();
-  const EvidenceWritten dropped = DegradeOnce(keeper, done, 0, 0);
+  StartedKeeper evidence(options);
+  const EvidenceWritten dropped = evidence.DegradeOnce(0, 0);
   EXPECT_FALSE(dropped.ok);
   EXPECT_NE(dropped.problem.find("No space left on device"), std::string::npos) << dropped.problem;
-  EXPECT_EQ(keeper.GetStats().dropped, 1u);
-  EXPECT_EQ(keeper.GetStats().last_problem, dropped.problem);
+  EXPECT_EQ(evidence.keeper.GetStats().dropped, 1u);
+  EXPECT_EQ(evidence.keeper.GetStats().last_problem, dropped.problem);
   EXPECT_TRUE(EvidenceStore(options.dir).List().empty());
   full = false;
-  const EvidenceWritten written = DegradeOnce(keeper, done, 0, 100);
+  const EvidenceWritten written = evidence.DegradeOnce(0, 100);
   EXPECT_TRUE(written.ok) << written.problem;
-  EXPECT_EQ(keeper.GetStats().written, 1u);
+  EXPECT_EQ(evidence.keeper.GetStats().written, 1u);
 }
 
 TEST(EvidenceKeeper, KeepsTheNewestRecordsOnly) {
   fakes::TempDir dir("evidence");
-  Outcomes done;
-  EvidenceOptions options;
-  options.dir = dir.path() / "evidence";
+  EvidenceOptions options = InTempDir(dir);
   options.keep = 3;
-  EvidenceKeeper keeper(options, done.Callback());
-  keeper.Start();
+  StartedKeeper evidence(options);
   std::vector<std::string> names;
-  for (int i = 0; i < 5; ++i) names.push_back(DegradeOnce(keeper, done, i % 2, 100 * i).name);
+  for (int i = 0; i < 5; ++i) names.push_back(evidence.DegradeOnce(i % 2, 100 * i).name);
   const auto kept = EvidenceStore(options.dir).List();
   ASSERT_EQ(kept.size(), 3u);
   EXPECT_EQ(kept[0].name, names[4]);
   EXPECT_EQ(kept[2].name, names[2]);
-  EXPECT_EQ(done.Get().back().pruned, std::vector<std::string>{names[1]});
+  EXPECT_EQ(evidence.done.Get().back().pruned, std::vector<std::string>{names[1]});
 }
 
 TEST(EvidenceKeeper, ARecordOverItsSizeBoundLosesLspcisTextFirstThenIsDropped) {
   fakes::TempDir dir("evidence");
-  Outcomes done;
-  EvidenceOptions options;
-  options.dir = dir.path() / "evidence";
+  EvidenceOptions options = InTempDir(dir);
   const fs::path talker = dir.Write("talker", "#!/bin/sh\nwhile :; do echo \"$*\"; done\n");
   ASSERT_EQ(::chmod(talker.c_str(), 0755), 0);
   options.lspci = talker;
   options.max_bytes = 12 * 1024;  // the record without lspci's text fits, with it not
-  EvidenceKeeper keeper(options, done.Callback());
-  keeper.Start();
-  const EvidenceWritten w = DegradeOnce(keeper, done, 1, 0, false);
+  StartedKeeper evidence(options);
+  const EvidenceWritten w = evidence.DegradeOnce(1, 0, false);
   ASSERT_TRUE(w.ok) << w.problem;
   EXPECT_LE(fs::file_size(w.path), 12u * 1024);
   EXPECT_EQ(RecordAt(options.dir, w.name)["lspci"]["devices"][0]["output"],
@@ -374,10 +370,7 @@ TEST(EvidenceKeeper, ARecordOverItsSizeBoundLosesLspcisTextFirstThenIsDropped) {
   EvidenceOptions tiny = options;
   tiny.dir = dir.path() / "tiny";
   tiny.max_bytes = 500;
-  Outcomes done2;
-  EvidenceKeeper small(tiny, done2.Callback());
-  small.Start();
-  const EvidenceWritten d = DegradeOnce(small, done2, 1, 0, false);
+  const EvidenceWritten d = StartedKeeper(tiny).DegradeOnce(1, 0, false);
   EXPECT_FALSE(d.ok);
   EXPECT_NE(d.problem.find("over its 500-byte bound"), std::string::npos) << d.problem;
 }
@@ -386,9 +379,7 @@ TEST(EvidenceKeeper, ARecordOverItsSizeBoundLosesLspcisTextFirstThenIsDropped) {
 // one is dropped and said so.
 TEST(EvidenceKeeper, AWriterBehindDropsRecordsRatherThanHoldingTheProbeLoop) {
   fakes::TempDir dir("evidence");
-  Outcomes done;
-  EvidenceOptions options;
-  options.dir = dir.path() / "evidence";
+  EvidenceOptions options = InTempDir(dir);
   std::promise<void> entered, release;
   std::shared_future<void> released = release.get_future().share();
   bool first = true;
@@ -400,37 +391,33 @@ TEST(EvidenceKeeper, AWriterBehindDropsRecordsRatherThanHoldingTheProbeLoop) {
     }
     platform::WriteFileAtomically(path, content, {});
   };
-  EvidenceKeeper keeper(options, done.Callback());
-  keeper.Start();
+  StartedKeeper evidence(options);
   const auto degrade_now = [&](int gpu) {
     const SeenCycle c = CycleAt(gpu, 10 * gpu, 6, 3, true);
     const Incident incident = IncidentOf(c);
-    keeper.Observe(c.obs, c.health, &incident);
+    evidence.keeper.Observe(c.obs, c.health, &incident);
   };
   degrade_now(0);
   entered.get_future().wait();  // the writer holds the first
   for (int gpu = 1; gpu <= static_cast<int>(kEvidenceQueue) + 1; ++gpu) degrade_now(gpu);
   // kEvidenceQueue wait; the last is dropped at once.
-  auto all = done.Get();
+  auto all = evidence.done.Get();
   ASSERT_EQ(all.size(), 1u);
   EXPECT_FALSE(all[0].ok);
   EXPECT_EQ(all[0].gpu, static_cast<int>(kEvidenceQueue) + 1);
   EXPECT_NE(all[0].problem.find("the writer is behind"), std::string::npos);
   release.set_value();
-  ASSERT_TRUE(keeper.WaitIdle(30s));
-  EXPECT_EQ(keeper.GetStats().written, kEvidenceQueue + 1);
-  EXPECT_EQ(keeper.GetStats().dropped, 1u);
+  ASSERT_TRUE(evidence.keeper.WaitIdle(30s));
+  EXPECT_EQ(evidence.keeper.GetStats().written, kEvidenceQueue + 1);
+  EXPECT_EQ(evidence.keeper.GetStats().dropped, 1u);
 }
 
 TEST(EvidenceStore, NeverFollowsReadsUnboundedNorCountsWhatIsNotItsOwn) {
   fakes::TempDir dir("evidence");
-  Outcomes done;
-  EvidenceOptions options;
-  options.dir = dir.path() / "evidence";
+  EvidenceOptions options = InTempDir(dir);
   options.keep = 2;
-  EvidenceKeeper keeper(options, done.Callback());
-  keeper.Start();
-  const EvidenceWritten w = DegradeOnce(keeper, done, 0, 0);
+  StartedKeeper evidence(options);
+  const EvidenceWritten w = evidence.DegradeOnce(0, 0);
   ASSERT_TRUE(w.ok);
   // Hostile neighbours, named as records: a link to a secret, a FIFO, a directory, a huge
   // file; and files of other names.
@@ -470,7 +457,7 @@ TEST(EvidenceStore, NeverFollowsReadsUnboundedNorCountsWhatIsNotItsOwn) {
   EXPECT_EQ(cause(w.name), "read");
   // Pruning removes records only (the huge one counts: it is named as one, a regular file
   // in xferd's directory); the link, the FIFO, the directory and the notes stay.
-  DegradeOnce(keeper, done, 0, 10);
+  evidence.DegradeOnce(0, 10);
   EXPECT_TRUE(fs::exists(options.dir / "notes.txt"));
   EXPECT_TRUE(fs::is_symlink(options.dir / link));
   EXPECT_TRUE(fs::exists(secret));
@@ -483,12 +470,9 @@ TEST(EvidenceStore, AnEvidenceDirectoryThatIsALinkIsNeverWrittenThrough) {
   fakes::TempDir dir("evidence");
   fs::create_directories(dir.path() / "elsewhere");
   fs::create_directory_symlink(dir.path() / "elsewhere", dir.path() / "evidence");
-  Outcomes done;
-  EvidenceOptions options;
-  options.dir = dir.path() / "evidence";
-  EvidenceKeeper keeper(options, done.Callback());
-  keeper.Start();
-  const EvidenceWritten w = DegradeOnce(keeper, done);
+  EvidenceOptions options = InTempDir(dir);
+  StartedKeeper evidence(options);
+  const EvidenceWritten w = evidence.DegradeOnce();
   EXPECT_FALSE(w.ok);
   EXPECT_NE(w.problem.find("symbolic link"), std::string::npos) << w.problem;
   EXPECT_TRUE(fs::is_empty(dir.path() / "elsewhere"));
@@ -507,11 +491,7 @@ TEST(EvidenceStore, WhatACrashLeftIsRemovedAtStartAndOnlyThat) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // a live writer's
   const fs::path other = dir.Write("evidence/.notes.txt.tmp.a1B2c3", "not ours");
-  Outcomes done;
-  EvidenceOptions options;
-  options.dir = evidence;
-  EvidenceKeeper keeper(options, done.Callback());
-  EXPECT_EQ(keeper.Start(), 1u);
+  EXPECT_EQ(StartedKeeper(InTempDir(dir)).removed_at_start, 1u);
   EXPECT_FALSE(fs::exists(abandoned));
   EXPECT_TRUE(fs::exists(held));
   EXPECT_TRUE(fs::exists(other));

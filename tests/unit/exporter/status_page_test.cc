@@ -14,6 +14,7 @@
 
 #include "exporter/status.h"
 #include "exporter/status_view.h"
+#include "testing/samples.h"
 
 namespace xferd::exporter {
 namespace {
@@ -223,17 +224,9 @@ TEST_F(PageTest, ShowsTheLinkWatchAndTheGpusShape) {
   gpu.mig.instances = {a, b};
   board_.SetDevice(gpu);
   board_.SetDevice(Gpu(1));
-  core::LinkWatchState w;
-  w.watching = true;
-  w.source = "sysfs";
-  w.window_s = 600;
-  w.window_transitions = 6;
-  w.window_reduced_s = 42;
-  w.flapping = true;
-  w.last_seen = "0000:00:01.0-0000:01:00.0 Gen4 x8 -> Gen4 x16 (max Gen4 x16)";
-  board_.RecordLinkWatch(0, w);
+  board_.RecordLinkWatch(0, samples::FlappingLinkWatch());
   const std::string page = RenderStatusPage(Document(), "/metrics");
-  EXPECT_THAT(page, HasSubstr("<strong>flapping</strong>: 6 changes, 42 s reduced in the last "
+  EXPECT_THAT(page, HasSubstr("<strong>flapping</strong>: 6 changes, 12 s reduced in the last "
                               "600 s"));
   EXPECT_THAT(page, HasSubstr("Gen4 x8 -&gt; Gen4 x16"));
   EXPECT_THAT(page, HasSubstr("confidential computing on (GPUs ready); MIG enabled: 2 instances "

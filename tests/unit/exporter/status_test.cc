@@ -13,12 +13,15 @@
 #include <sstream>
 #include <thread>
 
+#include "testing/samples.h"
+
 namespace xferd::exporter {
 namespace {
 
 using nlohmann::json;
 using probes::Direction;
 using probes::TransferMode;
+using samples::HealthOf;
 
 probes::DeviceInfo Gpu(int index) {
   probes::DeviceInfo d;
@@ -112,12 +115,9 @@ TEST(StatusBoard, AGpuWithoutACycleIsPending) {
 TEST(StatusBoard, TheNodeVerdictIsAlwaysTheOneItsGpusGive) {
   core::IncidentLog log;
   StatusBoard board(log);
-  board.SetDevice(Gpu(0));
-  board.SetDevice(Gpu(1));
-  core::DeviceHealth ok;
-  ok.gpu = 0;
-  ok.uuid = Gpu(0).uuid;
-  board.RecordHealth(ok, log.Observe(ok, false, 1, std::chrono::system_clock::now()), false);
+  for (int i = 0; i < 2; ++i) board.SetDevice(Gpu(i));
+  const core::DeviceHealth first = HealthOf(0);
+  board.RecordHealth(first, log.Observe(first, false, 1, std::chrono::system_clock::now()), false);
   DaemonStatus first_cycle;
   first_cycle.cycles = 0;
   json doc = json::parse(board.Render(first_cycle, std::chrono::system_clock::now()));
@@ -125,9 +125,9 @@ TEST(StatusBoard, TheNodeVerdictIsAlwaysTheOneItsGpusGive) {
   EXPECT_EQ(doc["gpus"][1]["verdict"], "pending");
   EXPECT_EQ(doc["verdict"], "pending");
   // The second judged ok before the cycle is counted: ok, as its GPUs are.
-  ok.gpu = 1;
-  ok.uuid = Gpu(1).uuid;
-  board.RecordHealth(ok, log.Observe(ok, false, 1, std::chrono::system_clock::now()), false);
+  const core::DeviceHealth second = HealthOf(1);
+  board.RecordHealth(second, log.Observe(second, false, 1, std::chrono::system_clock::now()),
+                     false);
   doc = json::parse(board.Render(first_cycle, std::chrono::system_clock::now()));
   EXPECT_EQ(doc["verdict"], "ok");
   const core::DeviceHealth degraded = Degraded();
@@ -215,11 +215,8 @@ TEST(StatusBoard, SaysWhatWasRecorded) {
 TEST(StatusBoard, AGpuWithNoVerdictCarriesItsStatesCodeAndAnOkOneNone) {
   core::IncidentLog log;
   StatusBoard board(log);
-  board.SetDevice(Gpu(0));
-  board.SetDevice(Gpu(1));
-  core::DeviceHealth ok;
-  ok.gpu = 1;
-  ok.uuid = Gpu(1).uuid;
+  for (int i = 0; i < 2; ++i) board.SetDevice(Gpu(i));
+  const core::DeviceHealth ok = HealthOf(1);
   board.RecordHealth(ok, core::DeviceVerdict::kOk, false);
   const json doc = Render(board);
   EXPECT_EQ(doc["gpus"][0]["code"], "XFERD-900");
@@ -335,16 +332,7 @@ TEST(StatusBoard, TheLinkWatchSaysWhatItCountedOnceItWatches) {
   StatusBoard board(log);
   board.SetDevice(Gpu(0));
   EXPECT_EQ(Render(board)["gpus"][0]["link"]["watch"]["watching"], false);
-  core::LinkWatchState w;
-  w.watching = true;
-  w.source = "sysfs";
-  w.transitions = 17;
-  w.reduced_s = 42.5;
-  w.window_s = 600;
-  w.window_transitions = 6;
-  w.window_reduced_s = 12;
-  w.flapping = true;
-  w.last_seen = "0000:00:01.0-0000:01:00.0 Gen4 x8 -> Gen4 x16 (max Gen4 x16)";
+  const core::LinkWatchState w = samples::FlappingLinkWatch();
   board.RecordLinkWatch(0, w);
   const json watch = Render(board)["gpus"][0]["link"]["watch"];
   EXPECT_EQ(watch["watching"], true);

@@ -11,13 +11,19 @@ namespace {
 
 constexpr const char* kShapeBus = "0000:3b:00.0";
 
+// What ReadConfidentialComputing makes of `settings` from a driver that answers the
+// settings call (R535 on).
+ConfidentialComputing FromSettings(fakes::FakeNvml& nvml, NvmlConfComputeState settings) {
+  nvml.cc = settings;
+  nvml.cc_settings_rc = kNvmlSuccess;
+  return ReadConfidentialComputing(nvml);
+}
+
 TEST(ReadConfidentialComputing, FeatureEnabledIsOnAndReadyStateIsRead) {
   fakes::FakeNvml nvml;
-  nvml.cc = {2, kNvmlCcFeatureEnabled, 0, 0};
-  nvml.cc_settings_rc = kNvmlSuccess;
   nvml.cc_ready_rc = kNvmlSuccess;
   nvml.cc_ready = 0;
-  const ConfidentialComputing cc = ReadConfidentialComputing(nvml);
+  const ConfidentialComputing cc = FromSettings(nvml, {2, kNvmlCcFeatureEnabled, 0, 0});
   EXPECT_EQ(cc.state, CcState::kOn);
   ASSERT_TRUE(cc.gpus_ready.has_value());
   EXPECT_FALSE(*cc.gpus_ready);
@@ -29,9 +35,7 @@ TEST(ReadConfidentialComputing, FeatureEnabledIsOnAndReadyStateIsRead) {
 
 TEST(ReadConfidentialComputing, ProtectedPcieIsOnEvenWithTheFeatureFieldZero) {
   fakes::FakeNvml nvml;
-  nvml.cc = {2, 0, 0, kNvmlCcMultiGpuProtectedPcie};
-  nvml.cc_settings_rc = kNvmlSuccess;
-  const ConfidentialComputing cc = ReadConfidentialComputing(nvml);
+  const ConfidentialComputing cc = FromSettings(nvml, {2, 0, 0, kNvmlCcMultiGpuProtectedPcie});
   EXPECT_EQ(cc.state, CcState::kOn);
   EXPECT_EQ(cc.detail, "production, protected PCIe, ready state not readable: fake NVML error 13");
   EXPECT_FALSE(cc.gpus_ready.has_value());
@@ -40,9 +44,7 @@ TEST(ReadConfidentialComputing, ProtectedPcieIsOnEvenWithTheFeatureFieldZero) {
 
 TEST(ReadConfidentialComputing, NvleAloneIsNotCc) {
   fakes::FakeNvml nvml;
-  nvml.cc = {2, 0, 0, kNvmlCcMultiGpuNvle};
-  nvml.cc_settings_rc = kNvmlSuccess;
-  const ConfidentialComputing cc = ReadConfidentialComputing(nvml);
+  const ConfidentialComputing cc = FromSettings(nvml, {2, 0, 0, kNvmlCcMultiGpuNvle});
   EXPECT_EQ(cc.state, CcState::kOff);
   EXPECT_EQ(cc.detail, "production, NVLE");
 }
@@ -66,19 +68,27 @@ TEST(ReadConfidentialComputing, NeitherCallIsUnknownWithTheReason) {
             "NVML not usable: libnvidia-ml.so.1 not loadable");
 }
 
-// Profiles shaped like a 141 GB Hopper GPU's (ids and counts made up for the test).
-void H200Profiles(fakes::FakeNvml::Gpu& gpu) {
+// MIG on, with profiles shaped like a 141 GB Hopper GPU's (ids and counts made up for the
+// test).
+void MigOnWithH200Profiles(fakes::FakeNvml::Gpu& gpu) {
+  gpu.mig_rc = kNvmlSuccess;
+  gpu.mig_current = kNvmlMigEnabled;
   gpu.profiles = {{19, 1, 1, 16384, "MIG 1g.18gb"},
                   {9, 3, 3, 72704, "MIG 3g.71gb"},
                   {0, 7, 8, 143360, "MIG 7g.141gb"}};
 }
 
+// ReadMig of the GPU at kShapeBus, as the fake has it.
+MigState ReadMigAtShapeBus(fakes::FakeNvml& nvml) {
+  NvmlDevice device = nullptr;
+  EXPECT_EQ(nvml.DeviceByPciBusId(kShapeBus, &device), kNvmlSuccess);
+  return ReadMig(nvml, device);
+}
+
 TEST(ReadMig, AGpuWithoutMigIsDisabled) {
   fakes::FakeNvml nvml;
   nvml.Set(kShapeBus, [](auto&) {});
-  NvmlDevice device = nullptr;
-  ASSERT_EQ(nvml.DeviceByPciBusId(kShapeBus, &device), kNvmlSuccess);
-  const MigState mig = ReadMig(nvml, device);
+  const MigState mig = ReadMigAtShapeBus(nvml);
   EXPECT_EQ(mig.mode, MigMode::kDisabled);
   EXPECT_TRUE(mig.problem.empty());
 }
@@ -86,14 +96,10 @@ TEST(ReadMig, AGpuWithoutMigIsDisabled) {
 TEST(ReadMig, InstancesWithProfileAndCopyEngines) {
   fakes::FakeNvml nvml;
   nvml.Set(kShapeBus, [](fakes::FakeNvml::Gpu& gpu) {
-    gpu.mig_rc = kNvmlSuccess;
-    gpu.mig_current = kNvmlMigEnabled;
-    H200Profiles(gpu);
+    MigOnWithH200Profiles(gpu);
     gpu.mig_devices = {{"MIG-bbbb", 2, 0, 9}, {"MIG-aaaa", 1, 0, 9}, {"MIG-cccc", 9, 0, 19}};
   });
-  NvmlDevice device = nullptr;
-  ASSERT_EQ(nvml.DeviceByPciBusId(kShapeBus, &device), kNvmlSuccess);
-  const MigState mig = ReadMig(nvml, device);
+  const MigState mig = ReadMigAtShapeBus(nvml);
   EXPECT_EQ(mig.mode, MigMode::kEnabled);
   EXPECT_EQ(mig.whole_gpu_copy_engines, 8);
   ASSERT_EQ(mig.instances.size(), 3u);
@@ -110,14 +116,8 @@ TEST(ReadMig, InstancesWithProfileAndCopyEngines) {
 
 TEST(ReadMig, EnabledWithNoInstanceHasNothingToProbeThrough) {
   fakes::FakeNvml nvml;
-  nvml.Set(kShapeBus, [](fakes::FakeNvml::Gpu& gpu) {
-    gpu.mig_rc = kNvmlSuccess;
-    gpu.mig_current = kNvmlMigEnabled;
-    H200Profiles(gpu);
-  });
-  NvmlDevice device = nullptr;
-  ASSERT_EQ(nvml.DeviceByPciBusId(kShapeBus, &device), kNvmlSuccess);
-  const MigState mig = ReadMig(nvml, device);
+  nvml.Set(kShapeBus, [](fakes::FakeNvml::Gpu& gpu) { MigOnWithH200Profiles(gpu); });
+  const MigState mig = ReadMigAtShapeBus(nvml);
   EXPECT_TRUE(mig.Enabled());
   EXPECT_TRUE(mig.instances.empty());
   EXPECT_EQ(UnjudgeableReason({}, mig), "MIG enabled, no GPU instance to probe through");
@@ -126,9 +126,7 @@ TEST(ReadMig, EnabledWithNoInstanceHasNothingToProbeThrough) {
 TEST(ReadMig, AModeThatCannotBeReadIsUnknown) {
   fakes::FakeNvml nvml;
   nvml.Set(kShapeBus, [](fakes::FakeNvml::Gpu& gpu) { gpu.mig_rc = kNvmlErrorUnknown; });
-  NvmlDevice device = nullptr;
-  ASSERT_EQ(nvml.DeviceByPciBusId(kShapeBus, &device), kNvmlSuccess);
-  const MigState mig = ReadMig(nvml, device);
+  const MigState mig = ReadMigAtShapeBus(nvml);
   EXPECT_EQ(mig.mode, MigMode::kUnknown);
   EXPECT_EQ(mig.problem, "nvmlDeviceGetMigMode: fake NVML error 999");
 }
@@ -141,9 +139,7 @@ TEST(ReadMig, AProfileWithoutANameIsNamedFromItsSlicesAndMemory) {
     gpu.profiles = {{9, 3, 3, 72704, ""}};  // the v1 call: no name
     gpu.mig_devices = {{"MIG-aaaa", 1, 0, 9}};
   });
-  NvmlDevice device = nullptr;
-  ASSERT_EQ(nvml.DeviceByPciBusId(kShapeBus, &device), kNvmlSuccess);
-  EXPECT_EQ(ReadMig(nvml, device).instances.at(0).profile, "3g.71gb");
+  EXPECT_EQ(ReadMigAtShapeBus(nvml).instances.at(0).profile, "3g.71gb");
 }
 
 TEST(ListNvmlGpus, BusIdsInSysfsForm) {
@@ -163,18 +159,14 @@ TEST(GroupPhysicalGpus, MigInstancesBecomeTheirGpuAndAGpuWithNoInstanceIsListed)
   fakes::FakeNvml nvml;
   nvml.Set("0000:3b:00.0", [](fakes::FakeNvml::Gpu& gpu) {
     gpu.uuid = "GPU-3b000000-0000-0000-0000-000000000000";
-    gpu.mig_rc = kNvmlSuccess;
-    gpu.mig_current = kNvmlMigEnabled;
-    H200Profiles(gpu);
+    MigOnWithH200Profiles(gpu);
     gpu.mig_devices = {{"MIG-aaaaaaaa-0000-0000-0000-000000000001", 1, 0, 9},
                        {"MIG-aaaaaaaa-0000-0000-0000-000000000002", 2, 0, 9}};
   });
   nvml.Set("0000:5e:00.0", [](fakes::FakeNvml::Gpu& gpu) { gpu.uuid = "GPU-5e"; });
   nvml.Set("0000:86:00.0", [](fakes::FakeNvml::Gpu& gpu) {
     gpu.uuid = "GPU-86";
-    gpu.mig_rc = kNvmlSuccess;
-    gpu.mig_current = kNvmlMigEnabled;
-    H200Profiles(gpu);
+    MigOnWithH200Profiles(gpu);
   });
   auto cuda = [](int index, std::string uuid, std::string bus) {
     DeviceInfo d;

@@ -67,6 +67,23 @@ struct TestServer {
   std::uint16_t port() const { return http->port(); }
 };
 
+// Options whose timeouts are too long to close anything during a test, so only the limit a
+// test looks at can.
+HttpServerOptions WithLongTimeouts() {
+  HttpServerOptions options;
+  options.header_timeout = 120s;
+  options.idle_timeout = 120s;
+  options.request_deadline = 120s;
+  return options;
+}
+
+// `count` connections to `port` from `address`, made one after the other and left idle.
+std::vector<int> ConnectMany(std::uint16_t port, const char* address, int count) {
+  std::vector<int> fds;
+  for (int i = 0; i < count; ++i) fds.push_back(ConnectFrom(port, address, 5s));
+  return fds;
+}
+
 TEST(HttpServer, HeadSendsHeadersWithoutBody) {
   TestServer server;
   const RawResponse get = Get(server.port(), "/metrics");
@@ -433,17 +450,13 @@ TEST(HttpServer, ServesTlsWithAGeneratedCertificate) {
 TEST(HttpServer, TlsConnectionsAreBoundedPerAddressAndInAll) {
   if (std::system("command -v curl >/dev/null") != 0) GTEST_SKIP() << "curl not installed";
   const std::filesystem::path tls = std::filesystem::path(XFERD_TEST_DATA_DIR) / "tls";
-  HttpServerOptions options;
+  HttpServerOptions options = WithLongTimeouts();
   options.web.tls = LoadTlsMaterial(tls / "server.crt", tls / "server.key");
   options.tls_connections_per_address = 8;
   options.tls_connection_limit = 12;
-  options.header_timeout = 120s;
-  options.idle_timeout = 120s;
-  options.request_deadline = 120s;
   TestServer exporter(options);
   const auto port = exporter.port();
-  std::vector<int> flood;
-  for (int i = 0; i < 20; ++i) flood.push_back(ConnectFrom(port, "127.0.0.2", 5s));
+  const std::vector<int> flood = ConnectMany(port, "127.0.0.2", 20);
   // The server closes what is over the address's 8 at once: recv() sees the end at once.
   const auto closed_by_server = [](const std::vector<int>& fds) {
     int closed = 0;
@@ -458,8 +471,7 @@ TEST(HttpServer, TlsConnectionsAreBoundedPerAddressAndInAll) {
   EXPECT_EQ(closed_by_server(flood), 12);
   // Two more addresses: 4 more fit in all (12), then each newcomer closes the oldest idle
   // one of the address holding the most; neither holds more than 8.
-  std::vector<int> others;
-  for (int i = 0; i < 6; ++i) others.push_back(ConnectFrom(port, "127.0.0.3", 5s));
+  const std::vector<int> others = ConnectMany(port, "127.0.0.3", 6);
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(closed_by_server(others), 0);
   // A scrape over TLS from yet another address is answered.
@@ -484,15 +496,11 @@ TEST(HttpServer, TlsConnectionsAreBoundedPerAddressAndInAll) {
 // most: the scrape is answered at once. The timeouts are made long here, so only that can
 // let it through within the client's 5 s.
 TEST(HttpServer, IdleConnectionsNeverKeepAScrapeOut) {
-  HttpServerOptions options;
+  HttpServerOptions options = WithLongTimeouts();
   options.connection_limit = 16;
-  options.header_timeout = 120s;
-  options.idle_timeout = 120s;
-  options.request_deadline = 120s;
   TestServer server(options);
   const auto port = server.port();
-  std::vector<int> idle;
-  for (int i = 0; i < 64; ++i) idle.push_back(ConnectFrom(port, "127.0.0.2", 5s));
+  const std::vector<int> idle = ConnectMany(port, "127.0.0.2", 64);
   std::this_thread::sleep_for(200ms);
   // 16 held, 48 refused at once.
   char byte;
@@ -538,87 +546,81 @@ TEST(HttpServer, PathsAreMatchedAsSentNeverDecoded) {
   EXPECT_EQ(Get(server.port(), "/metrics?x=%41").status, 200);  // the query is not the path
 }
 
-// The review: during a wrong-password flood a correct login that was not cached got 503
-// every time. Guesses come from 127.0.0.2; the scraper, from 127.0.0.1, logs in after
-// each restart of its cache and is let in every time.
-// The review: from the guessing address itself, a correct login that was not cached got 429
-// every time in four runs of ten. The address's logins now wait their turn in its queue: 4
-// guessers fit in it, and the correct login is checked after the guesses ahead of it.
-TEST(HttpServer, ACorrectLoginFromTheGuessingAddressGetsItsTurn) {
-  HttpServerOptions options;
-  options.web.basic_auth_users["prometheus"] = kTestHash;
-  TestServer exporter(options);
-  const auto port = exporter.port();
-  std::atomic<int> denied{0}, other{0};
-  fakes::Flood guessers(4, [&](int i, int n) {
-    const int status = GetFrom("127.0.0.1", port,
-                               BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
-                           .status;
-    (status == 401 ? denied : other)++;
-  });
-  std::this_thread::sleep_for(300ms);
-  std::vector<int> scrapes;
-  for (int i = 0; i < 5; ++i) {
-    exporter.http->SetBasicAuthUsers({{"prometheus", kTestHash}});  // forget the cache
-    scrapes.push_back(GetFrom("127.0.0.1", port, BasicAuth("prometheus", kTestPassword)).status);
-  }
-  guessers.Stop();
-  EXPECT_EQ(std::count(scrapes.begin(), scrapes.end(), 200), 5);
-  EXPECT_GT(denied, 5);
-  EXPECT_EQ(other, 0);
-}
+// What `guessers` threads sending wrong passwords from `guess_from` left of `logins`
+// correct logins from 127.0.0.1, each made after the server forgot its cache: how many got
+// 200, and the guesses' answers by kind.
+struct LoginsBesideAFlood {
+  int logged_in = 0;
+  int denied = 0;       // 401
+  int pushed_back = 0;  // 429 or 503
+  int other = 0;
+};
 
-TEST(HttpServer, ACorrectLoginGetsThroughAPasswordFloodFromAnotherAddress) {
-  HttpServerOptions options;
-  options.web.basic_auth_users["prometheus"] = kTestHash;
-  options.auth.penalty_per_address = 8;  // fewer than the guessers: some are pushed back
-  TestServer server(options);
+LoginsBesideAFlood CorrectLoginsBesideGuessers(TestServer& server, const char* guess_from,
+                                               int guessers, int logins) {
   const auto port = server.port();
   std::atomic<int> denied{0}, pushed_back{0}, other{0};
-  // More guessers than their queue holds: some of theirs are pushed back.
-  fakes::Flood guessers(12, [&](int i, int n) {
-    const int status = GetFrom("127.0.0.2", port,
+  fakes::Flood flood(guessers, [&](int i, int n) {
+    const int status = GetFrom(guess_from, port,
                                BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
                            .status;
     (status == 401 ? denied : status == 503 || status == 429 ? pushed_back : other)++;
   });
   std::this_thread::sleep_for(300ms);
-  std::vector<int> scrapes;
-  for (int i = 0; i < 5; ++i) {
+  LoginsBesideAFlood result;
+  for (int i = 0; i < logins; ++i) {
     server.http->SetBasicAuthUsers({{"prometheus", kTestHash}});  // forget the cache
-    scrapes.push_back(GetFrom("127.0.0.1", port, BasicAuth("prometheus", kTestPassword)).status);
+    if (GetFrom("127.0.0.1", port, BasicAuth("prometheus", kTestPassword)).status == 200) {
+      ++result.logged_in;
+    }
   }
-  guessers.Stop();
-  EXPECT_EQ(std::count(scrapes.begin(), scrapes.end(), 200), 5);
-  EXPECT_GT(denied, 0);
-  EXPECT_GT(pushed_back, 0);
-  EXPECT_EQ(other, 0);
+  flood.Stop();
+  result.denied = denied;
+  result.pushed_back = pushed_back;
+  result.other = other;
+  return result;
+}
+
+HttpServerOptions WithTheTestUser() {
+  HttpServerOptions options;
+  options.web.basic_auth_users["prometheus"] = kTestHash;
+  return options;
+}
+
+// The review: during a wrong-password flood a correct login that was not cached got 503
+// every time. Guesses come from 127.0.0.2; the scraper, from 127.0.0.1, logs in after
+// each restart of its cache and is let in every time.
+TEST(HttpServer, ACorrectLoginGetsThroughAPasswordFloodFromAnotherAddress) {
+  HttpServerOptions options = WithTheTestUser();
+  options.auth.penalty_per_address = 8;  // fewer than the guessers: some are pushed back
+  TestServer server(options);
+  // More guessers than their queue holds: some of theirs are pushed back.
+  const LoginsBesideAFlood r = CorrectLoginsBesideGuessers(server, "127.0.0.2", 12, 5);
+  EXPECT_EQ(r.logged_in, 5);
+  EXPECT_GT(r.denied, 0);
+  EXPECT_GT(r.pushed_back, 0);
+  EXPECT_EQ(r.other, 0);
+}
+
+// The review: from the guessing address itself, a correct login that was not cached got 429
+// every time in four runs of ten. The address's logins now wait their turn in its queue: 4
+// guessers fit in it, and the correct login is checked after the guesses ahead of it.
+TEST(HttpServer, ACorrectLoginFromTheGuessingAddressGetsItsTurn) {
+  TestServer server(WithTheTestUser());
+  const LoginsBesideAFlood r = CorrectLoginsBesideGuessers(server, "127.0.0.1", 4, 5);
+  EXPECT_EQ(r.logged_in, 5);
+  EXPECT_GT(r.denied, 5);
+  EXPECT_EQ(r.pushed_back + r.other, 0);
 }
 
 // The review: beside 9 guessers on its own address a correct login got 200 once in 20, beside
 // 12 or 16 never (28,648 guesses answered 429). With 16 guessers on 127.0.0.1, every
 // uncached correct login from 127.0.0.1 gets 200; and every refusal is counted.
 TEST(HttpServer, ACorrectLoginBesideSixteenGuessersOnItsAddressGetsThrough) {
-  HttpServerOptions options;
-  options.web.basic_auth_users["prometheus"] = kTestHash;
-  TestServer exporter(options);
-  const auto port = exporter.port();
-  std::atomic<int> denied{0}, other{0};
-  fakes::Flood guessers(16, [&](int i, int n) {
-    const int status = GetFrom("127.0.0.1", port,
-                               BasicAuth("prometheus", "guess-" + std::to_string(i * 100000 + n)))
-                           .status;
-    (status == 401 ? denied : other)++;
-  });
-  std::this_thread::sleep_for(300ms);
-  std::vector<int> scrapes;
-  for (int i = 0; i < 3; ++i) {
-    exporter.http->SetBasicAuthUsers({{"prometheus", kTestHash}});  // forget the cache
-    scrapes.push_back(GetFrom("127.0.0.1", port, BasicAuth("prometheus", kTestPassword)).status);
-  }
-  guessers.Stop();
-  EXPECT_EQ(std::count(scrapes.begin(), scrapes.end(), 200), 3);
-  EXPECT_GT(denied, 5);
+  TestServer server(WithTheTestUser());
+  const LoginsBesideAFlood r = CorrectLoginsBesideGuessers(server, "127.0.0.1", 16, 3);
+  EXPECT_EQ(r.logged_in, 3);
+  EXPECT_GT(r.denied, 5);
 }
 
 // Refusals are counted by reason (xferd_http_refusals_total).
@@ -632,8 +634,7 @@ TEST(HttpServer, RefusalsAreCountedByReason) {
   const auto port = server.port();
   EXPECT_EQ(server.http->Refusals().Of(Refusal::kAddressLimit), 0u);
   {
-    std::vector<int> held;
-    for (int i = 0; i < 12; ++i) held.push_back(ConnectFrom(port, "127.0.0.3", 5s));
+    const std::vector<int> held = ConnectMany(port, "127.0.0.3", 12);
     std::this_thread::sleep_for(300ms);
     for (int fd : held) ::close(fd);
   }
