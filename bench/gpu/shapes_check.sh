@@ -27,8 +27,6 @@ daemon_workspace 19743
 
 timeout 120 "$b/xferd" probe --mode pinned --size 64MiB > "$out/probe.txt" 2>&1
 timeout 120 "$b/xferd" probe --mode pinned --size 64MiB --json > "$out/probe.json" 2>> "$out/probe.txt"
-timeout 30 "$b/xferd" check-config > "$out/check_config.txt" 2>&1
-timeout 30 "$b/xferd" check-config --json > "$out/check_config.json" 2>&1
 
 xferd_toml "$port" "$work/state" > "$out/run.toml" <<TOML
 [probe]
@@ -37,6 +35,9 @@ modes = ["pinned"]
 bidirectional = false
 max_duty_cycle = 1.0
 TOML
+# check-config reads a file: the one the run below uses.
+timeout 30 "$b/xferd" check-config "$out/run.toml" > "$out/check_config.txt" 2>&1
+timeout 30 "$b/xferd" check-config --json "$out/run.toml" > "$out/check_config.json" 2>&1
 "$b/xferd" run --config "$out/run.toml" > "$out/run.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 40); do

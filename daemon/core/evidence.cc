@@ -512,8 +512,10 @@ void EvidenceKeeper::Write(Job& job) {
   // The host: the kernel's IOMMU settings and the driver's version as the kernel has it.
   json host = {{"iommu_cmdline", IommuCmdline(options_.host_root)}};
   if (!job.simulated) {
+    // A sysfs attribute says it holds 4096 bytes, whatever it holds: a smaller cap refused
+    // it (the H200 host's record said null).
     const auto module =
-        platform::TryReadFileBounded(options_.host_root / "sys/module/nvidia/version", 256);
+        platform::TryReadFileBounded(options_.host_root / "sys/module/nvidia/version", 4096);
     host["nvidia_module_version"] = module ? json(Text(Trimmed(*module), 80)) : json(nullptr);
   }
   record["host"] = std::move(host);
