@@ -310,6 +310,7 @@ nlohmann::json ContentionJson(const ProbeSample& s) {
           {"reason", s.contention.reason},
           {"own_h2d_bytes", own_h2d},
           {"own_d2h_bytes", own_d2h},
+          {"compute_only_s", s.compute_only_s},
           {"link_traffic", traffic}};
 }
 

@@ -39,7 +39,7 @@ bool Allowance::Full(const Settings& config) const {
 
 double Allowance::Cost(const probes::ProbeSpec& spec) const {
   auto it = probes_.find(KeyOf(spec));
-  if (it != probes_.end() && it->second.last_run) return it->second.cost_s;
+  if (it != probes_.end() && it->second.cost_s) return *it->second.cost_s;
   const double link = pinned_bytes_per_s_ > 0 ? pinned_bytes_per_s_ / kPinnedLinkShare
                       : link_bytes_per_s_ > 0 ? link_bytes_per_s_
                                               : kUnknownLinkBytesPerSecond;
@@ -161,10 +161,17 @@ bool Allowance::FitsGroup(std::optional<double> cost_s, const Settings& config) 
 }
 
 void Allowance::Charge(const probes::ProbeSpec& spec, SteadyTime started, double cost_s,
-                       bool headline) {
+                       bool headline, ReadingFate fate) {
   balance_s_ -= cost_s;
-  probes_[KeyOf(spec)] = {started, cost_s};
   if (headline) headline_s_ += cost_s;
+  ProbeRecord& record = probes_[KeyOf(spec)];
+  record.cost_s = cost_s;
+  if (fate == ReadingFate::kSetAside && record.set_aside < kSetAsideRetries) {
+    ++record.set_aside;  // its place in the rotation stays: tried again next cycle
+    return;
+  }
+  record.last_run = started;
+  record.set_aside = 0;
 }
 
 }  // namespace xferd::core

@@ -45,6 +45,18 @@ inline constexpr double kPinnedLinkShare = 0.87;
 double AllowanceCapacity(const Settings& config);
 double InitialAllowance(const Settings& config);
 
+// A rotating probe whose reading was set aside as contended keeps its place at the front of
+// the rotation for this many more tries in a row (one each cycle, as its class allows), so
+// a passing neighbour does not cost the series a whole rotation; after that it waits its
+// turn like any other, so a link shared for good does not starve the rest of the plan.
+inline constexpr int kSetAsideRetries = 1;
+
+// What became of a probe's reading, for the rotation (Allowance::Charge).
+enum class ReadingFate {
+  kCounted,   // judged (ok, bad, failed, timed out): the series had its turn
+  kSetAside,  // contended: another process's traffic, evidence of nothing; tried again soon
+};
+
 // Why a probe runs in a cycle, and so what it may spend (Allowance::MayRun).
 enum class ProbeClass {
   kHeadline,  // pinned h2d and d2h: every cycle, whatever the balance
@@ -109,8 +121,11 @@ class Allowance {
   bool FitsGroup(std::optional<double> cost_s, const Settings& config) const;
 
   // A probe of the plan that ran, started at `started` and cost `cost_s` device seconds
-  // (it may leave the balance in debt); `headline`: it counts toward HeadlineSeconds.
-  void Charge(const probes::ProbeSpec& spec, SteadyTime started, double cost_s, bool headline);
+  // (it may leave the balance in debt); `headline`: it counts toward HeadlineSeconds. A
+  // reading set aside (`fate`) is paid for but keeps the series' place in the rotation for
+  // kSetAsideRetries more tries in a row.
+  void Charge(const probes::ProbeSpec& spec, SteadyTime started, double cost_s, bool headline,
+              ReadingFate fate = ReadingFate::kCounted);
   // A concurrent group run's share for this member.
   void Charge(double cost_s) { balance_s_ -= cost_s; }
 
@@ -130,8 +145,11 @@ class Allowance {
  private:
   // What the rotation knows about one probe.
   struct ProbeRecord {
-    std::optional<SteadyTime> last_run;  // when it last ran (any outcome); never = stalest
-    double cost_s = 0;                   // device time it took then
+    // When it last had its turn (a reading counted, or set aside once too often); never =
+    // stalest.
+    std::optional<SteadyTime> last_run;
+    std::optional<double> cost_s;  // device time its last run took; nullopt = never ran
+    int set_aside = 0;             // readings set aside in a row since its last turn
   };
 
   // The balance reached the capacity at this cycle's refill and only the headline spent it

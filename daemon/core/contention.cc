@@ -54,12 +54,15 @@ probes::Contention JudgeContention(const probes::ProbeSample& sample,
   // What the counters may show of the probe itself, per direction (rx = host to device).
   const double expected_rx = kOwnTrafficOverhead * own_h2d + kOwnTrafficReverse * own_d2h;
   const double expected_tx = kOwnTrafficOverhead * own_d2h + kOwnTrafficReverse * own_h2d;
-  // Sampled rates describe the link while the probe kept it busy: over the device time,
-  // not over the whole window with its set-up and synchronisation in it.
+  // Sampled rates describe the link while the probe kept it busy: over the device time its
+  // copies ran, not over the whole window with its set-up and synchronisation in it, nor
+  // over device time spent computing alone (pinned_async's overlap timing), when the link
+  // was idle.
   double seen_rx = t.rx_bytes, seen_tx = t.tx_bytes;
-  if (t.sampled_rates && sample.device_time_s > 0 && sample.device_time_s < t.window_s) {
-    seen_rx *= sample.device_time_s / t.window_s;
-    seen_tx *= sample.device_time_s / t.window_s;
+  const double busy_s = sample.device_time_s - sample.compute_only_s;
+  if (t.sampled_rates && busy_s > 0 && busy_s < t.window_s) {
+    seen_rx *= busy_s / t.window_s;
+    seen_tx *= busy_s / t.window_s;
   }
   const double window_h2d = std::max(0.0, seen_rx - expected_rx);
   const double window_d2h = std::max(0.0, seen_tx - expected_tx);

@@ -270,7 +270,8 @@ void Scheduler::Book(Round& round, DeviceCycle& dc, const Measured& measured, bo
   {
     std::lock_guard lock(mutex_);
     core::Allowance& allowance = allowances_[gpu];
-    allowance.Charge(spec, measured.started, measured.cost_s, headline);
+    allowance.Charge(spec, measured.started, measured.cost_s, headline,
+                     sample.Contended() ? ReadingFate::kSetAside : ReadingFate::kCounted);
     if (spec.mode == probes::TransferMode::kPinned && spec.direction == probes::Direction::kH2D &&
         sample.status == probes::ProbeStatus::kOk && !sample.Contended() &&
         sample.MedianBandwidth() > 0) {

@@ -38,6 +38,11 @@ class ProbeRun {
   cudaStream_t Stream(int i = 0) const { return s_.streams[i]; }
   // What the probe cost the device, warm-ups and checks included.
   void AddDeviceTime(double seconds) { sample_.device_time_s += seconds; }
+  // Device time in which the probe computed and moved nothing over the link.
+  void AddComputeOnlyTime(double seconds) {
+    sample_.device_time_s += seconds;
+    sample_.compute_only_s += seconds;
+  }
 
   // Preparing a transfer.
   void EnsureHostPattern(HostBuffer& b);

@@ -185,6 +185,59 @@ TEST(Allowance, TheHeadlineTimeIsCountedPerCycle) {
   EXPECT_EQ(a.HeadlineSeconds(), 0.0);
 }
 
+// A contended reading is paid for but is no turn: the series stays at the front of the
+// rotation for kSetAsideRetries more tries, then waits its turn (a link shared for good
+// must not starve the rest of the plan).
+TEST(Allowance, AContendedReadingKeepsItsPlaceForABoundedRetry) {
+  const Settings c = Config();
+  Allowance a(c, kStart);
+  const std::vector<ProbeSpec> plan = PlanProbes(c);
+  // Everything but the headline ran at the start, pageable h2d first (so it is stalest).
+  const ProbeSpec pageable = Spec(TransferMode::kPageable, Direction::kH2D);
+  SteadyTime t = kStart;
+  for (const ProbeSpec& spec : plan) {
+    if (!IsHeadline(spec, c)) a.Charge(spec, t += 1s, 0.1, false);
+  }
+  const auto first_rotating = [&](SteadyTime now) {
+    for (const OrderedProbe& p : a.Order(plan, c, {}, now)) {
+      if (p.cls != ProbeClass::kHeadline) return KeyOf(p.spec);
+    }
+    return ProbeKey{};
+  };
+  ASSERT_EQ(first_rotating(kStart + 60s), KeyOf(pageable));
+  const double before = a.Balance();
+  // Its next run is contended: it paid, and it is still the first of the rotation.
+  a.Charge(pageable, kStart + 60s, 0.1, false, ReadingFate::kSetAside);
+  EXPECT_NEAR(a.Balance(), before - 0.1, 1e-9);
+  EXPECT_DOUBLE_EQ(a.Cost(pageable), 0.1);
+  EXPECT_EQ(first_rotating(kStart + 120s), KeyOf(pageable)) << "tried again next cycle";
+  // Contended again, past the retries: now it waits its turn behind the rest.
+  a.Charge(pageable, kStart + 120s, 0.1, false, ReadingFate::kSetAside);
+  EXPECT_NE(first_rotating(kStart + 180s), KeyOf(pageable));
+  const auto order = a.Order(plan, c, {}, kStart + 180s);
+  EXPECT_EQ(KeyOf(order.back().spec), KeyOf(pageable)) << "last of the rotation";
+  // A counted reading ends the retries: the next contended one is tried again.
+  a.Charge(pageable, kStart + 240s, 0.1, false, ReadingFate::kCounted);
+  const auto position = [&](const ProbeSpec& spec, SteadyTime now) {
+    const auto order = a.Order(plan, c, {}, now);
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      if (KeyOf(order[i].spec) == KeyOf(spec)) return i;
+    }
+    return order.size();
+  };
+  const ProbeSpec managed = Spec(TransferMode::kManaged, Direction::kH2D);
+  const std::size_t managed_at = position(managed, kStart + 300s);
+  a.Charge(managed, kStart + 300s, 0.1, false, ReadingFate::kSetAside);
+  EXPECT_EQ(position(managed, kStart + 360s), managed_at) << "its place kept, not lost";
+  // Pageable h2d had a counted turn at 240 s; managed d2h at 270 s. A contended run of
+  // pageable at 300 s keeps its 240 s place, ahead of managed d2h.
+  const ProbeSpec managed_d2h = Spec(TransferMode::kManaged, Direction::kD2H);
+  a.Charge(managed_d2h, kStart + 270s, 0.1, false, ReadingFate::kCounted);
+  a.Charge(pageable, kStart + 300s, 0.1, false, ReadingFate::kSetAside);
+  EXPECT_LT(position(pageable, kStart + 360s), position(managed_d2h, kStart + 360s))
+      << "a retry again after a counted reading";
+}
+
 // Series under watch come after the headline and before the rotation; a series that waited
 // half its bound is overdue and comes before them; both may spend half the reserve.
 TEST(Allowance, OverdueThenWatchedThenTheRotation) {

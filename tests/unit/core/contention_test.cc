@@ -138,6 +138,34 @@ TEST(Contention, SampledRatesCountOverTheProbesDeviceTimeOnly) {
   EXPECT_EQ(JudgeContention(s, kDefault).state, ContentionState::kContended);
 }
 
+TEST(Contention, SampledRatesLeaveOutTheTimeTheProbeComputedAlone) {
+  // pinned_async h2d on the H200: 20 copies of 64 MiB (warm-up, timed, the overlap
+  // measurement's pipelined rounds) in 28.5 ms of copying at 47 GB/s, plus 7.6 ms of its
+  // kernels timed alone (the link idle): 36.1 ms of device time in a 90 ms window. The
+  // throughput samples read the link while it copied: 1.07 x 47.1 GB/s. Counted over all
+  // 36.1 ms they made 3.8 GB/s of "foreign" traffic up on an idle GPU.
+  const double own = 20.0 * kSize, copying_s = 0.0285, window_s = 0.090;
+  const double link_gbps = 1.07 * own / copying_s / 1e9;
+  auto s = Probe(Direction::kH2D, own / window_s / 1e9, link_gbps, 0.5,
+                 TransferMode::kPinnedAsync, window_s);
+  s.traffic->sampled_rates = true;
+  s.device_time_s = 0.0361;
+  s.compute_only_s = 0.0076;
+  const auto alone = JudgeContention(s, kDefault);
+  EXPECT_EQ(alone.state, ContentionState::kClear) << alone.reason;
+  EXPECT_EQ(alone.foreign_h2d_bytes_per_s, 0);
+  // The same figures without the compute-alone share: what the daemon did before.
+  auto before = s;
+  before.compute_only_s = 0;
+  EXPECT_EQ(JudgeContention(before, kDefault).state, ContentionState::kContended);
+  // A neighbour moving 10 GB/s host to device beside the same probe is still seen.
+  auto shared = s;
+  shared.traffic->rx_bytes += 10e9 * window_s;
+  const auto c = JudgeContention(shared, kDefault);
+  EXPECT_EQ(c.state, ContentionState::kContended) << c.reason;
+  EXPECT_GT(c.foreign_h2d_bytes_per_s, 2e9);
+}
+
 TEST(Contention, UnreadableLinkOrFailedProbeIsUnknown) {
   auto s = Probe(Direction::kH2D, 55, 59, 4);
   s.traffic.reset();

@@ -248,6 +248,76 @@ TEST(Scheduler, WithTheDeviceTimeTargetEverySeriesOfAnH200IsMeasuredWithinFiftee
   EXPECT_LE(TotalDevice(h) / 2, c.max_duty_cycle * span + InitialAllowance(c) + 0.5);
 }
 
+// The link around GPU 0's probes as a neighbour would leave it: every probe of `mode` and
+// `direction` among the first `contended_runs` of them sees 20 GB/s of another process's
+// traffic; every other window cannot be read (judged as before).
+class NeighbourOn final : public BusyDetector {
+ public:
+  NeighbourOn(const FakeBackend& backend, probes::TransferMode mode, probes::Direction direction,
+              int contended_runs)
+      : backend_(backend), mode_(mode), direction_(direction), left_(contended_runs) {}
+  std::optional<BusyReading> Check(const probes::DeviceInfo&) override { return std::nullopt; }
+  std::string Describe() const override { return "a neighbour on one series"; }
+  std::optional<probes::LinkTraffic> EndProbe(const probes::DeviceInfo& device) override {
+    const std::vector<probes::ProbeSpec> ran = backend_.Ran();
+    if (device.index != 0 || ran.empty() || ran.back().mode != mode_ ||
+        ran.back().direction != direction_ || left_ == 0) {
+      return std::nullopt;
+    }
+    --left_;
+    probes::LinkTraffic t;
+    t.source = "test";
+    t.window_s = 0.05;
+    t.rx_bytes = 20e9 * t.window_s + 2e9;  // the probe's own bytes and a neighbour's
+    t.tx_bytes = 20e9 * t.window_s + 2e9;
+    t.samples = 2;
+    return t;
+  }
+
+ private:
+  const FakeBackend& backend_;
+  probes::TransferMode mode_;
+  probes::Direction direction_;
+  int left_;
+};
+
+// A reading set aside as contended is tried again at the next cycle instead of waiting a
+// whole rotation (the H200's pinned_async h2d waited 8 minutes after one); a series whose
+// link stays shared gets that one retry, then waits its turn, and the rest of the plan is
+// measured as before.
+TEST(Scheduler, AContendedReadingIsRetriedNextCycleOnceThenWaitsItsTurn) {
+  using M = probes::TransferMode;
+  using D = probes::Direction;
+  for (const int contended : {1, 1000}) {
+    SCOPED_TRACE(contended == 1 ? "one contended reading" : "the link shared for good");
+    Harness h;
+    SetH200sOnGen5x16(h.backend);
+    h.stop_after = 40;
+    Settings c = H200Config();
+    c.probe_time = Settings{}.probe_time;
+    h.Run(c, std::make_unique<NeighbourOn>(h.backend, M::kPinnedAsync, D::kH2D, contended));
+    const auto cycles = CyclesThatRan(h, M::kPinnedAsync, D::kH2D);
+    ASSERT_GE(cycles.size(), 2u);
+    EXPECT_EQ(cycles[1], cycles[0] + 1) << "retried at the next cycle";
+    int contended_readings = 0;
+    for (const CycleReport& r : h.reports) contended_readings += r.contended;
+    EXPECT_EQ(contended_readings, std::min<int>(contended, static_cast<int>(cycles.size())));
+    if (contended == 1) continue;
+    // Shared for good: after the retry it goes to the back of the rotation, so the others
+    // run before its third try, and none of them waits longer than without a neighbour.
+    ASSERT_GE(cycles.size(), 3u);
+    EXPECT_GT(cycles[2], cycles[1] + 1);
+    for (const auto& [mode, direction] : probes::AllModeDirections()) {
+      const auto ran = CyclesThatRan(h, mode, direction);
+      SCOPED_TRACE(std::string(probes::ToString(mode)) + " " +
+                   std::string(probes::ToString(direction)));
+      ASSERT_FALSE(ran.empty());
+      EXPECT_LE(ran.front(), 15);
+      for (std::size_t i = 1; i < ran.size(); ++i) EXPECT_LE(ran[i] - ran[i - 1], 16);
+    }
+  }
+}
+
 TEST(Scheduler, UnmeasuredProbeCostIsEstimatedFromItsBytesAtTheLink) {
   Harness h;
   SetH200sOnGen5x16(h.backend);

@@ -204,6 +204,10 @@ struct ProbeSample {
   std::optional<double> overlap_ratio;
   // Time the device spent on this probe, warm-up included: what the probe cost.
   double device_time_s = 0.0;
+  // Of device_time_s, the time the device computed while none of the probe's copies ran
+  // (pinned_async's kernel-alone timing for its overlap ratio): the link sat idle then, so
+  // the link-traffic judgement leaves it out of the time the probe kept the link busy.
+  double compute_only_s = 0.0;
   // The NUMA node the host buffer's pages are on (get_mempolicy MPOL_F_NODE|MPOL_F_ADDR);
   // -1 = unknown. Health compares it with the GPU's node (diagnosis numa_remote).
   int host_numa_node = -1;
