@@ -12,7 +12,8 @@
 #   bench/gpu/size_curves.sh OUT_DIR [SECONDS] [GPU]   (from the repository root; default
 #   390 s and GPU 0; the whole script takes SECONDS + about 90 s)
 #
-# Runs the bundle made on the build machine (XFERD_BUNDLE, default .devbundle; its xferd).
+# Runs the bundle made on the build machine (XFERD_BUNDLE, default .devbundle; its xferd);
+# LOG_LEVEL=debug logs every probe's link window and how it was judged.
 # Writes size_curves.md and size_curves.json (1), coverage.json, status_final.json,
 # daemon.log and summary.txt (2) to OUT_DIR. What to look for: in size_curves.md, each
 # link-bound probe at 8-64 MiB within a few % of its 64 MiB figure (the plateau), the
@@ -37,7 +38,7 @@ xferd_toml "$port" "$work/state" > "$work/xferd.toml" <<TOML
 [probe]
 gpus = ["$gpu"]
 TOML
-"$b/xferd" run --config "$work/xferd.toml" > "$out/daemon.log" 2>&1 &
+"$b/xferd" run --config "$work/xferd.toml" ${LOG_LEVEL:+--log.level "$LOG_LEVEL"} > "$out/daemon.log" 2>&1 &
 pid=$!
 python3 - "$port" "$secs" "$out" "$pid" <<'PY'
 import glob, json, os, sys, time, urllib.request

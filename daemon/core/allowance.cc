@@ -22,7 +22,7 @@ double InitialAllowance(const Settings& config) {
 }
 
 Allowance::Allowance(const Settings& config, SteadyTime now)
-    : balance_s_(InitialAllowance(config)), refilled_at_(now), created_at_(now) {}
+    : balance_s_(InitialAllowance(config)), refilled_at_(now) {}
 
 void Allowance::Refill(const Settings& config, SteadyTime now) {
   if (now > refilled_at_) {
@@ -83,7 +83,9 @@ std::vector<OrderedProbe> Allowance::Order(const std::vector<probes::ProbeSpec>&
     }
     auto it = probes_.find(KeyOf(spec));
     const std::optional<SteadyTime> last = it == probes_.end() ? std::nullopt : it->second.last_run;
-    if (now - last.value_or(created_at_) >= overdue_after) {
+    // Never measured is the stalest a series can be: overdue from the start, so a new GPU
+    // (or a mode added on reload) has every series read within its first minutes.
+    if (!last || now - *last >= overdue_after) {
       overdue.emplace_back(last, OrderedProbe{spec, ProbeClass::kOverdue});
     } else if (watched.contains(KeyOf(spec))) {
       watch.emplace_back(last, OrderedProbe{spec, ProbeClass::kWatched});

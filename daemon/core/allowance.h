@@ -60,8 +60,10 @@ enum class ReadingFate {
 // Why a probe runs in a cycle, and so what it may spend (Allowance::MayRun).
 enum class ProbeClass {
   kHeadline,  // pinned h2d and d2h: every cycle, whatever the balance
-  // A rotating series that waited half its bound (FreshnessBounds::rotating_s / 2): ahead
-  // of the watched ones and on their terms, so none goes stale while a fault lasts.
+  // A rotating series never measured, or that waited half its bound
+  // (FreshnessBounds::rotating_s / 2): ahead of the watched ones and on their terms, so a
+  // new GPU's series are all read within its first minutes and none goes stale while a
+  // fault lasts.
   kOverdue,
   kWatched,   // degraded or on a bad streak: every cycle while it fits above half the reserve
   kRotating,  // the rest, stalest first, above the reserve, in strict order
@@ -158,7 +160,6 @@ class Allowance {
 
   double balance_s_ = 0;
   SteadyTime refilled_at_{};
-  SteadyTime created_at_{};  // a probe never run has waited since
   std::map<ProbeKey, ProbeRecord> probes_;
   double headline_s_ = 0;
   double link_bytes_per_s_ = 0;

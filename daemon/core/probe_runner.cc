@@ -1,6 +1,7 @@
 #include "core/probe_runner.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <future>
@@ -141,6 +142,21 @@ std::optional<Measured> ProbeRunner::Run(const probes::DeviceInfo& device,
   }
   const double link_rate = m.sample.traffic ? PathRate(device.index, m.link) : 0.0;
   m.sample.contention = JudgeContention(m.sample, ContentionThresholdsOf(settings, link_rate));
+  if (m.sample.traffic && spdlog::should_log(spdlog::level::debug)) {
+    // The raw window beside the judgement, for whoever tunes or doubts it.
+    const probes::LinkTraffic& t = *m.sample.traffic;
+    const auto [own_h2d, own_d2h] = m.sample.OwnLinkBytes();
+    spdlog::debug(
+        "gpu {} {} {}: link window ({}, {} samples) {:.1f} ms: rx {:.3f} tx {:.3f} GB, after "
+        "{:.1f} ms rx {:.3f} tx {:.3f} GB; own h2d {:.3f} d2h {:.3f} GB, device {:.1f} ms "
+        "({:.1f} computing alone): {}{}{}",
+        device.index, probes::ToString(spec.mode), probes::ToString(spec.direction), t.source,
+        t.samples, t.window_s * 1e3, t.rx_bytes / 1e9, t.tx_bytes / 1e9, t.after_s * 1e3,
+        t.after_rx_bytes / 1e9, t.after_tx_bytes / 1e9, own_h2d / 1e9, own_d2h / 1e9,
+        m.sample.device_time_s * 1e3, m.sample.compute_only_s * 1e3,
+        probes::ToString(m.sample.contention.state),
+        m.sample.contention.reason.empty() ? "" : ": ", m.sample.contention.reason);
+  }
   m.cost_s = CostOf(m.sample, m.elapsed_s);
   return m;
 }
