@@ -13,7 +13,8 @@
 #   390 s and GPU 0; the whole script takes SECONDS + about 90 s)
 #
 # Runs the bundle made on the build machine (XFERD_BUNDLE, default .devbundle; its xferd);
-# LOG_LEVEL=debug logs every probe's link window and how it was judged.
+# LOG_LEVEL=debug logs every probe's link window and how it was judged; SKIP_CURVES=1 runs
+# the daemon part (2) only.
 # Writes size_curves.md and size_curves.json (1), coverage.json, status_final.json,
 # daemon.log and summary.txt (2) to OUT_DIR. What to look for: in size_curves.md, each
 # link-bound probe at 8-64 MiB within a few % of its 64 MiB figure (the plateau), the
@@ -28,10 +29,12 @@ gpu=${3:-0}
 use_bundle "$out"
 daemon_workspace 19743
 
-echo "== $(date -u +%T) size curves and the default plan's costs on GPU $gpu"
-python3 bench/size_curves.py --xferd "$b/xferd" --real --gpu "$gpu" \
-  --json "$out/size_curves.json" > "$out/size_curves.md" 2> "$out/size_curves.err"
-echo "size curves: exit $? ($(wc -l < "$out/size_curves.md") lines)"
+if [[ -z ${SKIP_CURVES:-} ]]; then
+  echo "== $(date -u +%T) size curves and the default plan's costs on GPU $gpu"
+  python3 bench/size_curves.py --xferd "$b/xferd" --real --gpu "$gpu" \
+    --json "$out/size_curves.json" > "$out/size_curves.md" 2> "$out/size_curves.err"
+  echo "size curves: exit $? ($(wc -l < "$out/size_curves.md") lines)"
+fi
 
 echo "== $(date -u +%T) xferd run, the shipped defaults, ${secs}s"
 xferd_toml "$port" "$work/state" > "$work/xferd.toml" <<TOML
