@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -40,8 +41,13 @@ using std::chrono::duration_cast;
 // SIGTERM must end the process within 2 s even mid-cycle; this is how long the probe
 // thread gets to notice the stop before the process leaves without it.
 constexpr auto kProbeStopWait = 1500ms;
-// How often the main thread looks at signals, the watchdog and the probe loop.
+// How often the main thread looks at the watchdog and the probe loop (signals wake it at
+// once): every kTick while a reload is being read or before the first cycle has made the
+// service ready, every kIdleTick otherwise. Ten wakeups a second were most of an idle
+// daemon's CPU (docs/performance.md); a hung probe, a failed probe loop or a finished cycle
+// are seen within a second, well inside their deadlines.
 constexpr auto kTick = 100ms;
+constexpr auto kIdleTick = 1000ms;
 
 // What a reload cannot change in a running process; said in the log so nobody waits for it.
 void WarnRestartOnly(const Config& running, const Config& next) {
@@ -557,7 +563,13 @@ int Service::Supervise(ProbeThread& probe) {
   auto next_ping = std::chrono::steady_clock::now();
   std::uint64_t cycles_seen = 0;
   for (;;) {
-    const platform::Signal signal = seams_.signals->Wait(kTick);
+    auto wait = reload_ || !ready_ ? std::chrono::milliseconds(kTick) : kIdleTick;
+    if (watchdog) {
+      const auto to_ping = duration_cast<std::chrono::milliseconds>(
+          next_ping - std::chrono::steady_clock::now());
+      wait = std::clamp(to_ping, std::chrono::milliseconds(0), wait);
+    }
+    const platform::Signal signal = seams_.signals->Wait(wait);
     if (signal.kind == platform::Signal::Kind::kStop) {
       spdlog::info("{}: stopping", signal.name);
       return kExitOk;
