@@ -83,13 +83,16 @@ factor = 0.5
     doc = json.loads(d.get("/api/v1/status")[1])
     g = doc["gpus"][0]
     assert g["headline"]["cause"] == "below_band", g["headline"]
-    assert g["headline"]["mode"] == "pinned", g["headline"]
+    # The series shown is one below its band (the largest shortfall of those), never one the
+    # note is about: every link-bound mode fell to half, whichever was read first.
+    assert g["headline"]["below"] == "band", g["headline"]
+    assert g["headline"]["mode"] in ("pinned", "pinned_async", "zero_copy"), g["headline"]
     assert [c["cause"] for c in g["causes"]][-1] == "capability_mismatch"
     assert all(c["fault"] for c in g["causes"][:-1])
     out = subprocess.run([BINARY, "health", "--web.listen-address", f"127.0.0.1:{d.port}"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 1, out
-    assert out.stdout.startswith("DEGRADED XFERD-301/diagnose gpu0 pinned"), out.stdout
+    assert out.stdout.startswith("DEGRADED XFERD-301/diagnose gpu0 "), out.stdout
     assert "capability_mismatch" not in out.stdout.split(",")[0], out.stdout
     assert ": below_band," in out.stdout, out.stdout
     assert "likely: capability_mismatch" not in doc["summary"], doc["summary"]
