@@ -319,7 +319,7 @@ struct HttpServer::Impl {
     constexpr unsigned kFlood = 32;
     const bool tail_gone = flood_tail && live == 0;
     if (!tail_gone && (peak_live < kFlood || live > peak_live / 4)) return;
-    const unsigned peak = tail_gone ? peak_live : std::max(peak_live, live);
+    const unsigned peak = peak_live;  // never below `live`: raised with every connection
     flood_tail = !tail_gone && live > 0;
     peak_live = live;
     lock.unlock();
